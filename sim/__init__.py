@@ -1,0 +1,8 @@
+"""kvplan simulator: a discrete-event model of LLM serving (schedulers, paged KV cache, batching).
+
+The request path, in tree order: ``sim.workload`` (who arrives when, with what lengths) ->
+``sim.policies.router`` -> ``sim.policies.schedulers`` (+ ``sim.policies.kv`` allocators and
+prefix cache) -> ``sim.engine`` (simpy executor, timed by ``sim.cost_model``) -> ``sim.metrics``.
+"""
+
+__version__ = "0.1.0"

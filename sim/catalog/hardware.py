@@ -1,0 +1,208 @@
+"""GPU hardware catalog: the datasheet numbers a roofline cost model and a memory plan need.
+
+Why a table of peak numbers and not measured ones: peaks are public, stable and comparable
+across vendors; what a real kernel achieves is a fraction of them, and that fraction lives
+in one place, the efficiency constants of ``sim.cost_model`` (fitted to real A100
+measurements). All FLOP/s figures are *dense* (no 2:4 sparsity), per GPU, as printed in the
+vendor datasheets cited next to each entry.
+
+Units: bytes, bytes/s and FLOP/s (not GB or TFLOPS) so nothing downstream converts.
+Bandwidths of links are *per direction, per GPU* because that is what a ring collective or a
+PCIe copy is limited by (NVIDIA quotes NVLink as the bidirectional total: 600 GB/s on A100
+is 300 GB/s each way).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from sim.errors import ConfigError
+
+GB = 1e9
+GiB = 1 << 30
+TFLOPS = 1e12
+
+
+@dataclass(frozen=True)
+class HardwareSpec:
+    """One GPU model, as the cost model and memory plan see it.
+
+    - ``memory_bytes``: HBM/GDDR capacity (nominal GiB; CUDA reports 1-3% less, which the
+      memory plan's fixed reserve absorbs).
+    - ``memory_bandwidth``: peak device-memory bandwidth, bytes/s.
+    - ``peak_flops``: dense tensor-core FLOP/s (or OP/s for int8) keyed by compute dtype:
+      ``fp32`` (plain FP32 CUDA cores), ``tf32``, ``fp16``, ``bf16``, ``fp8``, ``int8``.
+      A dtype the GPU has no tensor-core path for is absent.
+    - ``interconnect_bandwidth``: GPU-to-GPU bandwidth inside a node, per direction
+      (NVLink, Infinity Fabric, or PCIe where the GPU has no bridge).
+    - ``interconnect``: its name, for reports.
+    - ``pcie_bandwidth``: host link per direction; what KV swap to CPU memory crosses.
+    - ``network_bandwidth``: per-GPU scale-out bandwidth (InfiniBand/RoCE NIC) used when a
+      tensor- or pipeline-parallel group spans nodes.
+    - ``gpus_per_node``: GPUs sharing the intra-node interconnect.
+    - ``usd_per_gpu_hour``: indicative on-demand cloud price (2024-25 list prices); a
+      default for cost reports, meant to be overridden.
+    """
+
+    name: str
+    memory_bytes: int
+    memory_bandwidth: float
+    peak_flops: Mapping[str, float]
+    interconnect: str
+    interconnect_bandwidth: float
+    pcie_bandwidth: float
+    network_bandwidth: float
+    gpus_per_node: int
+    usd_per_gpu_hour: float
+    description: str = ""
+    aliases: tuple[str, ...] = field(default=())
+
+    def flops(self, compute_dtype: str) -> float:
+        """Peak dense FLOP/s for ``compute_dtype``; raises ConfigError if unsupported."""
+        try:
+            return self.peak_flops[compute_dtype]
+        except KeyError:
+            raise ConfigError(
+                f"hardware {self.name} has no {compute_dtype} tensor-core path; "
+                f"supported: {', '.join(sorted(self.peak_flops))}"
+            ) from None
+
+    def supports(self, compute_dtype: str) -> bool:
+        return compute_dtype in self.peak_flops
+
+
+def _ampere_a100(memory_gib: int, bandwidth_gbs: float, usd: float, aliases: tuple[str, ...]
+                 ) -> HardwareSpec:
+    # NVIDIA A100 datasheet (nvidia.com, "NVIDIA A100 Tensor Core GPU", SXM4 column):
+    # FP32 19.5 TF, TF32 156 TF, BF16/FP16 312 TF, INT8 624 TOPS (all dense);
+    # HBM2 1,555 GB/s (40GB) or HBM2e 2,039 GB/s (80GB); NVLink 3: 600 GB/s bidirectional;
+    # PCIe Gen4 x16: 32 GB/s per direction; DGX A100: 8 GPUs, 8x HDR 200 Gb/s (25 GB/s).
+    return HardwareSpec(
+        name=f"a100-{memory_gib}gb",
+        memory_bytes=memory_gib * GiB,
+        memory_bandwidth=bandwidth_gbs * GB,
+        peak_flops={"fp32": 19.5 * TFLOPS, "tf32": 156 * TFLOPS, "fp16": 312 * TFLOPS,
+                    "bf16": 312 * TFLOPS, "int8": 624 * TFLOPS},
+        interconnect="NVLink 3 (NVSwitch)",
+        interconnect_bandwidth=300 * GB,
+        pcie_bandwidth=32 * GB,
+        network_bandwidth=25 * GB,
+        gpus_per_node=8,
+        usd_per_gpu_hour=usd,
+        description=f"NVIDIA A100-SXM4-{memory_gib}GB",
+        aliases=aliases,
+    )
+
+
+def _hopper(name: str, memory_gib: int, bandwidth_gbs: float, usd: float, desc: str,
+            aliases: tuple[str, ...]) -> HardwareSpec:
+    # NVIDIA H100 / H200 datasheets (SXM5 columns; H200 has H100's compute):
+    # FP32 67 TF, TF32 494.7 TF, BF16/FP16 989.4 TF, FP8 1,978.9 TF, INT8 1,978.9 TOPS
+    # (dense = half the "with sparsity" figures); NVLink 4: 900 GB/s bidirectional;
+    # PCIe Gen5 x16: 64 GB/s per direction; DGX H100/H200: 8x NDR 400 Gb/s (50 GB/s).
+    return HardwareSpec(
+        name=name,
+        memory_bytes=memory_gib * GiB,
+        memory_bandwidth=bandwidth_gbs * GB,
+        peak_flops={"fp32": 67 * TFLOPS, "tf32": 494.7 * TFLOPS, "fp16": 989.4 * TFLOPS,
+                    "bf16": 989.4 * TFLOPS, "fp8": 1978.9 * TFLOPS, "int8": 1978.9 * TFLOPS},
+        interconnect="NVLink 4 (NVSwitch)",
+        interconnect_bandwidth=450 * GB,
+        pcie_bandwidth=64 * GB,
+        network_bandwidth=50 * GB,
+        gpus_per_node=8,
+        usd_per_gpu_hour=usd,
+        description=desc,
+        aliases=aliases,
+    )
+
+
+_CATALOG: dict[str, HardwareSpec] = {
+    spec.name: spec
+    for spec in (
+        _ampere_a100(40, 1555, 1.29, ("a100-sxm4-40gb", "nvidia-a100-sxm4-40gb")),
+        _ampere_a100(80, 2039, 1.79, ("a100-sxm4-80gb", "nvidia-a100-sxm4-80gb")),
+        _hopper("h100-sxm", 80, 3350, 2.99, "NVIDIA H100-SXM5-80GB",
+                ("h100", "h100-sxm5", "h100-80gb", "nvidia-h100-80gb-hbm3")),
+        _hopper("h200", 141, 4800, 3.79, "NVIDIA H200-SXM-141GB", ("h200-sxm", "nvidia-h200")),
+        # NVIDIA L40S datasheet: 48 GB GDDR6 864 GB/s; FP32 91.6 TF, TF32 183 TF,
+        # BF16/FP16 362.05 TF, FP8 733 TF, INT8 733 TOPS (dense); no NVLink: GPUs talk over
+        # PCIe Gen4 x16 (32 GB/s per direction).
+        HardwareSpec(
+            name="l40s",
+            memory_bytes=48 * GiB,
+            memory_bandwidth=864 * GB,
+            peak_flops={"fp32": 91.6 * TFLOPS, "tf32": 183 * TFLOPS, "fp16": 362.05 * TFLOPS,
+                        "bf16": 362.05 * TFLOPS, "fp8": 733 * TFLOPS, "int8": 733 * TFLOPS},
+            interconnect="PCIe Gen4 x16",
+            interconnect_bandwidth=32 * GB,
+            pcie_bandwidth=32 * GB,
+            network_bandwidth=25 * GB,
+            gpus_per_node=8,
+            usd_per_gpu_hour=1.25,
+            description="NVIDIA L40S 48GB",
+            aliases=("nvidia-l40s",),
+        ),
+        # NVIDIA A10 datasheet (AWS's A10G is its cloud variant; NVIDIA publishes no separate
+        # A10G sheet): 24 GB GDDR6 600 GB/s; FP32 31.2 TF, TF32 62.5 TF, BF16/FP16 125 TF,
+        # INT8 250 TOPS (dense); PCIe Gen4 x16. AWS g5.xlarge on-demand: $1.006/h.
+        HardwareSpec(
+            name="a10g",
+            memory_bytes=24 * GiB,
+            memory_bandwidth=600 * GB,
+            peak_flops={"fp32": 31.2 * TFLOPS, "tf32": 62.5 * TFLOPS, "fp16": 125 * TFLOPS,
+                        "bf16": 125 * TFLOPS, "int8": 250 * TFLOPS},
+            interconnect="PCIe Gen4 x16",
+            interconnect_bandwidth=32 * GB,
+            pcie_bandwidth=32 * GB,
+            network_bandwidth=12.5 * GB,
+            gpus_per_node=8,
+            usd_per_gpu_hour=1.006,
+            description="NVIDIA A10G 24GB (AWS G5)",
+            aliases=("a10", "nvidia-a10g"),
+        ),
+        # AMD Instinct MI300X datasheet: 192 GB HBM3 5.3 TB/s; FP32 163.4 TF (matrix),
+        # TF32 653.7 TF, BF16/FP16 1,307.4 TF, FP8 2,614.9 TF, INT8 2,614.9 TOPS (dense);
+        # Infinity Fabric: 7 links, 896 GB/s aggregate bidirectional (448 GB/s each way);
+        # PCIe Gen5 x16 (64 GB/s per direction); 8 GPUs per OAM platform.
+        HardwareSpec(
+            name="mi300x",
+            memory_bytes=192 * GiB,
+            memory_bandwidth=5300 * GB,
+            peak_flops={"fp32": 163.4 * TFLOPS, "tf32": 653.7 * TFLOPS,
+                        "fp16": 1307.4 * TFLOPS, "bf16": 1307.4 * TFLOPS,
+                        "fp8": 2614.9 * TFLOPS, "int8": 2614.9 * TFLOPS},
+            interconnect="AMD Infinity Fabric",
+            interconnect_bandwidth=448 * GB,
+            pcie_bandwidth=64 * GB,
+            network_bandwidth=50 * GB,
+            gpus_per_node=8,
+            usd_per_gpu_hour=2.50,
+            description="AMD Instinct MI300X 192GB",
+            aliases=("amd-mi300x", "instinct-mi300x"),
+        ),
+    )
+}
+
+_ALIASES: dict[str, str] = {
+    alias: spec.name for spec in _CATALOG.values() for alias in spec.aliases
+}
+
+HARDWARE_NAMES: tuple[str, ...] = tuple(_CATALOG)
+
+
+def get_hardware(name: str) -> HardwareSpec:
+    """The catalog entry for a slug (``a100-40gb``) or alias (``h100``), case-insensitive."""
+    key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
+    key = _ALIASES.get(key, key)
+    try:
+        return _CATALOG[key]
+    except KeyError:
+        raise ConfigError(
+            f"hardware: unknown GPU {name!r}; allowed: {', '.join(HARDWARE_NAMES)}"
+        ) from None
+
+
+def list_hardware() -> list[HardwareSpec]:
+    return list(_CATALOG.values())

@@ -1,0 +1,303 @@
+"""Model catalog: the transformer shapes that decide weight memory, KV bytes per token and
+the FLOPs and bytes of every operator.
+
+Why shapes and not a parameter count: the cost model prices each GEMM from its dimensions
+and the memory plan shards weights and KV heads across tensor-parallel ranks, so the count is
+derived (``ModelSpec.params``) and checked against the published figure in the tests.
+
+Names are lower-case slugs (a contract used in configs); Hugging Face ids are aliases, and a
+path to an HF ``config.json`` (or its directory) loads Llama/Mistral/Qwen2/OPT-style models.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from sim.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """A dense decoder-only transformer.
+
+    - ``gated_mlp``: SwiGLU (gate, up, down: three h x ffn matrices) as in Llama, versus
+      OPT's two-matrix ReLU MLP (fc1, fc2).
+    - ``qkv_bias``: bias on the q/k/v projections (Qwen2); ``linear_bias``: bias on every
+      linear layer (OPT), which implies qkv bias.
+    - ``norm``: ``rmsnorm`` (weight only) or ``layernorm`` (weight and bias).
+    - ``learned_position_rows``: rows of a learned position-embedding table (OPT: 2048 + 2
+      offset rows); 0 for rotary models.
+    - ``sliding_window``: attention window (Mistral-7B-v0.1); recorded for the scheduler,
+      the cost model prices full context.
+    """
+
+    name: str
+    num_layers: int
+    hidden_size: int
+    num_heads: int
+    num_kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    vocab_size: int
+    max_position_embeddings: int
+    gated_mlp: bool = True
+    tie_word_embeddings: bool = False
+    qkv_bias: bool = False
+    linear_bias: bool = False
+    norm: str = "rmsnorm"
+    learned_position_rows: int = 0
+    sliding_window: Optional[int] = None
+    hf_id: Optional[str] = None
+
+    def __post_init__(self) -> None:
+        for attr in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
+                     "intermediate_size", "vocab_size", "max_position_embeddings"):
+            if int(getattr(self, attr)) <= 0:
+                raise ConfigError(f"model {self.name}: {attr} must be positive")
+        if self.num_heads % self.num_kv_heads:
+            raise ConfigError(
+                f"model {self.name}: num_heads ({self.num_heads}) must be a multiple of "
+                f"num_kv_heads ({self.num_kv_heads})"
+            )
+        if self.norm not in ("rmsnorm", "layernorm"):
+            raise ConfigError(f"model {self.name}: norm must be rmsnorm or layernorm")
+
+    # -- shapes ---------------------------------------------------------------------------
+    @property
+    def q_size(self) -> int:
+        return self.num_heads * self.head_dim
+
+    @property
+    def kv_size(self) -> int:
+        """Width of K (= width of V) per token."""
+        return self.num_kv_heads * self.head_dim
+
+    @property
+    def qkv_size(self) -> int:
+        return self.q_size + 2 * self.kv_size
+
+    @property
+    def mlp_in_size(self) -> int:
+        """Output width of the first MLP GEMM (gate+up fused, or fc1)."""
+        return (2 if self.gated_mlp else 1) * self.intermediate_size
+
+    # -- parameter counts ------------------------------------------------------------------
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Weights of the four GEMMs of one layer (what weight quantisation shrinks)."""
+        h = self.hidden_size
+        return h * self.qkv_size + self.q_size * h + (self.mlp_in_size + self.intermediate_size) * h
+
+    @property
+    def other_params_per_layer(self) -> int:
+        """Biases and norm weights of one layer (kept in the activation dtype)."""
+        h = self.hidden_size
+        n = 2 * (h if self.norm == "rmsnorm" else 2 * h)
+        if self.qkv_bias or self.linear_bias:
+            n += self.qkv_size
+        if self.linear_bias:
+            n += h + self.mlp_in_size + h
+        return n
+
+    @property
+    def params_per_layer(self) -> int:
+        return self.linear_params_per_layer + self.other_params_per_layer
+
+    @property
+    def embedding_params(self) -> int:
+        """Token embedding plus any learned position table."""
+        return (self.vocab_size + self.learned_position_rows) * self.hidden_size
+
+    @property
+    def lm_head_params(self) -> int:
+        """Separate output projection; 0 when tied to the token embedding."""
+        return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
+
+    @property
+    def final_norm_params(self) -> int:
+        return self.hidden_size if self.norm == "rmsnorm" else 2 * self.hidden_size
+
+    @property
+    def params(self) -> int:
+        """Total parameters, computed from the shapes."""
+        return (self.num_layers * self.params_per_layer + self.embedding_params
+                + self.lm_head_params + self.final_norm_params)
+
+
+def _llama(name: str, hf_id: str, layers: int, hidden: int, heads: int, kv_heads: int,
+           ffn: int, vocab: int, max_pos: int, **kw: Any) -> ModelSpec:
+    return ModelSpec(name=name, num_layers=layers, hidden_size=hidden, num_heads=heads,
+                     num_kv_heads=kv_heads, head_dim=kw.pop("head_dim", hidden // heads),
+                     intermediate_size=ffn, vocab_size=vocab, max_position_embeddings=max_pos,
+                     hf_id=hf_id, **kw)
+
+
+# Shapes from each model's config.json on the Hugging Face Hub (hf_id).
+_CATALOG: dict[str, ModelSpec] = {
+    m.name: m
+    for m in (
+        ModelSpec(name="opt-13b", num_layers=40, hidden_size=5120, num_heads=40,
+                  num_kv_heads=40, head_dim=128, intermediate_size=20480, vocab_size=50272,
+                  max_position_embeddings=2048, gated_mlp=False, tie_word_embeddings=True,
+                  linear_bias=True, norm="layernorm", learned_position_rows=2048 + 2,
+                  hf_id="facebook/opt-13b"),
+        _llama("llama-2-7b", "meta-llama/Llama-2-7b-hf", 32, 4096, 32, 32, 11008, 32000, 4096),
+        _llama("llama-2-13b", "meta-llama/Llama-2-13b-hf", 40, 5120, 40, 40, 13824, 32000, 4096),
+        _llama("llama-2-70b", "meta-llama/Llama-2-70b-hf", 80, 8192, 64, 8, 28672, 32000, 4096),
+        _llama("llama-3.1-8b", "meta-llama/Llama-3.1-8B", 32, 4096, 32, 8, 14336, 128256,
+               131072),
+        _llama("llama-3.1-70b", "meta-llama/Llama-3.1-70B", 80, 8192, 64, 8, 28672, 128256,
+               131072),
+        _llama("mistral-7b", "mistralai/Mistral-7B-v0.1", 32, 4096, 32, 8, 14336, 32000, 32768,
+               sliding_window=4096),
+        _llama("qwen2.5-7b", "Qwen/Qwen2.5-7B", 28, 3584, 28, 4, 18944, 152064, 32768,
+               qkv_bias=True),
+        _llama("smollm2-135m", "HuggingFaceTB/SmolLM2-135M", 30, 576, 9, 3, 1536, 49152, 8192,
+               tie_word_embeddings=True),
+    )
+}
+
+# Hugging Face ids that share a catalog entry's shapes (chat/instruct fine-tunes).
+_EXTRA_ALIASES: dict[str, tuple[str, ...]] = {
+    "llama-2-7b": ("meta-llama/Llama-2-7b-chat-hf", "meta-llama/Llama-2-7b"),
+    "llama-2-13b": ("meta-llama/Llama-2-13b-chat-hf", "meta-llama/Llama-2-13b"),
+    "llama-2-70b": ("meta-llama/Llama-2-70b-chat-hf", "meta-llama/Llama-2-70b"),
+    "llama-3.1-8b": ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B",
+                     "meta-llama/Meta-Llama-3.1-8B-Instruct"),
+    "llama-3.1-70b": ("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Meta-Llama-3.1-70B",
+                      "meta-llama/Meta-Llama-3.1-70B-Instruct"),
+    "mistral-7b": ("mistralai/Mistral-7B-Instruct-v0.1",),
+    "qwen2.5-7b": ("Qwen/Qwen2.5-7B-Instruct",),
+    "smollm2-135m": ("HuggingFaceTB/SmolLM2-135M-Instruct",),
+}
+
+
+def _build_aliases() -> dict[str, str]:
+    aliases: dict[str, str] = {}
+    for slug, spec in _CATALOG.items():
+        ids = ((spec.hf_id,) if spec.hf_id else ()) + _EXTRA_ALIASES.get(slug, ())
+        for hf_id in ids:
+            aliases[hf_id.lower()] = slug
+            aliases[hf_id.split("/", 1)[1].lower()] = slug  # bare repo name, no org
+    return aliases
+
+
+_ALIASES = _build_aliases()
+
+MODEL_NAMES: tuple[str, ...] = tuple(_CATALOG)
+
+
+def get_model(name_or_path: "str | os.PathLike[str] | ModelSpec") -> ModelSpec:
+    """A catalog slug, a Hugging Face id alias, or a path to an HF ``config.json`` (or the
+    directory holding one). Unknown names raise ConfigError listing the slugs."""
+    if isinstance(name_or_path, ModelSpec):
+        return name_or_path
+    text = os.fspath(name_or_path).strip()
+    key = text.lower()
+    if key in _CATALOG:
+        return _CATALOG[key]
+    if key in _ALIASES:
+        return _CATALOG[_ALIASES[key]]
+    if os.path.exists(text):
+        return load_hf_config(text)
+    raise ConfigError(
+        f"model: unknown model {text!r}; allowed: {', '.join(MODEL_NAMES)}, a Hugging Face "
+        f"id of one of them, or a path to a config.json"
+    )
+
+
+def list_models() -> list[ModelSpec]:
+    return list(_CATALOG.values())
+
+
+_LLAMA_LIKE = ("llama", "mistral", "qwen2")
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = _LLAMA_LIKE + ("opt",)
+
+
+def load_hf_config(path: "str | os.PathLike[str]") -> ModelSpec:
+    """Read an HF ``config.json`` (Llama, Mistral, Qwen2 or OPT architecture)."""
+    path = os.fspath(path)
+    file = os.path.join(path, "config.json") if os.path.isdir(path) else path
+    try:
+        with open(file, encoding="utf-8") as f:
+            cfg = json.load(f)
+    except FileNotFoundError:
+        raise ConfigError(f"model: no config.json at {path}") from None
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ConfigError(f"model: cannot read {file}: {exc}") from None
+    if not isinstance(cfg, dict):
+        raise ConfigError(f"model: {file} is not a JSON object")
+
+    model_type = str(cfg.get("model_type", "")).lower()
+    if model_type not in SUPPORTED_MODEL_TYPES:
+        raise ConfigError(
+            f"model: {file} has model_type {model_type or '(missing)'!r}; supported: "
+            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+        )
+    name = _name_from(cfg, file)
+    try:
+        if model_type == "opt":
+            return _from_opt(name, cfg)
+        return _from_llama_like(name, model_type, cfg)
+    except KeyError as exc:
+        raise ConfigError(f"model: {file} lacks required key {exc.args[0]!r}") from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"model: {file} has a bad value: {exc}") from None
+
+
+def _name_from(cfg: dict, file: str) -> str:
+    raw = cfg.get("_name_or_path") or os.path.basename(os.path.dirname(os.path.abspath(file)))
+    return str(raw).rstrip("/").split("/")[-1].lower() or "custom"
+
+
+def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
+    hidden = int(cfg["hidden_size"])
+    heads = int(cfg["num_attention_heads"])
+    return ModelSpec(
+        name=name,
+        num_layers=int(cfg["num_hidden_layers"]),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        intermediate_size=int(cfg["intermediate_size"]),
+        vocab_size=int(cfg["vocab_size"]),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+        gated_mlp=True,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        # Qwen2 always has q/k/v bias; Llama only with attention_bias=true.
+        qkv_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
+        norm="rmsnorm",
+        sliding_window=(int(cfg["sliding_window"]) if cfg.get("sliding_window")
+                        and cfg.get("use_sliding_window", model_type == "mistral") else None),
+    )
+
+
+def _from_opt(name: str, cfg: dict) -> ModelSpec:
+    hidden = int(cfg["hidden_size"])
+    heads = int(cfg["num_attention_heads"])
+    if int(cfg.get("word_embed_proj_dim", hidden)) != hidden:
+        raise ConfigError(
+            f"model: OPT config with word_embed_proj_dim != hidden_size (opt-350m style) "
+            f"is not supported"
+        )
+    max_pos = int(cfg.get("max_position_embeddings", 2048))
+    return ModelSpec(
+        name=name,
+        num_layers=int(cfg["num_hidden_layers"]),
+        hidden_size=hidden,
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=hidden // heads,
+        intermediate_size=int(cfg["ffn_dim"]),
+        vocab_size=int(cfg["vocab_size"]),
+        max_position_embeddings=max_pos,
+        gated_mlp=False,
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", True)),
+        linear_bias=bool(cfg.get("enable_bias", True)),
+        norm="layernorm",
+        learned_position_rows=max_pos + 2,  # OPT's learned positions are offset by 2
+    )

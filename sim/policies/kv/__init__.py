@@ -1,0 +1,36 @@
+"""KV-cache allocators: contiguous reservation baselines and the paged allocator with an
+optional prefix cache. ``make_allocator`` builds one from config values."""
+
+from __future__ import annotations
+
+from sim.policies.kv.base import KVAllocator, KVUsage, PrefixHit
+from sim.policies.kv.contiguous import RESERVE_POLICIES, ContiguousAllocator
+from sim.policies.kv.paged import PagedAllocator
+
+ALLOCATORS = ("paged", "contiguous")
+
+
+def make_allocator(kind: str = "paged", num_slots: int = 0, block_size: int = 16,
+                   prefix_caching: bool = False, reserve: str = "max",
+                   max_model_len: int = 2048, swap_slots: int = 0) -> KVAllocator:
+    """Build an allocator over ``num_slots`` token slots of KV memory."""
+    if kind == "paged":
+        return PagedAllocator(num_slots, block_size=block_size, prefix_caching=prefix_caching,
+                              swap_slots=swap_slots)
+    if kind == "contiguous":
+        if prefix_caching:
+            raise ValueError("prefix caching needs the paged allocator")
+        return ContiguousAllocator(num_slots, reserve=reserve, max_model_len=max_model_len)
+    raise ValueError(f"allocator must be one of {', '.join(ALLOCATORS)}, got {kind!r}")
+
+
+__all__ = [
+    "ALLOCATORS",
+    "RESERVE_POLICIES",
+    "ContiguousAllocator",
+    "KVAllocator",
+    "KVUsage",
+    "PagedAllocator",
+    "PrefixHit",
+    "make_allocator",
+]

@@ -1,0 +1,142 @@
+"""A serving request and its life cycle: the one record every policy and executor reads.
+
+Token accounting follows vLLM v1: ``num_computed_tokens`` (tokens whose KV is in the cache)
+chases ``num_tokens`` (prompt + emitted outputs). Chunked prefill, prefix-cache hits,
+preemption by recompute and speculative tokens are all moves of that one counter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Optional
+
+
+class RequestState(str, Enum):
+    WAITING = "waiting"
+    RUNNING = "running"
+    PREEMPTED = "preempted"  # evicted by recompute, back in the waiting queue
+    SWAPPED = "swapped"  # KV moved to host memory, waiting to be swapped back in
+    FINISHED = "finished"
+    REJECTED = "rejected"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (RequestState.FINISHED, RequestState.REJECTED)
+
+
+@dataclass(eq=False)
+class Request:
+    """One request.
+
+    The simulator gives lengths only (``prompt_len`` and ``max_output_tokens`` = the true output
+    length); the runtime also gives ``prompt_token_ids`` and appends ``output_token_ids``.
+    ``block_hashes`` carries a trace's prefix identity (Mooncake ``hash_ids``: one id per
+    ``hash_block_size`` prompt tokens, equal ids = shared prefix) when token ids are unknown.
+    """
+
+    request_id: str
+    arrival_time: float
+    prompt_len: int
+    max_output_tokens: int
+    prompt_token_ids: Optional[list[int]] = None
+    block_hashes: Optional[list[int]] = None
+    hash_block_size: int = 512
+    priority: int = 0  # lower value = served first under the priority policy
+
+    state: RequestState = RequestState.WAITING
+    num_computed_tokens: int = 0
+    num_output_tokens: int = 0
+    output_token_ids: list[int] = field(default_factory=list)
+    token_times: list[float] = field(default_factory=list)
+    first_scheduled_time: Optional[float] = None
+    finish_time: Optional[float] = None
+    finish_reason: Optional[str] = None  # "length", "stop", "abort"
+    reject_reason: Optional[str] = None
+    num_preemptions: int = 0
+    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (first admission)
+    num_spec_proposed: int = 0
+    num_spec_accepted: int = 0
+    # Set by a scheduler that admits a request: the order of admission (preemption picks newest).
+    admit_seq: int = -1
+    # Memo of prefix-cache block hashes (see sim.policies.kv.hashing); not part of identity.
+    block_hash_cache: list[int] = field(default_factory=list, repr=False)
+    block_hash_size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.prompt_token_ids is not None and self.prompt_len != len(self.prompt_token_ids):
+            raise ValueError(
+                f"request {self.request_id}: prompt_len {self.prompt_len} != "
+                f"{len(self.prompt_token_ids)} prompt token ids"
+            )
+        if self.prompt_len < 1:
+            raise ValueError(f"request {self.request_id}: prompt_len must be >= 1")
+        if self.max_output_tokens < 1:
+            raise ValueError(f"request {self.request_id}: max_output_tokens must be >= 1")
+
+    # --- lengths -------------------------------------------------------------------------
+    @property
+    def num_tokens(self) -> int:
+        """Prompt plus emitted output tokens: what the KV cache must eventually hold (minus the
+        newest token, whose KV is computed by the step that consumes it)."""
+        return self.prompt_len + self.num_output_tokens
+
+    @property
+    def max_total_tokens(self) -> int:
+        """Upper bound of ``num_tokens`` (prompt + all outputs)."""
+        return self.prompt_len + self.max_output_tokens
+
+    @property
+    def final_kv_len(self) -> int:
+        """KV slots the request holds at its last step: the final output token is never fed
+        back, so prompt + outputs - 1. An oracle allocator reserves exactly this."""
+        return self.prompt_len + self.max_output_tokens - 1
+
+    @property
+    def num_uncomputed_tokens(self) -> int:
+        return self.num_tokens - self.num_computed_tokens
+
+    @property
+    def is_prefill(self) -> bool:
+        """True while known tokens (prompt, or prompt + outputs after a recompute) are still
+        missing from the KV cache beyond the one token a decode step computes."""
+        return self.num_uncomputed_tokens > 1
+
+    @property
+    def is_finished(self) -> bool:
+        return self.state.is_terminal
+
+    def token_id(self, index: int) -> int:
+        """Token id at position ``index`` of prompt + outputs (runtime only)."""
+        if self.prompt_token_ids is None:
+            raise ValueError(f"request {self.request_id} carries no token ids")
+        if index < self.prompt_len:
+            return self.prompt_token_ids[index]
+        return self.output_token_ids[index - self.prompt_len]
+
+    def all_token_ids(self) -> list[int]:
+        if self.prompt_token_ids is None:
+            raise ValueError(f"request {self.request_id} carries no token ids")
+        return self.prompt_token_ids + self.output_token_ids
+
+    # --- timing metrics (seconds) ---------------------------------------------------------
+    @property
+    def ttft(self) -> Optional[float]:
+        return self.token_times[0] - self.arrival_time if self.token_times else None
+
+    @property
+    def e2el(self) -> Optional[float]:
+        return None if self.finish_time is None else self.finish_time - self.arrival_time
+
+    @property
+    def tpot(self) -> Optional[float]:
+        """vLLM's definition: (e2el - ttft) / (output_len - 1); None for a single token."""
+        if self.finish_time is None or not self.token_times or self.num_output_tokens < 2:
+            return None
+        return (self.finish_time - self.token_times[0]) / (self.num_output_tokens - 1)
+
+    def __repr__(self) -> str:
+        return (
+            f"Request({self.request_id!r}, state={self.state.value}, prompt={self.prompt_len}, "
+            f"out={self.num_output_tokens}/{self.max_output_tokens}, computed={self.num_computed_tokens})"
+        )

@@ -1,0 +1,274 @@
+"""What every scheduler shares: queues, admission checks, preemption, and the ``update`` that
+turns an executed step into emitted tokens and finished requests.
+
+Subclasses only decide *who computes how many tokens this step* (``schedule``); the token
+bookkeeping in ``update`` is the same for all of them and for both executors.
+"""
+
+from __future__ import annotations
+
+import itertools
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass
+from typing import Optional
+
+from sim.policies.kv.base import KVAllocator, PrefixHit
+from sim.policies.request import Request, RequestState
+from sim.policies.step import ScheduledRequest, StepPlan, StepResult, shape_of
+
+PREEMPTION_MODES = ("recompute", "swap")
+QUEUE_POLICIES = ("fcfs", "priority")
+
+
+@dataclass
+class SchedulerConfig:
+    """Knobs named as vLLM users know them."""
+
+    max_model_len: int = 2048
+    max_num_seqs: int = 256
+    max_num_batched_tokens: Optional[int] = None  # None: policy default (see resolved_budget)
+    preemption: str = "recompute"
+    queue_policy: str = "fcfs"
+    num_speculative_tokens: int = 0
+
+    def __post_init__(self) -> None:
+        if self.preemption not in PREEMPTION_MODES:
+            raise ValueError(f"preemption must be one of {', '.join(PREEMPTION_MODES)}, got {self.preemption!r}")
+        if self.queue_policy not in QUEUE_POLICIES:
+            raise ValueError(f"queue_policy must be one of {', '.join(QUEUE_POLICIES)}, got {self.queue_policy!r}")
+        if self.max_num_seqs < 1:
+            raise ValueError("max_num_seqs must be >= 1")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ValueError("max_num_batched_tokens must be >= 1")
+        if self.num_speculative_tokens < 0:
+            raise ValueError("num_speculative_tokens must be >= 0")
+
+
+class Scheduler(ABC):
+    """Base scheduler. Public surface: ``add_request``, ``schedule``, ``update``, ``abort``,
+    ``has_unfinished``; queues ``waiting``, ``running``, ``swapped`` are readable."""
+
+    name = "base"
+    #: Whether prompts may be split into chunks (only the chunked scheduler does).
+    chunked_prefill = False
+
+    def __init__(self, allocator: KVAllocator, config: SchedulerConfig) -> None:
+        self.allocator = allocator
+        self.config = config
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.swapped: deque[Request] = deque()
+        self._admit_counter = itertools.count()
+        self.num_preemptions = 0
+        self.num_swapped_tokens = 0
+        self.budget = self.resolved_budget()
+
+    def resolved_budget(self) -> int:
+        """Token budget per step. Without chunking a whole prompt must fit in one step, so the
+        budget is at least max_model_len (vLLM v0's rule)."""
+        b = self.config.max_num_batched_tokens
+        if self.chunked_prefill:
+            return b if b is not None else 2048
+        return max(b if b is not None else 0, self.config.max_model_len)
+
+    # --- intake ---------------------------------------------------------------------------
+    def validate(self, req: Request) -> Optional[str]:
+        """Why ``req`` can never be served, or None."""
+        limit = self.config.max_model_len
+        if req.max_total_tokens > limit:
+            return (f"prompt ({req.prompt_len}) + max output tokens ({req.max_output_tokens}) = "
+                    f"{req.max_total_tokens} exceeds max_model_len {limit}")
+        need = self.allocator.min_slots_for_final(req)
+        if need > self.allocator.num_slots:
+            return f"needs {need} KV slots but the whole KV pool has {self.allocator.num_slots}"
+        return None
+
+    def add_request(self, req: Request, now: float) -> bool:
+        """Queue ``req``; returns False (and marks it rejected with a reason) if it can never fit."""
+        reason = self.validate(req)
+        if reason is not None:
+            req.state = RequestState.REJECTED
+            req.reject_reason = reason
+            req.finish_time = now
+            return False
+        req.state = RequestState.WAITING
+        self.waiting.append(req)
+        return True
+
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running or self.swapped)
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self.waiting) + len(self.running) + len(self.swapped)
+
+    def peek_waiting(self) -> Optional[Request]:
+        if self.swapped:
+            return self.swapped[0]
+        if not self.waiting:
+            return None
+        if self.config.queue_policy == "priority":
+            return min(self.waiting, key=lambda r: (r.priority, r.arrival_time))
+        return self.waiting[0]
+
+    # --- shared mechanics -----------------------------------------------------------------
+    def _admit(self, req: Request, hit: PrefixHit, now: float) -> None:
+        """Move a waiting request into the running set after its allocation succeeded."""
+        if self.waiting and self.waiting[0] is req:
+            self.waiting.popleft()
+        else:
+            self.waiting.remove(req)
+        if req.first_scheduled_time is None:
+            req.first_scheduled_time = now
+            req.num_cached_tokens = hit.num_tokens
+            record = getattr(self.allocator, "record_prefix_query", None)
+            if record is not None:
+                record(req, hit)
+        req.num_computed_tokens += hit.num_tokens
+        req.state = RequestState.RUNNING
+        req.admit_seq = next(self._admit_counter)
+        self.running.append(req)
+
+    def _pick_victim(self) -> Request:
+        """Newest admission, or under the priority policy the least important then newest."""
+        if self.config.queue_policy == "priority":
+            return max(self.running, key=lambda r: (r.priority, r.admit_seq))
+        return self.running[-1]
+
+    def _preempt(self, victim: Request, plan: StepPlan) -> None:
+        self.running.remove(victim)
+        self.num_preemptions += 1
+        victim.num_preemptions += 1
+        swap = getattr(self.allocator, "swap_out", None)
+        if (self.config.preemption == "swap" and swap is not None
+                and self.allocator.can_swap_out(victim)):
+            self.num_swapped_tokens += swap(victim)
+            victim.state = RequestState.SWAPPED
+            self.swapped.append(victim)
+            plan.swapped_out.append(victim)
+            return
+        # Recompute: drop the KV, re-prefill prompt + outputs so far when readmitted.
+        self.allocator.free(victim)
+        victim.num_computed_tokens = 0
+        victim.state = RequestState.PREEMPTED
+        self.waiting.appendleft(victim)
+        plan.preempted.append(victim)
+
+    def _resume(self, req: Request) -> None:
+        req.state = RequestState.RUNNING
+        req.admit_seq = next(self._admit_counter)
+        self.running.append(req)
+
+    def _swap_in(self, plan: StepPlan, budget: int) -> int:
+        """Bring swapped requests back (oldest first) while blocks and budget allow; they
+        compute their next token in this same step. Returns the tokens copied over PCIe."""
+        tokens = 0
+        while self.swapped and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            req = self.swapped[0]
+            n = min(req.num_uncomputed_tokens, budget)
+            if not self.allocator.can_swap_in(req, n):
+                break
+            self.swapped.popleft()
+            tokens += self.allocator.swap_in(req)
+            if not self.allocator.allocate(req, n):
+                raise RuntimeError("swap-in allocation failed after can_swap_in")
+            self._resume(req)
+            plan.swapped_in.append(req)
+            plan.scheduled.append(ScheduledRequest(req, n, 0, is_prefill=n > 1))
+            budget -= n
+        self.num_swapped_tokens += tokens
+        return tokens
+
+    def _decode_tokens(self, req: Request) -> tuple[int, int]:
+        """(tokens, speculative tokens) a running request computes if it gets a full turn."""
+        n = req.num_uncomputed_tokens
+        spec = 0
+        if n == 1 and self.config.num_speculative_tokens:
+            remaining = req.max_output_tokens - req.num_output_tokens
+            spec = max(0, min(self.config.num_speculative_tokens, remaining - 1))
+        return n, spec
+
+    def _finalize(self, plan: StepPlan, padding: int = 0) -> StepPlan:
+        # Swapped-in requests' computed tokens are what was copied back (read before the step).
+        swap = sum(r.num_computed_tokens for r in plan.swapped_in)
+        swap += sum(r.num_computed_tokens for r in plan.swapped_out)
+        plan.shape = shape_of(plan.scheduled, num_swap_tokens=swap, num_padding_tokens=padding)
+        return plan
+
+    @abstractmethod
+    def schedule(self, now: float) -> StepPlan:
+        """Decide this step. Allocations for every scheduled token are done before returning."""
+
+    # --- after the step -------------------------------------------------------------------
+    def update(self, plan: StepPlan, result: StepResult, now: float) -> list[Request]:
+        """Advance every scheduled request by what the step computed; return those finished."""
+        finished: list[Request] = []
+        sampled = result.sampled_token_ids
+        accepted = result.num_accepted
+        for s in plan.scheduled:
+            req = s.request
+            if req.state is not RequestState.RUNNING:
+                continue  # aborted while the step ran
+            samples = s.samples_token
+            req.num_computed_tokens += s.num_new_tokens
+            if not samples:
+                self.allocator.cache_full_blocks(req)
+                continue
+            rid = req.request_id
+            if sampled is not None:
+                new_ids = sampled.get(rid, [])
+                n_emit = len(new_ids)
+                if n_emit < 1:
+                    raise ValueError(f"executor returned no token for request {rid}")
+            else:
+                new_ids = None
+                n_emit = 1 + (accepted.get(rid, 0) if accepted else 0)
+            n_acc = n_emit - 1
+            if s.num_spec_tokens:
+                if n_acc > s.num_spec_tokens:
+                    raise ValueError(f"request {rid}: {n_acc} accepted of {s.num_spec_tokens} proposed")
+                req.num_spec_proposed += s.num_spec_tokens
+                req.num_spec_accepted += n_acc
+                # Accepted draft tokens' KV was computed by the verification pass.
+                req.num_computed_tokens += n_acc
+            remaining = req.max_output_tokens - req.num_output_tokens
+            n_emit = min(n_emit, remaining)
+            if new_ids is not None:
+                req.output_token_ids.extend(new_ids[:n_emit])
+            req.num_output_tokens += n_emit
+            req.token_times.extend([now] * n_emit)
+            self.allocator.cache_full_blocks(req)
+            if req.num_output_tokens >= req.max_output_tokens:
+                self._on_finished(req, "length", now, finished)
+            elif rid in result.stopped:
+                self._on_finished(req, "stop", now, finished)
+        return finished
+
+    def _on_finished(self, req: Request, reason: str, now: float, out: list[Request]) -> None:
+        req.finish_reason = reason
+        req.state = RequestState.FINISHED
+        req.finish_time = now
+        self.running.remove(req)
+        self.allocator.free(req)
+        out.append(req)
+
+    def abort(self, request_id: str, now: float) -> Optional[Request]:
+        """Stop a request wherever it is and free its memory."""
+        for queue in (self.running, self.waiting, self.swapped):
+            for req in queue:
+                if req.request_id == request_id:
+                    queue.remove(req)
+                    self.allocator.free(req)
+                    host = getattr(self.allocator, "host_blocks", None)
+                    if host is not None:
+                        host.pop(request_id, None)
+                    req.state = RequestState.FINISHED
+                    req.finish_reason = "abort"
+                    req.finish_time = now
+                    return req
+        return None
+
+    def holders(self) -> list[Request]:
+        """Requests holding device KV (for memory accounting)."""
+        return self.running

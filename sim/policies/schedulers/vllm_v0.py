@@ -1,0 +1,52 @@
+"""vLLM v0's default scheduler: prefill-prioritising, prefill and decode never mixed.
+
+If waiting prompts fit (blocks, ``max_num_seqs``, token budget >= a whole prompt), the step is a
+prefill-only batch of them; otherwise every running request decodes one token. When a decode
+cannot get a block the newest request is preempted, by recompute (KV dropped, re-prefilled
+later) or swap (KV copied to host memory over PCIe, copied back when blocks free up). Swapped
+requests come back before any new prompt is admitted.
+"""
+
+from __future__ import annotations
+
+from sim.policies.kv.base import PrefixHit
+from sim.policies.schedulers.base import Scheduler
+from sim.policies.step import ScheduledRequest, StepPlan
+
+
+class VllmV0Scheduler(Scheduler):
+    name = "vllm_v0"
+
+    def schedule(self, now: float) -> StepPlan:
+        plan = StepPlan()
+        if not self.swapped:
+            self._schedule_prefills(plan, now)
+            if plan.scheduled:
+                return self._finalize(plan)
+        i = 0
+        while i < len(self.running):
+            req = self.running[i]
+            n, spec = self._decode_tokens(req)
+            while not self.allocator.allocate(req, n + spec):
+                victim = self._pick_victim()
+                self._preempt(victim, plan)
+                if victim is req:
+                    break
+            else:
+                plan.scheduled.append(ScheduledRequest(req, n, spec, is_prefill=n > 1))
+                i += 1
+        if not plan.preempted and not plan.swapped_out:
+            self._swap_in(plan, self.budget)
+        return self._finalize(plan)
+
+    def _schedule_prefills(self, plan: StepPlan, now: float) -> None:
+        budget = self.budget
+        while self.waiting and len(self.running) < self.config.max_num_seqs:
+            req = self.peek_waiting()
+            hit = self.allocator.lookup_prefix(req) if req.num_computed_tokens == 0 else PrefixHit()
+            n = req.num_tokens - req.num_computed_tokens - hit.num_tokens
+            if n > budget or not self.allocator.allocate(req, n, hit):
+                break
+            self._admit(req, hit, now)
+            plan.scheduled.append(ScheduledRequest(req, n, 0, is_prefill=True))
+            budget -= n

@@ -1,0 +1,150 @@
+"""The seam between policy and executor: a scheduler's ``StepPlan``, its timing summary
+``StepShape``, and the executor's ``StepResult``.
+
+Both executors (the simpy simulator and the real runtime) consume a ``StepPlan`` and hand back a
+``StepResult``; the simulator's cost model prices a ``StepShape`` and the runtime records the
+measured seconds of every ``StepShape`` it ran, which is what calibration fits.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Optional
+
+from sim.policies.request import Request
+
+
+@dataclass(frozen=True)
+class StepShape:
+    """What a step costs depends on, and nothing else.
+
+    - ``num_prefill_tokens``: new (uncached) tokens of requests in prefill (prompt chunks and
+      recompute after preemption); ``num_prefill_seqs`` how many such requests.
+    - ``num_decode_seqs``: requests computing exactly one token (+ speculative tokens).
+    - ``num_spec_tokens``: draft tokens verified this step (on top of one token per decode).
+    - ``decode_context_tokens``: KV tokens read by decode attention (sum of context lengths).
+    - ``prefill_context_tokens``: already-cached KV tokens read by prefill chunks.
+    - ``prefill_attention_work``: query-key pairs of causal prefill attention,
+      sum over chunks of n * context_before + n * (n + 1) / 2.
+    - ``num_swap_tokens``: tokens whose KV crosses PCIe this step (swap out + swap in).
+    - ``num_padding_tokens``: wasted slots a padded (static) batch computes anyway.
+    """
+
+    num_prefill_tokens: int = 0
+    num_prefill_seqs: int = 0
+    num_decode_seqs: int = 0
+    num_spec_tokens: int = 0
+    decode_context_tokens: int = 0
+    prefill_context_tokens: int = 0
+    prefill_attention_work: int = 0
+    num_swap_tokens: int = 0
+    num_padding_tokens: int = 0
+
+    @property
+    def batch_size(self) -> int:
+        return self.num_prefill_seqs + self.num_decode_seqs
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens through the linear layers (GEMM rows)."""
+        return (
+            self.num_prefill_tokens
+            + self.num_decode_seqs
+            + self.num_spec_tokens
+            + self.num_padding_tokens
+        )
+
+    @property
+    def is_empty(self) -> bool:
+        return self.num_tokens == 0 and self.num_swap_tokens == 0
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class ScheduledRequest:
+    """One request's share of a step: compute ``num_new_tokens`` tokens starting at
+    ``request.num_computed_tokens`` (KV slots are already allocated), plus
+    ``num_spec_tokens`` draft tokens to verify."""
+
+    request: Request
+    num_new_tokens: int
+    num_spec_tokens: int = 0
+    is_prefill: bool = False
+
+    @property
+    def context_before(self) -> int:
+        return self.request.num_computed_tokens
+
+    @property
+    def samples_token(self) -> bool:
+        """True when this step reaches the end of the request's known tokens, so the model
+        samples a new token for it (a middle prefill chunk does not)."""
+        return self.request.num_computed_tokens + self.num_new_tokens >= self.request.num_tokens
+
+
+@dataclass
+class StepPlan:
+    """A scheduler's decision for one step."""
+
+    scheduled: list[ScheduledRequest] = field(default_factory=list)
+    preempted: list[Request] = field(default_factory=list)
+    swapped_out: list[Request] = field(default_factory=list)
+    swapped_in: list[Request] = field(default_factory=list)
+    rejected: list[Request] = field(default_factory=list)
+    shape: StepShape = field(default_factory=StepShape)
+    # Static (padded) batching: requests that are done but still occupy the batch.
+    padded: list[Request] = field(default_factory=list)
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled and self.shape.is_empty
+
+    @property
+    def num_scheduled_tokens(self) -> int:
+        return sum(s.num_new_tokens + s.num_spec_tokens for s in self.scheduled)
+
+
+@dataclass
+class StepResult:
+    """What the executor reports back.
+
+    The simulator passes ``sampled_token_ids=None`` (lengths only) and, with speculative
+    decoding, ``num_accepted`` per request id. The runtime passes the real sampled token ids
+    per request id (1 + accepted draft tokens each) and the ids that hit a stop condition.
+    """
+
+    sampled_token_ids: Optional[dict[str, list[int]]] = None
+    num_accepted: Optional[dict[str, int]] = None
+    stopped: set[str] = field(default_factory=set)
+
+
+def shape_of(scheduled: list[ScheduledRequest], num_swap_tokens: int = 0,
+             num_padding_tokens: int = 0) -> StepShape:
+    """Summarise scheduled work into the ``StepShape`` the cost model prices."""
+    prefill_tokens = prefill_seqs = decode_seqs = spec = 0
+    decode_ctx = prefill_ctx = prefill_work = 0
+    for s in scheduled:
+        ctx = s.request.num_computed_tokens
+        if s.is_prefill:
+            n = s.num_new_tokens
+            prefill_tokens += n
+            prefill_seqs += 1
+            prefill_ctx += ctx
+            prefill_work += n * ctx + n * (n + 1) // 2
+        else:
+            decode_seqs += 1
+            spec += s.num_spec_tokens
+            decode_ctx += ctx + s.num_new_tokens + s.num_spec_tokens
+    return StepShape(
+        num_prefill_tokens=prefill_tokens,
+        num_prefill_seqs=prefill_seqs,
+        num_decode_seqs=decode_seqs,
+        num_spec_tokens=spec,
+        decode_context_tokens=decode_ctx,
+        prefill_context_tokens=prefill_ctx,
+        prefill_attention_work=prefill_work,
+        num_swap_tokens=num_swap_tokens,
+        num_padding_tokens=num_padding_tokens,
+    )

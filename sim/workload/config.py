@@ -1,0 +1,263 @@
+"""The ``workload`` section of a kvplan config, checked into typed specs before anything runs.
+
+Every mistake is reported as a ``ConfigError`` that names the full dotted key and what is
+allowed, because a capacity study that silently ignored a misspelt ``arival.rate`` would answer
+a different question. Keys that exist but do not apply to the chosen option (``cv`` for a
+``fixed`` length, ``cv`` for a Poisson process) are ignored, so that ``--set`` overrides on top
+of a default scenario keep working.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+from sim.errors import ConfigError
+
+PROCESSES = ("poisson", "gamma", "constant", "trace")
+DISTS = ("fixed", "uniform", "lognormal", "table")
+ZERO_OUTPUT = ("error", "clamp")
+TOP_KEYS = ("num_requests", "arrival", "input_len", "output_len", "trace", "prefix", "priority", "zero_output")
+ARRIVAL_KEYS = ("process", "rate", "cv", "time_scale")
+LENGTH_KEYS = ("dist", "mean", "cv", "min", "max", "path", "column")
+PREFIX_KEYS = ("num_prefixes", "length", "hash_block_size")
+PRIORITY_KEYS = ("levels", "weights")
+
+
+@dataclass(frozen=True)
+class ArrivalSpec:
+    process: Optional[str]  # None: the trace's own timing if the trace is timed, else poisson
+    rate: Optional[float]
+    cv: Optional[float]
+    time_scale: Optional[float]
+
+
+@dataclass(frozen=True)
+class LengthSpec:
+    dist: Optional[str]  # None: lengths come from workload.trace (only min/max apply)
+    mean: Optional[float] = None
+    cv: Optional[float] = None
+    min: int = 1
+    max: Optional[int] = None
+    path: Optional[Path] = None
+    column: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class PrefixSpec:
+    num_prefixes: int
+    length: int
+    hash_block_size: int = 16
+
+
+@dataclass(frozen=True)
+class PrioritySpec:
+    levels: int
+    weights: Optional[tuple[float, ...]] = None
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    num_requests: Optional[int]
+    arrival: ArrivalSpec
+    input_len: Optional[LengthSpec]
+    output_len: Optional[LengthSpec]
+    trace: Optional[Path]
+    prefix: Optional[PrefixSpec]
+    priority: Optional[PrioritySpec]
+    zero_output: str = "error"
+
+
+def parse_workload(
+    workload: Mapping[str, Any],
+    *,
+    base_dir: Union[str, os.PathLike, None] = None,
+    key: str = "workload",
+) -> WorkloadSpec:
+    """Check the workload mapping's keys and value types (not yet the files it names)."""
+    cfg = _section(workload, key, TOP_KEYS)
+    trace = _path(cfg.get("trace"), f"{key}.trace", base_dir)
+    zero_output = cfg.get("zero_output", "error")
+    _choice(zero_output, f"{key}.zero_output", ZERO_OUTPUT)
+    num = cfg.get("num_requests")
+    return WorkloadSpec(
+        num_requests=None if num is None else _int(num, f"{key}.num_requests", minimum=1),
+        arrival=_arrival(cfg.get("arrival"), f"{key}.arrival"),
+        input_len=_length(cfg.get("input_len"), f"{key}.input_len", base_dir),
+        output_len=_length(cfg.get("output_len"), f"{key}.output_len", base_dir),
+        trace=trace,
+        prefix=_prefix(cfg.get("prefix"), f"{key}.prefix"),
+        priority=_priority(cfg.get("priority"), f"{key}.priority"),
+        zero_output=zero_output,
+    )
+
+
+def _arrival(value: Any, key: str) -> ArrivalSpec:
+    cfg = _section(value, key, ARRIVAL_KEYS)
+    process = cfg.get("process")
+    if process is not None:
+        _choice(process, f"{key}.process", PROCESSES)
+    rate = cfg.get("rate")
+    rate = None if rate is None else _number(rate, f"{key}.rate", positive=True, allow_inf=True)
+    time_scale = cfg.get("time_scale")
+    if time_scale is not None:
+        if process not in (None, "trace"):
+            raise ConfigError(f"{key}.time_scale: only applies to process trace, not {process!r}")
+        time_scale = _number(time_scale, f"{key}.time_scale", positive=True)
+        if rate is not None:
+            raise ConfigError(f"{key}.time_scale: give either {key}.rate or {key}.time_scale, not both")
+    cv = None
+    if process == "gamma":
+        if "cv" not in cfg:
+            raise ConfigError(f"{key}.cv: required for process gamma (1 = Poisson, > 1 = bursty)")
+        cv = _number(cfg["cv"], f"{key}.cv", positive=False)
+    if process in ("poisson", "gamma", "constant") and rate is None:
+        raise ConfigError(f"{key}.rate: required for process {process} (requests per second, or inf)")
+    return ArrivalSpec(process=process, rate=rate, cv=cv, time_scale=time_scale)
+
+
+def _length(value: Any, key: str, base_dir: Union[str, os.PathLike, None]) -> Optional[LengthSpec]:
+    if value is None:
+        return None
+    cfg = _section(value, key, LENGTH_KEYS)
+    dist = cfg.get("dist")
+    if dist is not None:
+        _choice(dist, f"{key}.dist", DISTS)
+    lo = _int(cfg.get("min", 1), f"{key}.min", minimum=1)
+    hi = cfg.get("max")
+    hi = None if hi is None else _int(hi, f"{key}.max", minimum=lo)
+    spec = LengthSpec(dist=dist, min=lo, max=hi)
+    if dist is None:
+        extra = [name for name in cfg if name not in ("min", "max")]
+        if extra:
+            raise ConfigError(
+                f"{key}.dist: required when {key} sets {', '.join(extra)} (one of {', '.join(DISTS)})"
+            )
+        return spec
+    if dist == "fixed":
+        mean = _number(_required(cfg, "mean", key, dist), f"{key}.mean", positive=True)
+        return LengthSpec(dist=dist, mean=mean, min=lo, max=hi)
+    if dist == "uniform":
+        if hi is None:
+            raise ConfigError(f"{key}.max: required for dist uniform (integers on [min, max])")
+        return spec
+    if dist == "lognormal":
+        mean = _number(_required(cfg, "mean", key, dist), f"{key}.mean", positive=True)
+        cv = _number(_required(cfg, "cv", key, dist), f"{key}.cv", positive=False)
+        return LengthSpec(dist=dist, mean=mean, cv=cv, min=lo, max=hi)
+    if dist == "table":
+        path = _path(_required(cfg, "path", key, dist), f"{key}.path", base_dir)
+        column = cfg.get("column")
+        if column is not None and not isinstance(column, str):
+            raise ConfigError(f"{key}.column: {column!r} is not a column name")
+        return LengthSpec(dist=dist, min=lo, max=hi, path=path, column=column)
+    return spec  # uniform: the bounds are min and max
+
+
+def _prefix(value: Any, key: str) -> Optional[PrefixSpec]:
+    if value is None:
+        return None
+    cfg = _section(value, key, PREFIX_KEYS)
+    for name in ("num_prefixes", "length"):
+        if name not in cfg:
+            raise ConfigError(f"{key}.{name}: required for a synthetic shared prefix")
+    return PrefixSpec(
+        num_prefixes=_int(cfg["num_prefixes"], f"{key}.num_prefixes", minimum=1),
+        length=_int(cfg["length"], f"{key}.length", minimum=1),
+        hash_block_size=_int(cfg.get("hash_block_size", 16), f"{key}.hash_block_size", minimum=1),
+    )
+
+
+def _priority(value: Any, key: str) -> Optional[PrioritySpec]:
+    if value is None:
+        return None
+    cfg = _section(value, key, PRIORITY_KEYS)
+    if "levels" not in cfg:
+        raise ConfigError(f"{key}.levels: required (priorities 0 .. levels-1, 0 served first)")
+    levels = _int(cfg["levels"], f"{key}.levels", minimum=1)
+    weights = cfg.get("weights")
+    if weights is None:
+        return PrioritySpec(levels=levels)
+    if not isinstance(weights, (list, tuple)) or len(weights) != levels:
+        raise ConfigError(f"{key}.weights: expected a list of {levels} non-negative numbers")
+    parsed = tuple(_number(w, f"{key}.weights", positive=False) for w in weights)
+    if sum(parsed) <= 0:
+        raise ConfigError(f"{key}.weights: must not all be 0")
+    return PrioritySpec(levels=levels, weights=parsed)
+
+
+# --- value checks ----------------------------------------------------------------------------
+
+
+def _section(value: Any, key: str, allowed: tuple[str, ...]) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise ConfigError(f"{key}: expected a mapping with keys {', '.join(allowed)}, got {value!r}")
+    for name in value:
+        if name not in allowed:
+            raise ConfigError(f"{key}.{name}: unknown key (allowed: {', '.join(allowed)})")
+    return value
+
+
+def _required(cfg: Mapping[str, Any], name: str, key: str, dist: str) -> Any:
+    if cfg.get(name) is None:
+        raise ConfigError(f"{key}.{name}: required for dist {dist}")
+    return cfg[name]
+
+
+def _choice(value: Any, key: str, allowed: tuple[str, ...]) -> None:
+    if value not in allowed:
+        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
+
+
+def _number(value: Any, key: str, *, positive: bool, allow_inf: bool = False) -> float:
+    """A real number (numeric strings such as "2.5" or "inf" from ``--set`` are accepted)."""
+    number: Optional[float] = None
+    if not isinstance(value, bool):
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            number = None
+    if number is None or math.isnan(number):
+        raise ConfigError(f"{key}: {value!r} is not a number")
+    if math.isinf(number) and not (allow_inf and number > 0):
+        raise ConfigError(f"{key}: {value!r} must be finite")
+    if positive and number <= 0:
+        raise ConfigError(f"{key}: {value!r} must be > 0")
+    if number < 0:
+        raise ConfigError(f"{key}: {value!r} must be >= 0")
+    return number
+
+
+def _int(value: Any, key: str, *, minimum: int) -> int:
+    number = None if isinstance(value, bool) else _as_int(value)
+    if number is None:
+        raise ConfigError(f"{key}: {value!r} is not an integer")
+    if number < minimum:
+        raise ConfigError(f"{key}: {value!r} must be >= {minimum}")
+    return number
+
+
+def _as_int(value: Any) -> Optional[int]:
+    if isinstance(value, int):
+        return value
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return int(number) if number.is_integer() else None
+
+
+def _path(value: Any, key: str, base_dir: Union[str, os.PathLike, None]) -> Optional[Path]:
+    if value is None:
+        return None
+    if not isinstance(value, (str, os.PathLike)) or not os.fspath(value):
+        raise ConfigError(f"{key}: {value!r} is not a file path")
+    path = Path(value).expanduser()
+    if base_dir is not None and not path.is_absolute():
+        path = Path(base_dir) / path
+    return path
