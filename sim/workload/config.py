@@ -20,7 +20,16 @@ from sim.errors import ConfigError
 PROCESSES = ("poisson", "gamma", "constant", "trace")
 DISTS = ("fixed", "uniform", "lognormal", "table")
 ZERO_OUTPUT = ("error", "clamp")
-TOP_KEYS = ("num_requests", "arrival", "input_len", "output_len", "trace", "prefix", "priority", "zero_output")
+TOP_KEYS = (
+    "num_requests",
+    "arrival",
+    "input_len",
+    "output_len",
+    "trace",
+    "prefix",
+    "priority",
+    "zero_output",
+)
 ARRIVAL_KEYS = ("process", "rate", "cv", "time_scale")
 LENGTH_KEYS = ("dist", "mean", "cv", "min", "max", "path", "column")
 PREFIX_KEYS = ("num_prefixes", "length", "hash_block_size")
@@ -108,14 +117,18 @@ def _arrival(value: Any, key: str) -> ArrivalSpec:
             raise ConfigError(f"{key}.time_scale: only applies to process trace, not {process!r}")
         time_scale = _number(time_scale, f"{key}.time_scale", positive=True)
         if rate is not None:
-            raise ConfigError(f"{key}.time_scale: give either {key}.rate or {key}.time_scale, not both")
+            raise ConfigError(
+                f"{key}.time_scale: give either {key}.rate or {key}.time_scale, not both"
+            )
     cv = None
     if process == "gamma":
         if "cv" not in cfg:
             raise ConfigError(f"{key}.cv: required for process gamma (1 = Poisson, > 1 = bursty)")
         cv = _number(cfg["cv"], f"{key}.cv", positive=False)
     if process in ("poisson", "gamma", "constant") and rate is None:
-        raise ConfigError(f"{key}.rate: required for process {process} (requests per second, or inf)")
+        raise ConfigError(
+            f"{key}.rate: required for process {process} (requests per second, or inf)"
+        )
     return ArrivalSpec(process=process, rate=rate, cv=cv, time_scale=time_scale)
 
 
@@ -134,7 +147,8 @@ def _length(value: Any, key: str, base_dir: Union[str, os.PathLike, None]) -> Op
         extra = [name for name in cfg if name not in ("min", "max")]
         if extra:
             raise ConfigError(
-                f"{key}.dist: required when {key} sets {', '.join(extra)} (one of {', '.join(DISTS)})"
+                f"{key}.dist: required when {key} sets {', '.join(extra)} "
+                f"(one of {', '.join(DISTS)})"
             )
         return spec
     if dist == "fixed":
@@ -196,7 +210,9 @@ def _section(value: Any, key: str, allowed: tuple[str, ...]) -> Mapping[str, Any
     if value is None:
         return {}
     if not isinstance(value, Mapping):
-        raise ConfigError(f"{key}: expected a mapping with keys {', '.join(allowed)}, got {value!r}")
+        raise ConfigError(
+            f"{key}: expected a mapping with keys {', '.join(allowed)}, got {value!r}"
+        )
     for name in value:
         if name not in allowed:
             raise ConfigError(f"{key}.{name}: unknown key (allowed: {', '.join(allowed)})")

@@ -19,7 +19,11 @@ def num_blocks(length: int, block_size: int) -> int:
 
 
 def synthetic_prefix_hashes(
-    choices: np.ndarray, prompt_lens: np.ndarray, prefix_len: int, block_size: int, num_prefixes: int
+    choices: np.ndarray,
+    prompt_lens: np.ndarray,
+    prefix_len: int,
+    block_size: int,
+    num_prefixes: int,
 ) -> list[list[int]]:
     """Block hashes for prompts that start with one of ``num_prefixes`` shared system prompts.
 

@@ -24,10 +24,10 @@ import csv
 import json
 import math
 import os
+import re
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from functools import lru_cache
-from pathlib import Path
 from typing import Any, Callable, Optional, Union
 
 import numpy as np
@@ -127,8 +127,12 @@ def _to_int(value: Any) -> Optional[int]:
     return int(number) if number.is_integer() else None
 
 
-def _positive_int(value: Any, column: str, path: str, line: int, allow_zero: bool = False) -> int:
-    number = _to_int(value)
+def _positive_int(
+    value: Any, column: str, path: str, line: int, allow_zero: bool = False, text: bool = True
+) -> int:
+    """A length >= 1 (>= 0 with ``allow_zero``). ``text=False`` (JSON): a quoted "5" is an
+    error, since JSON has numbers and a string there means the writer got something wrong."""
+    number = _to_int(value) if text or not isinstance(value, str) else None
     if number is None:
         raise _fail(path, line, f"{column} is {_short(value)}, not an integer")
     if number < 0 or (number == 0 and not allow_zero):
@@ -142,23 +146,31 @@ def _short(value: Any) -> str:
 
 
 def _parse_time(value: str, column: str, path: str, line: int) -> float:
-    """Seconds (as a number) or an ISO datetime; the fraction is parsed by hand because Azure
-    writes 7 digits, which ``datetime.fromisoformat`` rejects before Python 3.11."""
+    """Seconds (as a number) or an ISO datetime, naive (taken as UTC) or with an offset.
+
+    The fraction is parsed by hand because Azure writes 7 digits, which
+    ``datetime.fromisoformat`` rejects before Python 3.11.
+    """
     text = value.strip()
     try:
         return float(text)
     except ValueError:
         pass
-    whole, _, frac = text.partition(".")
+    match = _DATETIME.match(text)
     try:
-        stamp = datetime.fromisoformat(whole)
-        fraction = float("0." + frac) if frac else 0.0
+        if match is None:
+            raise ValueError(text)
+        whole, frac, zone = match.groups()
+        stamp = datetime.fromisoformat(whole + ("+00:00" if zone == "Z" else zone or ""))
     except ValueError:
         raise _fail(path, line, f"{column} is {_short(value)}, not a datetime or seconds") from None
-    return (stamp - _EPOCH).total_seconds() + fraction
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=timezone.utc)
+    return (stamp - _EPOCH).total_seconds() + (float("0." + frac) if frac else 0.0)
 
 
-_EPOCH = datetime(1970, 1, 1)
+_DATETIME = re.compile(r"^(\d{4}-\d\d-\d\d[ T]\d\d:\d\d(?::\d\d)?)(?:\.(\d+))?(Z|[+-]\d\d:?\d\d)?$")
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 class _Timeline:
@@ -263,9 +275,15 @@ def _read_csv(path: str, fmt: str, zero_output: str) -> Trace:
     with _open(path) as f:
         reader = csv.reader(f)
         header = [c.strip() for c in next(reader, [])]
-        missing = [c for c in (in_col, out_col) + ((time_col,) if fmt == "azure" else ()) if c not in header]
+        missing = [
+            c
+            for c in (in_col, out_col) + ((time_col,) if fmt == "azure" else ())
+            if c not in header
+        ]
         if missing:
-            raise _fail(path, 1, f"header lacks column(s) {', '.join(missing)} (has {', '.join(header)})")
+            raise _fail(
+                path, 1, f"header lacks column(s) {', '.join(missing)} (has {', '.join(header)})"
+            )
         i_in, i_out = header.index(in_col), header.index(out_col)
         i_time = header.index(time_col) if time_col in header else None
         timeline = _Timeline(path, time_col) if i_time is not None else None
@@ -278,7 +296,11 @@ def _read_csv(path: str, fmt: str, zero_output: str) -> Trace:
                 continue
             line = reader.line_num
             if len(row) != len(header):
-                raise _fail(path, line, f"expected {len(header)} columns ({', '.join(header)}), got {len(row)}")
+                raise _fail(
+                    path,
+                    line,
+                    f"expected {len(header)} columns ({', '.join(header)}), got {len(row)}",
+                )
             inputs.append(_positive_int(row[i_in], in_col, path, line))
             outputs.append(max(1, _positive_int(row[i_out], out_col, path, line, allow_zero)))
             if timeline is not None:
@@ -328,9 +350,12 @@ def read_mooncake(path: PathLike, *, zero_output: str = "error") -> Trace:
             if isinstance(stamp, bool) or not isinstance(stamp, (int, float)):
                 raise _fail(path, line, f"timestamp is {_short(stamp)}, not a number")
             timeline.add(float(stamp), line)
-            n_in = _positive_int(record["input_length"], "input_length", path, line)
+            n_in = _positive_int(record["input_length"], "input_length", path, line, text=False)
             inputs.append(n_in)
-            outputs.append(max(1, _positive_int(record["output_length"], "output_length", path, line, allow_zero)))
+            n_out = _positive_int(
+                record["output_length"], "output_length", path, line, allow_zero, text=False
+            )
+            outputs.append(max(1, n_out))
             lines.append(line)
             if "hash_ids" in record:
                 if len(hashes) != len(inputs) - 1:
@@ -362,7 +387,9 @@ def _json_object(text: str, path: str, line: int) -> dict:
 
 
 def _hash_ids(value: Any, input_length: int, path: str, line: int) -> tuple[int, ...]:
-    if not isinstance(value, list) or any(isinstance(h, bool) or not isinstance(h, int) for h in value):
+    if not isinstance(value, list) or any(
+        isinstance(h, bool) or not isinstance(h, int) for h in value
+    ):
         raise _fail(path, line, "hash_ids must be a list of integers")
     expected = -(-input_length // MOONCAKE_BLOCK)
     if len(value) != expected:

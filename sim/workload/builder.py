@@ -1,0 +1,202 @@
+"""Turn a ``workload`` config into the simulator's requests: the first stage of the request path.
+
+Randomness: one seed, split into independent child streams (arrivals, input lengths, output
+lengths, prefix choice, priority). Changing one part of the workload (say the arrival rate)
+leaves every other part's numbers unchanged, so A/B comparisons use common random numbers and
+their differences are the policy's, not the dice's.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Mapping, Optional, Union
+
+import numpy as np
+
+from sim.errors import ConfigError
+from sim.policies.request import Request
+from sim.workload import arrivals
+from sim.workload.config import DISTS, ArrivalSpec, LengthSpec, WorkloadSpec, parse_workload
+from sim.workload.lengths import Fixed, LengthDist, Lognormal, Table, Uniform
+from sim.workload.prefix import resize_hashes, synthetic_prefix_hashes
+from sim.workload.traces import Trace, read_trace
+
+# Fixed order: a stream's numbers depend only on its index, so new streams go at the end.
+STREAMS = ("arrivals", "input_len", "output_len", "prefix", "priority")
+KEY = "workload"
+
+
+def build_requests(
+    workload: Mapping[str, Any], seed: int, *, base_dir: Union[str, os.PathLike, None] = None
+) -> list[Request]:
+    """Requests sorted by arrival time, ids ``"0"``, ``"1"``, ... in that order.
+
+    ``workload`` is the config's ``workload`` section (keys in docs/workloads.md); relative
+    file paths are taken from ``base_dir`` when given (e.g. the config file's folder).
+    Raises ``ConfigError`` naming the dotted key for a bad config, ``TraceFormatError`` naming
+    ``file:line`` for a bad trace row.
+    """
+    spec = parse_workload(workload, base_dir=base_dir, key=KEY)
+    rngs = dict(zip(STREAMS, _streams(seed)))
+    trace = _load(spec.trace, f"{KEY}.trace", spec.zero_output) if spec.trace else None
+    n = _count(spec, trace)
+    times = _arrival_times(spec.arrival, n, trace, rngs["arrivals"])
+    inputs, outputs = _lengths(spec, n, trace, rngs)
+    hashes: Optional[list[list[int]]] = None
+    block_size = 512
+    if trace is not None and trace.hash_ids is not None:
+        block_size = trace.hash_block_size
+        hashes = resize_hashes(trace.hash_ids[:n], inputs, block_size)
+    if spec.prefix is not None:
+        if hashes is not None:
+            raise ConfigError(
+                f"{KEY}.prefix: {spec.trace} already carries prefix hash_ids; drop {KEY}.prefix"
+            )
+        p = spec.prefix
+        choices = rngs["prefix"].integers(0, p.num_prefixes, size=n)
+        inputs = inputs + p.length
+        block_size = p.hash_block_size
+        hashes = synthetic_prefix_hashes(choices, inputs, p.length, block_size, p.num_prefixes)
+    priorities = _priorities(spec, n, rngs["priority"])
+    order = np.argsort(times, kind="stable")
+    return [
+        Request(
+            request_id=str(i),
+            arrival_time=float(times[j]),
+            prompt_len=int(inputs[j]),
+            max_output_tokens=int(outputs[j]),
+            block_hashes=None if hashes is None else hashes[j],
+            hash_block_size=block_size,
+            priority=int(priorities[j]),
+        )
+        for i, j in enumerate(order.tolist())
+    ]
+
+
+def _streams(seed: Any) -> list[np.random.Generator]:
+    if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
+        raise ConfigError(f"seed: {seed!r} is not a non-negative integer")
+    children = np.random.SeedSequence(int(seed)).spawn(len(STREAMS))
+    return [np.random.default_rng(child) for child in children]
+
+
+def _load(path: Path, key: str, zero_output: str) -> Trace:
+    if not path.is_file():
+        raise ConfigError(f"{key}: no such file: {path}")
+    try:
+        return read_trace(path, zero_output=zero_output)
+    except OSError as exc:
+        raise ConfigError(f"{key}: cannot read {path}: {exc.strerror}") from None
+
+
+def _count(spec: WorkloadSpec, trace: Optional[Trace]) -> int:
+    key = f"{KEY}.num_requests"
+    if trace is None:
+        if spec.num_requests is None:
+            raise ConfigError(f"{key}: required when no {KEY}.trace is given")
+        return spec.num_requests
+    if spec.num_requests is None:
+        return len(trace)
+    if spec.num_requests > len(trace):
+        raise ConfigError(
+            f"{key}: {spec.num_requests} is more than the {len(trace)} rows of {trace.path} "
+            f"(to resample lengths, use input_len/output_len dist: table instead of {KEY}.trace)"
+        )
+    return spec.num_requests
+
+
+def _arrival_times(
+    a: ArrivalSpec, n: int, trace: Optional[Trace], rng: np.random.Generator
+) -> np.ndarray:
+    key = f"{KEY}.arrival"
+    timed = trace is not None and trace.timed
+    process = a.process or ("trace" if timed else "poisson")
+    if process != "trace" and a.time_scale is not None:
+        raise ConfigError(f"{key}.time_scale: only applies to process trace, not {process!r}")
+    if process == "trace":
+        if not timed:
+            what = (
+                f"{trace.path} is an untimed length table" if trace else f"no {KEY}.trace is given"
+            )
+            raise ConfigError(
+                f"{key}.process: 'trace' needs {KEY}.trace to be a timed trace "
+                f"(Azure CSV or Mooncake JSONL); {what}"
+            )
+        try:
+            return arrivals.trace_arrivals(
+                trace.timestamps[:n], rate=a.rate, time_scale=a.time_scale or 1.0
+            )
+        except ValueError as exc:
+            raise ConfigError(f"{key}.rate: {exc}") from None
+    if a.rate is None:
+        raise ConfigError(
+            f"{key}.rate: required for process {process} (requests per second, or inf)"
+        )
+    if process == "constant":
+        return arrivals.constant_arrivals(n, a.rate)
+    cv = 1.0 if process == "poisson" else a.cv
+    return arrivals.gamma_arrivals(n, a.rate, cv, rng)
+
+
+def _lengths(
+    spec: WorkloadSpec, n: int, trace: Optional[Trace], rngs: dict[str, np.random.Generator]
+) -> tuple[np.ndarray, np.ndarray]:
+    """Input and output lengths: from the trace (clipped by min/max), or sampled."""
+    specs = {"input_len": spec.input_len, "output_len": spec.output_len}
+    if trace is not None:
+        for name, s in specs.items():
+            if s is not None and s.dist is not None:
+                raise ConfigError(
+                    f"{KEY}.{name}.dist: {KEY}.trace already gives the lengths; drop "
+                    f"{KEY}.{name}.dist or {KEY}.trace (only {KEY}.{name}.min/max may clip "
+                    "a trace's lengths)"
+                )
+        inputs = _clip(spec.input_len, trace.input_lens[:n])
+        return inputs, _clip(spec.output_len, trace.output_lens[:n])
+    dists = {name: _dist(s, f"{KEY}.{name}", name, spec.zero_output) for name, s in specs.items()}
+    d_in, d_out = dists["input_len"], dists["output_len"]
+    if isinstance(d_in, Table) and isinstance(d_out, Table) and d_in.source == d_out.source:
+        rows = d_in.indices(n, rngs["input_len"])  # same rows: keep the table's correlation
+        return d_in.take(rows), d_out.take(rows)
+    return d_in.sample(n, rngs["input_len"]), d_out.sample(n, rngs["output_len"])
+
+
+def _clip(s: Optional[LengthSpec], lengths: np.ndarray) -> np.ndarray:
+    if s is None:
+        return np.array(lengths, dtype=np.int64)
+    return np.clip(lengths, s.min, s.max).astype(np.int64)
+
+
+def _dist(s: Optional[LengthSpec], key: str, role: str, zero_output: str) -> LengthDist:
+    if s is None or s.dist is None:
+        raise ConfigError(
+            f"{key}.dist: required when no {KEY}.trace is given (one of {', '.join(DISTS)})"
+        )
+    if s.dist == "fixed":
+        value = max(1, int(round(s.mean)))
+        return Fixed(value=value, min=s.min, max=s.max)
+    if s.dist == "uniform":
+        return Uniform(low=s.min, high=s.max, min=s.min, max=s.max)
+    if s.dist == "lognormal":
+        return Lognormal(mean=s.mean, cv=s.cv, min=s.min, max=s.max)
+    table = _load(s.path, f"{key}.path", zero_output)
+    column = s.column or (table.input_column if role == "input_len" else table.output_column)
+    try:
+        values = table.int_column(column)
+    except KeyError:
+        raise ConfigError(
+            f"{key}.column: {column!r} is not a column of {table.path} "
+            f"(columns: {', '.join(table.columns)})"
+        ) from None
+    return Table(values=values, source=str(Path(table.path).resolve()), min=s.min, max=s.max)
+
+
+def _priorities(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> np.ndarray:
+    if spec.priority is None:
+        return np.zeros(n, dtype=np.int64)
+    p = spec.priority
+    if p.weights is None:
+        return rng.integers(0, p.levels, size=n)
+    weights = np.asarray(p.weights, dtype=np.float64)
+    return rng.choice(p.levels, size=n, p=weights / weights.sum())
