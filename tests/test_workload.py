@@ -355,6 +355,14 @@ def test_table_dist_samples_rows_jointly(tmp_path):
     assert {r.prompt_len for r in total} <= {11, 22, 33, 44}
 
 
+def test_table_column_that_is_not_a_length_names_its_line(tmp_path):
+    path = tmp_path / "t.csv"
+    path.write_text(TABLE_HEAD + "10,20,30,1\n10,20,30,0.5\n")
+    table = {"dist": "table", "path": str(path), "column": "pd_ratio"}
+    with pytest.raises(TraceFormatError, match=rf"^{path}:3: pd_ratio is '0.5', not an integer$"):
+        build_requests(synthetic(input_len=table), seed=0)
+
+
 @needs(SHAREGPT)
 def test_table_dist_from_the_sharegpt_file():
     table = {"dist": "table", "path": str(SHAREGPT)}

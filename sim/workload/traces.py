@@ -44,7 +44,7 @@ ZERO_OUTPUT_MODES = ("error", "clamp")
 FORMATS = ("azure", "mooncake", "length_table")
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Trace:
     """One parsed trace file: per-row lengths, optional timing and prefix identity.
 
