@@ -26,7 +26,7 @@ def gamma_arrivals(n: int, rate: float, cv: float, rng: np.random.Generator) -> 
     _check(n, rate)
     if cv < 0 or not math.isfinite(cv):
         raise ValueError(f"cv must be finite and >= 0, got {cv}")
-    if cv == 0:
+    if cv < 1e-6:  # indistinguishable from constant; 1/cv^2 would overflow
         return constant_arrivals(n, rate)
     shape = 1.0 / (cv * cv)
     unit_gaps = rng.standard_gamma(shape, size=max(n - 1, 0)) / shape

@@ -94,7 +94,8 @@ class Lognormal(LengthDist):
 
     def _draw(self, n: int, rng: np.random.Generator) -> np.ndarray:
         z = rng.standard_normal(n)
-        return np.rint(np.exp(self.mu + self.sigma * z)).astype(np.int64)
+        lengths = np.exp(self.mu + self.sigma * z)
+        return np.rint(np.minimum(lengths, 2.0**53)).astype(np.int64)  # no int64 overflow
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
