@@ -14,7 +14,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	# CPU machines: the CPU build of torch first, so nothing pulls a multi-GB CUDA build.
 	if command -v nvidia-smi >/dev/null 2>&1; then $(BIN)/pip install -q torch; \
-	else $(BIN)/pip install -q torch==2.13.0 || $(BIN)/pip install -q torch --index-url https://download.pytorch.org/whl/cpu; fi
+	else $(BIN)/pip install -q torch==2.13.0; fi
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 

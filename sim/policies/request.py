@@ -57,6 +57,7 @@ class Request:
     num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (first admission)
     num_spec_proposed: int = 0
     num_spec_accepted: int = 0
+    num_spec_steps: int = 0
     # Set by a scheduler that admits a request: the order of admission (preemption picks newest).
     admit_seq: int = -1
     # Memo of prefix-cache block hashes (see sim.policies.kv.hashing); not part of identity.

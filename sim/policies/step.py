@@ -94,8 +94,11 @@ class StepPlan:
     swapped_in: list[Request] = field(default_factory=list)
     rejected: list[Request] = field(default_factory=list)
     shape: StepShape = field(default_factory=StepShape)
-    # Static (padded) batching: requests that are done but still occupy the batch.
-    padded: list[Request] = field(default_factory=list)
+    # Physical blocks to copy, for an executor that really moves KV: device blocks a swapped-out
+    # request held (copy them to host before this step writes anything), and the fresh device
+    # blocks a swapped-in request got (copy its host copy there first).
+    swap_out_blocks: dict[str, list[int]] = field(default_factory=dict)
+    swap_in_blocks: dict[str, list[int]] = field(default_factory=dict)
 
     @property
     def is_empty(self) -> bool:

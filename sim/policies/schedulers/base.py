@@ -143,6 +143,7 @@ class Scheduler(ABC):
         swap = getattr(self.allocator, "swap_out", None)
         if (self.config.preemption == "swap" and swap is not None
                 and self.allocator.can_swap_out(victim)):
+            plan.swap_out_blocks[victim.request_id] = list(self.allocator.block_table(victim))
             self.num_swapped_tokens += swap(victim)
             victim.state = RequestState.SWAPPED
             self.swapped.append(victim)
@@ -171,6 +172,7 @@ class Scheduler(ABC):
                 break
             self.swapped.popleft()
             tokens += self.allocator.swap_in(req)
+            plan.swap_in_blocks[req.request_id] = list(self.allocator.block_table(req))
             if not self.allocator.allocate(req, n):
                 raise RuntimeError("swap-in allocation failed after can_swap_in")
             self._resume(req)
@@ -229,6 +231,7 @@ class Scheduler(ABC):
                 if n_acc > s.num_spec_tokens:
                     raise ValueError(f"request {rid}: {n_acc} accepted of {s.num_spec_tokens} proposed")
                 req.num_spec_proposed += s.num_spec_tokens
+                req.num_spec_steps += 1
                 req.num_spec_accepted += n_acc
                 # Accepted draft tokens' KV was computed by the verification pass.
                 req.num_computed_tokens += n_acc

@@ -1,0 +1,230 @@
+"""Run a scenario end to end: config -> workload -> replicas -> simpy -> metrics.
+
+``simulate`` is the one entry point the CLI, the dashboard, capacity search and A/B experiments
+share; it returns a ``SimResult`` that can be written to a folder (summary.json, requests.csv,
+steps.csv) or inspected in memory.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence, Union
+
+from sim import config as config_mod
+from sim.engine import Simulation
+from sim.errors import ConfigError
+from sim.metrics import summarize
+from sim.policies.kv import make_allocator
+from sim.policies.request import Request
+from sim.policies.router import Router
+from sim.policies.schedulers import make_scheduler
+from sim.policies.speculative import AcceptanceSampler
+
+REQUEST_COLUMNS = (
+    "request_id", "arrival_s", "prompt_len", "output_len", "state", "reject_reason",
+    "ttft_ms", "tpot_ms", "e2el_ms", "first_scheduled_s", "finish_s", "num_preemptions",
+    "num_cached_tokens", "num_spec_accepted", "replica",
+)
+
+
+@dataclass
+class Deployment:
+    """What one replica is: the resolved model, hardware, memory plan and cost model."""
+
+    model: Any
+    hardware: Any
+    memory: Any
+    cost_model: Any
+    num_gpus_per_replica: int
+
+
+@dataclass
+class SimResult:
+    config: dict
+    summary: dict
+    requests: list[Request]
+    steps: dict[str, list]
+    deployment: Optional[Deployment] = None
+    extra: dict = field(default_factory=dict)
+
+    def request_rows(self) -> list[dict]:
+        rows = []
+        for r in self.requests:
+            tpot = r.tpot
+            rows.append({
+                "request_id": r.request_id,
+                "arrival_s": r.arrival_time,
+                "prompt_len": r.prompt_len,
+                "output_len": r.num_output_tokens,
+                "state": r.state.value,
+                "reject_reason": r.reject_reason or "",
+                "ttft_ms": None if r.ttft is None else r.ttft * 1000,
+                "tpot_ms": None if tpot is None else tpot * 1000,
+                "e2el_ms": None if r.e2el is None else r.e2el * 1000,
+                "first_scheduled_s": r.first_scheduled_time,
+                "finish_s": r.finish_time,
+                "num_preemptions": r.num_preemptions,
+                "num_cached_tokens": r.num_cached_tokens,
+                "num_spec_accepted": r.num_spec_accepted,
+                "replica": self.extra.get("replica_of", {}).get(r.request_id, 0),
+            })
+        return rows
+
+    def write(self, out_dir: Union[str, Path]) -> Path:
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
+        (out / "config.yaml").write_text(config_mod.dump(self.config))
+        with open(out / "requests.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=REQUEST_COLUMNS)
+            w.writeheader()
+            w.writerows(self.request_rows())
+        with open(out / "steps.csv", "w", newline="") as fh:
+            w = csv.writer(fh)
+            names = list(self.steps)
+            w.writerow(names)
+            w.writerows(zip(*(self.steps[n] for n in names)))
+        return out
+
+
+def resolve_deployment(cfg: dict) -> Deployment:
+    """Catalog lookups, memory plan and cost model for the config's model on its hardware."""
+    from sim.catalog.hardware import get_hardware
+    from sim.catalog.models import get_model
+    from sim.cost_model import RooflineCostModel, plan_memory
+
+    model = get_model(cfg["model"])
+    hw = get_hardware(cfg["hardware"])
+    par = cfg["parallel"]
+    weights = cfg["quantization"]["weights"]
+    weight_dtype = None if weights == "none" else weights
+    kv = cfg["kv_cache"]
+    sched = cfg["scheduler"]
+    budget = sched["max_num_batched_tokens"] or max(kv["max_model_len"], 2048)
+    memory = plan_memory(
+        model, hw, cfg["dtype"], kv["gpu_memory_utilization"],
+        tensor_parallel_size=par["tensor_parallel_size"],
+        pipeline_parallel_size=par["pipeline_parallel_size"],
+        kv_cache_dtype=kv["dtype"], weight_dtype=weight_dtype,
+        max_num_batched_tokens=budget,
+    )
+    cost = RooflineCostModel(
+        model, hw, dtype=cfg["dtype"],
+        tensor_parallel_size=par["tensor_parallel_size"],
+        pipeline_parallel_size=par["pipeline_parallel_size"],
+        kv_cache_dtype=kv["dtype"], weight_dtype=weight_dtype,
+    )
+    gpus = par["tensor_parallel_size"] * par["pipeline_parallel_size"]
+    return Deployment(model, hw, memory, cost, gpus)
+
+
+def build_replica_scheduler(cfg: dict, num_slots: int, swap_slots: int = 0):
+    kv, sched = cfg["kv_cache"], cfg["scheduler"]
+    try:
+        allocator = make_allocator(
+            kv["allocator"], num_slots=num_slots, block_size=kv["block_size"],
+            prefix_caching=kv["prefix_caching"], reserve=kv["reserve"],
+            max_model_len=kv["max_model_len"], swap_slots=swap_slots,
+        )
+        return make_scheduler(
+            sched["policy"], allocator, max_model_len=kv["max_model_len"],
+            max_num_seqs=sched["max_num_seqs"],
+            max_num_batched_tokens=sched["max_num_batched_tokens"],
+            preemption=sched["preemption"], queue_policy=sched["queue_policy"],
+            num_speculative_tokens=cfg["speculative"]["num_tokens"],
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def build_workload(cfg: dict, base_dir: Optional[Union[str, Path]] = None) -> list[Request]:
+    from sim.workload import build_requests
+
+    return build_requests(cfg["workload"], cfg["seed"], base_dir=base_dir)
+
+
+def simulate(config: Union[dict, str, Path, None] = None, *, overrides: Sequence[str] = (),
+             seed: Optional[int] = None, requests: Optional[list[Request]] = None,
+             progress: Optional[Callable[[int], None]] = None,
+             base_dir: Optional[Union[str, Path]] = None) -> SimResult:
+    """Simulate one scenario. ``config`` is a full config dict (from ``build_config``), a
+    partial dict or a YAML path; ``requests`` replaces the configured workload (A/B runs pass the
+    same stream to both arms)."""
+    if _is_built(config) and not overrides and seed is None:
+        cfg = config
+    else:
+        cfg = config_mod.build_config(config, list(overrides), seed)
+    dep = resolve_deployment(cfg)
+    reqs = requests if requests is not None else build_workload(cfg, base_dir)
+    reqs = [_fresh(r) for r in reqs]
+    swap_slots = int(cfg["kv_cache"]["swap_space_gb"] * 1e9 // max(dep.memory.kv_bytes_per_token, 1))
+    n = cfg["parallel"]["num_replicas"]
+    schedulers = [build_replica_scheduler(cfg, dep.memory.num_kv_slots, swap_slots) for _ in range(n)]
+    spec = cfg["speculative"]
+    samplers = None
+    if spec["num_tokens"]:
+        table = spec["acceptance_table"] if spec["acceptance"] == "table" else None
+        samplers = [AcceptanceSampler(spec["acceptance_rate"], table, seed=cfg["seed"] * 1000 + i)
+                    for i in range(n)]
+    replica_of: dict[str, int] = {}
+    router = _RecordingRouter(cfg["parallel"]["router"], replica_of)
+    sim = Simulation(reqs, schedulers, dep.cost_model.step_time, router=router,
+                     spec_samplers=samplers, draft_cost_ratio=spec["draft_cost_ratio"],
+                     progress=progress)
+    sim.run()
+    steps = sim.log.columns()
+    queries = sum(getattr(s.allocator, "num_prefix_queries", 0) for s in schedulers)
+    hits = sum(getattr(s.allocator, "num_prefix_hits", 0) for s in schedulers)
+    summary = summarize(
+        reqs, steps, slo_ttft_ms=cfg["slo"]["ttft_ms"], slo_tpot_ms=cfg["slo"]["tpot_ms"],
+        num_preemptions=sum(s.num_preemptions for s in schedulers),
+        prefix_queries=queries, prefix_hits=hits, num_gpus=dep.num_gpus_per_replica * n,
+    )
+    summary["scenario"] = _scenario(cfg, dep)
+    summary["simulator"] = {"num_steps": len(steps["duration_s"]), "num_events": sim.num_events}
+    return SimResult(cfg, summary, reqs, steps, dep, {"replica_of": replica_of})
+
+
+class _RecordingRouter(Router):
+    def __init__(self, policy: str, record: dict[str, int]) -> None:
+        super().__init__(policy)
+        self.record = record
+
+    def route(self, req, replicas):
+        i = super().route(req, replicas)
+        if len(replicas) > 1:
+            self.record[req.request_id] = i
+        return i
+
+
+def _is_built(config: Any) -> bool:
+    return isinstance(config, dict) and set(config_mod.DEFAULTS) <= set(config)
+
+
+def _fresh(r: Request) -> Request:
+    """A clean copy, so one request stream can be simulated under several configs."""
+    return Request(r.request_id, r.arrival_time, r.prompt_len, r.max_output_tokens,
+                   prompt_token_ids=r.prompt_token_ids, block_hashes=r.block_hashes,
+                   hash_block_size=r.hash_block_size, priority=r.priority)
+
+
+def _scenario(cfg: dict, dep: Deployment) -> dict:
+    m = dep.memory
+    return {
+        "model": cfg["model"],
+        "hardware": cfg["hardware"],
+        "dtype": cfg["dtype"],
+        "scheduler": cfg["scheduler"]["policy"],
+        "allocator": cfg["kv_cache"]["allocator"],
+        "reserve": cfg["kv_cache"]["reserve"] if cfg["kv_cache"]["allocator"] == "contiguous" else None,
+        "block_size": cfg["kv_cache"]["block_size"] if cfg["kv_cache"]["allocator"] == "paged" else None,
+        "num_replicas": cfg["parallel"]["num_replicas"],
+        "gpus_per_replica": dep.num_gpus_per_replica,
+        "kv_slots_per_replica": m.num_kv_slots,
+        "kv_pool_gb": m.kv_pool_bytes / 1e9,
+        "weights_gb_per_gpu": m.weights_bytes / 1e9,
+        "seed": cfg["seed"],
+    }

@@ -1,0 +1,178 @@
+"""The simpy executor: arrivals -> router -> replica step loop -> metrics.
+
+Each replica is one simpy process that asks its scheduler for a ``StepPlan``, advances the clock
+by the cost model's price of the plan's ``StepShape``, and hands a ``StepResult`` back. The
+environment is the only clock; all randomness comes from seeded generators, so a run is
+reproducible from the config's seed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional, Sequence
+
+import simpy
+
+from sim.policies.request import Request
+from sim.policies.router import Router
+from sim.policies.schedulers.base import Scheduler
+from sim.policies.speculative import AcceptanceSampler
+from sim.policies.step import StepPlan, StepResult
+
+STEP_COLUMNS = (
+    "replica", "start_s", "duration_s", "batch_size", "num_prefill_tokens", "num_decode_seqs",
+    "num_spec_tokens", "decode_context_tokens", "num_running", "num_waiting", "num_preempted",
+    "kv_token_states", "kv_reserved", "kv_internal_fragmentation", "kv_external_fragmentation",
+    "kv_free",
+)
+
+
+@dataclass
+class StepLog:
+    """Per-step rows, stored as a list of tuples in ``STEP_COLUMNS`` order (cheap to append)."""
+
+    rows: list[tuple] = field(default_factory=list)
+
+    def columns(self) -> dict[str, list]:
+        cols = list(zip(*self.rows)) if self.rows else [[] for _ in STEP_COLUMNS]
+        return {name: list(col) for name, col in zip(STEP_COLUMNS, cols)}
+
+
+class Replica:
+    """One serving instance (a model copy over tp x pp GPUs) executing its scheduler's steps."""
+
+    def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler,
+                 step_time: Callable, log: StepLog, on_finish: Callable[[Request], None],
+                 spec: Optional[AcceptanceSampler] = None, draft_cost_ratio: float = 0.0,
+                 record_usage: bool = True) -> None:
+        self.env = env
+        self.index = index
+        self.scheduler = scheduler
+        self.step_time = step_time
+        self.log = log
+        self.on_finish = on_finish
+        self.spec = spec
+        self.draft_cost_ratio = draft_cost_ratio
+        self.record_usage = record_usage
+        self._wakeup: Optional[simpy.Event] = None
+        self.busy_time = 0.0
+        self.num_steps = 0
+        self.num_wakeups = 0
+        self.process = env.process(self.run())
+
+    @property
+    def num_unfinished(self) -> int:
+        return self.scheduler.num_unfinished
+
+    @property
+    def kv_free_fraction(self) -> float:
+        a = self.scheduler.allocator
+        return a.num_free_slots / a.num_slots
+
+    def submit(self, req: Request) -> None:
+        if not self.scheduler.add_request(req, self.env.now):
+            self.on_finish(req)
+            return
+        if self._wakeup is not None and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _price(self, plan: StepPlan) -> float:
+        dt = self.step_time(plan.shape)
+        if plan.shape.num_spec_tokens and self.draft_cost_ratio:
+            # The draft model runs k sequential steps of its own, each a fraction of a target step.
+            k = max(s.num_spec_tokens for s in plan.scheduled)
+            dt += k * self.draft_cost_ratio * dt
+        return dt
+
+    def _result(self, plan: StepPlan) -> StepResult:
+        if not plan.shape.num_spec_tokens or self.spec is None:
+            return StepResult()
+        accepted = {s.request.request_id: self.spec.sample(s.num_spec_tokens)
+                    for s in plan.scheduled if s.num_spec_tokens}
+        return StepResult(num_accepted=accepted)
+
+    def run(self):
+        env, sched = self.env, self.scheduler
+        while True:
+            plan = sched.schedule(env.now)
+            if plan.is_empty:
+                if sched.has_unfinished():
+                    raise RuntimeError(
+                        f"replica {self.index}: scheduler {sched.name} made no progress with "
+                        f"{len(sched.waiting)} waiting, {len(sched.running)} running")
+                self._wakeup = env.event()
+                self.num_wakeups += 1
+                yield self._wakeup
+                self._wakeup = None
+                continue
+            dt = self._price(plan)
+            start = env.now
+            self._record(plan, start, dt)
+            yield env.timeout(dt)
+            self.busy_time += dt
+            self.num_steps += 1
+            for req in sched.update(plan, self._result(plan), env.now):
+                self.on_finish(req)
+
+    def _record(self, plan: StepPlan, start: float, dt: float) -> None:
+        sched = self.scheduler
+        shape = plan.shape
+        waiting = len(sched.waiting) + len(sched.swapped)
+        if self.record_usage:
+            u = sched.allocator.usage(sched.holders(), sched.peek_waiting())
+            kv = (u.token_states, u.reserved, u.internal_fragmentation,
+                  u.external_fragmentation, u.free)
+        else:
+            kv = (0, 0, 0, 0, 0)
+        self.log.rows.append((
+            self.index, start, dt, shape.batch_size, shape.num_prefill_tokens,
+            shape.num_decode_seqs, shape.num_spec_tokens, shape.decode_context_tokens,
+            len(sched.running), waiting, len(plan.preempted) + len(plan.swapped_out), *kv,
+        ))
+
+
+class Simulation:
+    """Wires arrivals, a router and replicas into one simpy environment."""
+
+    def __init__(self, requests: Sequence[Request], schedulers: Sequence[Scheduler],
+                 step_time: Callable, router: Optional[Router] = None,
+                 spec_samplers: Optional[Sequence[AcceptanceSampler]] = None,
+                 draft_cost_ratio: float = 0.0,
+                 progress: Optional[Callable[[int], None]] = None) -> None:
+        self.env = simpy.Environment()
+        self.requests = list(requests)
+        self.router = router or Router()
+        self.log = StepLog()
+        self.finished: list[Request] = []
+        self._progress = progress
+        self.replicas = [
+            Replica(self.env, i, s, step_time, self.log, self._on_finish,
+                    spec=(spec_samplers[i] if spec_samplers else None),
+                    draft_cost_ratio=draft_cost_ratio)
+            for i, s in enumerate(schedulers)
+        ]
+        self.env.process(self._arrivals())
+
+    def _on_finish(self, req: Request) -> None:
+        self.finished.append(req)
+        if self._progress is not None:
+            self._progress(1)
+
+    def _arrivals(self):
+        env = self.env
+        for req in self.requests:
+            if req.arrival_time > env.now:
+                yield env.timeout(req.arrival_time - env.now)
+            i = self.router.route(req, self.replicas)
+            self.replicas[i].submit(req)
+
+    @property
+    def num_events(self) -> int:
+        """simpy events processed: arrivals, steps and idle wake-ups."""
+        return len(self.requests) + sum(r.num_steps + r.num_wakeups for r in self.replicas)
+
+    def run(self) -> None:
+        self.env.run()
+        unfinished = len(self.requests) - len(self.finished)
+        if unfinished:
+            raise RuntimeError(f"simulation ended with {unfinished} requests unaccounted for")

@@ -1,0 +1,131 @@
+"""Serving metrics with ``vllm bench serve`` names, computed from finished requests and the
+step log: throughput, goodput, TTFT/TPOT/ITL/E2EL percentiles, and the time-averaged KV-memory
+breakdown.
+
+TPOT = (e2el - ttft) / (output_len - 1); ITL pools every gap between consecutive tokens of a
+request. KV fractions are averaged over time weighted by step duration, over the steps in which at
+least one request waited (when memory matters: the question is how much of it holds tokens while
+work is queued); if nothing ever waited, over all steps, and ``averaged_over`` says which.
+"""
+
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+import numpy as np
+
+from sim.policies.request import Request, RequestState
+
+LATENCY_METRICS = ("ttft", "tpot", "itl", "e2el")
+PERCENTILES = (90, 99)
+KV_FIELDS = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
+
+
+def _stats(values_s: np.ndarray) -> dict[str, Optional[float]]:
+    if values_s.size == 0:
+        out: dict[str, Optional[float]] = {"mean": None, "median": None, "std": None}
+        out.update({f"p{p}": None for p in PERCENTILES})
+        return out
+    ms = values_s * 1000.0
+    out = {"mean": float(ms.mean()), "median": float(np.median(ms)), "std": float(ms.std())}
+    for p, v in zip(PERCENTILES, np.percentile(ms, PERCENTILES)):
+        out[f"p{p}"] = float(v)
+    return out
+
+
+def request_latencies(requests: Sequence[Request]) -> dict[str, np.ndarray]:
+    """Per-request arrays (seconds) over completed requests; ITL pooled over all of them."""
+    done = [r for r in requests if r.state is RequestState.FINISHED and r.token_times]
+    ttft = np.fromiter((r.token_times[0] - r.arrival_time for r in done), float, len(done))
+    e2el = np.fromiter((r.finish_time - r.arrival_time for r in done), float, len(done))
+    tpot = np.array([(r.finish_time - r.token_times[0]) / (r.num_output_tokens - 1)
+                     for r in done if r.num_output_tokens > 1], dtype=float)
+    gaps = [np.diff(np.asarray(r.token_times)) for r in done if len(r.token_times) > 1]
+    itl = np.concatenate(gaps) if gaps else np.empty(0)
+    return {"ttft": ttft, "tpot": tpot, "itl": itl, "e2el": e2el}
+
+
+def meets_slo(req: Request, ttft_ms: Optional[float], tpot_ms: Optional[float]) -> bool:
+    if req.state is not RequestState.FINISHED or not req.token_times:
+        return False
+    if ttft_ms is not None and (req.token_times[0] - req.arrival_time) * 1000 > ttft_ms:
+        return False
+    if tpot_ms is not None and req.num_output_tokens > 1:
+        if (req.finish_time - req.token_times[0]) / (req.num_output_tokens - 1) * 1000 > tpot_ms:
+            return False
+    return True
+
+
+def kv_breakdown(steps: dict[str, list]) -> dict:
+    """Duration-weighted KV fractions over the steps with a waiting request (or all steps)."""
+    dur = np.asarray(steps["duration_s"], dtype=float)
+    if dur.size == 0:
+        out = {k: 0.0 for k in KV_FIELDS}
+        out["averaged_over"] = "no steps"
+        return out
+    waiting = np.asarray(steps["num_waiting"]) > 0
+    mask, over = (waiting, "steps with waiting requests") if waiting.any() else (np.ones_like(waiting), "all steps")
+    cols = {k: np.asarray(steps[f"kv_{k}"], dtype=float)[mask] for k in KV_FIELDS}
+    total = sum(cols.values())
+    total[total == 0] = 1.0
+    w = dur[mask]
+    out = {k: float(np.sum(cols[k] / total * w) / w.sum()) for k in KV_FIELDS}
+    out["averaged_over"] = over
+    out["time_with_waiting_s"] = float(dur[waiting].sum())
+    return out
+
+
+def summarize(requests: Sequence[Request], steps: dict[str, list], *,
+              slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
+              num_preemptions: int = 0, prefix_queries: int = 0, prefix_hits: int = 0,
+              num_gpus: int = 1) -> dict:
+    """The ``summary.json`` dictionary."""
+    completed = [r for r in requests if r.state is RequestState.FINISHED]
+    rejected = [r for r in requests if r.state is RequestState.REJECTED]
+    start = min((r.arrival_time for r in requests), default=0.0)
+    end = max((r.finish_time for r in completed), default=start)
+    duration = max(end - start, 1e-12)
+    out_tokens = sum(r.num_output_tokens for r in completed)
+    in_tokens = sum(r.prompt_len for r in completed)
+    lat = request_latencies(requests)
+    summary: dict = {
+        "num_requests": len(requests),
+        "completed": len(completed),
+        "rejected": len(rejected),
+        "duration_s": duration,
+        "total_input_tokens": in_tokens,
+        "total_output_tokens": out_tokens,
+        "request_throughput": len(completed) / duration,
+        "output_throughput": out_tokens / duration,
+        "total_token_throughput": (in_tokens + out_tokens) / duration,
+        "output_throughput_per_gpu": out_tokens / duration / num_gpus,
+    }
+    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+        good = sum(meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in completed)
+        summary["goodput"] = good / duration
+        summary["slo_attainment"] = good / max(len(requests), 1)
+        summary["slo"] = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms}
+    for name in LATENCY_METRICS:
+        stats = _stats(lat[name])
+        summary[f"{name}_ms"] = stats  # nested view: summary["ttft_ms"]["p99"]
+        for stat, value in stats.items():
+            summary[f"{stat}_{name}_ms"] = value  # vllm bench serve's flat names: p99_ttft_ms
+    kv = kv_breakdown(steps)
+    kv["preemptions"] = num_preemptions
+    kv["prefix_cache_hit_rate"] = prefix_hits / prefix_queries if prefix_queries else 0.0
+    summary["kv_cache"] = kv
+    proposed = sum(r.num_spec_proposed for r in completed)
+    if proposed:
+        accepted = sum(r.num_spec_accepted for r in completed)
+        spec_steps = np.asarray(steps["num_spec_tokens"]) > 0
+        summary["spec_decode"] = {
+            "num_draft_tokens": proposed,
+            "num_accepted_tokens": accepted,
+            "acceptance_rate": accepted / proposed,
+            "num_spec_steps": int(spec_steps.sum()),
+            # Mean tokens a request emits per verification step (accepted drafts + 1).
+            "mean_tokens_per_step": 1.0 + accepted / max(sum(r.num_spec_steps for r in completed), 1),
+        }
+    if rejected:
+        summary["rejected_examples"] = sorted({r.reject_reason for r in rejected})[:3]
+    return summary

@@ -1,0 +1,43 @@
+"""Speculative decoding control: how many draft tokens a verification step accepts.
+
+Acceptance is either i.i.d. with a constant rate ``alpha`` or a per-position table (the
+probability that draft token j is accepted given tokens < j were). Expected emitted tokens per
+step with k drafts and i.i.d. acceptance is (1 - alpha^(k+1)) / (1 - alpha) (Leviathan et al.).
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Optional, Sequence
+
+
+def expected_tokens_per_step(alpha: float, k: int) -> float:
+    """Mean tokens emitted by one verification step (accepted drafts + the bonus token)."""
+    if alpha >= 1.0:
+        return float(k + 1)
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+class AcceptanceSampler:
+    """Draws the number of accepted draft tokens, reproducibly from one seeded generator."""
+
+    def __init__(self, alpha: float = 0.7, table: Optional[Sequence[float]] = None,
+                 seed: int = 0) -> None:
+        if not 0.0 <= alpha <= 1.0:
+            raise ValueError(f"acceptance rate must be in [0, 1], got {alpha}")
+        self.alpha = alpha
+        self.table = list(table) if table else None
+        self.rng = random.Random(seed)
+
+    def position_prob(self, j: int) -> float:
+        if self.table is None:
+            return self.alpha
+        return self.table[min(j, len(self.table) - 1)]
+
+    def sample(self, k: int) -> int:
+        """Accepted drafts out of ``k``: stops at the first rejection."""
+        rand = self.rng.random
+        for j in range(k):
+            if rand() >= self.position_prob(j):
+                return j
+        return k

@@ -1,0 +1,66 @@
+"""The readable summary ``kvplan simulate`` prints: one rich table, vLLM bench serve's layout."""
+
+from __future__ import annotations
+
+from rich.console import Console
+from rich.table import Table
+
+
+def _fmt(v, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return f"{v:,}" if isinstance(v, int) else str(v)
+
+
+def summary_table(summary: dict, title: str = "kvplan simulation") -> Table:
+    sc = summary.get("scenario", {})
+    t = Table(title=title, show_header=False, title_justify="left", pad_edge=False)
+    t.add_column("metric", style="bold")
+    t.add_column("value", justify="right")
+
+    def section(name: str) -> None:
+        t.add_row(f"[cyan]{name}[/cyan]", "")
+
+    if sc:
+        section("Scenario")
+        alloc = sc.get("allocator")
+        alloc_desc = f"{alloc} (block {sc['block_size']})" if alloc == "paged" else f"{alloc} ({sc.get('reserve')})"
+        t.add_row("model / hardware", f"{sc['model']} on {sc['hardware']} ({sc['dtype']})")
+        t.add_row("scheduler / KV allocator", f"{sc['scheduler']} / {alloc_desc}")
+        t.add_row("replicas x GPUs each", f"{sc['num_replicas']} x {sc['gpus_per_replica']}")
+        t.add_row("KV pool per replica", f"{sc['kv_pool_gb']:.1f} GB = {sc['kv_slots_per_replica']:,} tokens")
+    section("Requests")
+    t.add_row("completed / rejected", f"{summary['completed']:,} / {summary['rejected']:,}")
+    t.add_row("duration (s)", _fmt(summary["duration_s"]))
+    t.add_row("request throughput (req/s)", _fmt(summary["request_throughput"]))
+    t.add_row("output throughput (tok/s)", _fmt(summary["output_throughput"], 1))
+    t.add_row("total token throughput (tok/s)", _fmt(summary["total_token_throughput"], 1))
+    if "goodput" in summary:
+        t.add_row("goodput (req/s)", _fmt(summary["goodput"]))
+        t.add_row("SLO attainment", f"{summary['slo_attainment']:.1%}")
+    for name, label in (("ttft", "Time to first token"), ("tpot", "Time per output token"),
+                        ("itl", "Inter-token latency"), ("e2el", "End-to-end latency")):
+        section(f"{label} (ms)")
+        t.add_row("mean / median", f"{_fmt(summary[f'mean_{name}_ms'])} / {_fmt(summary[f'median_{name}_ms'])}")
+        t.add_row("p90 / p99", f"{_fmt(summary[f'p90_{name}_ms'])} / {_fmt(summary[f'p99_{name}_ms'])}")
+    kv = summary["kv_cache"]
+    section(f"KV memory ({kv['averaged_over']})")
+    t.add_row("token states", f"{kv['token_states']:.1%}")
+    t.add_row("reserved", f"{kv['reserved']:.1%}")
+    t.add_row("internal / external fragmentation",
+              f"{kv['internal_fragmentation']:.1%} / {kv['external_fragmentation']:.1%}")
+    t.add_row("free", f"{kv['free']:.1%}")
+    t.add_row("preemptions", _fmt(kv["preemptions"]))
+    t.add_row("prefix cache hit rate", f"{kv['prefix_cache_hit_rate']:.1%}")
+    if "spec_decode" in summary:
+        sd = summary["spec_decode"]
+        section("Speculative decoding")
+        t.add_row("acceptance rate", f"{sd['acceptance_rate']:.1%}")
+        t.add_row("tokens per verification step", _fmt(sd["mean_tokens_per_step"]))
+    return t
+
+
+def print_summary(summary: dict, console: Console | None = None, title: str = "kvplan simulation") -> None:
+    (console or Console()).print(summary_table(summary, title))
