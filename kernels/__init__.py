@@ -19,6 +19,7 @@ import os
 import torch
 
 from kernels import _checks
+from kernels.interpreter import interpreter_ready
 from kernels.reference import paged_decode_attention_ref, paged_prefill_attention_ref, write_kv_cache_ref
 
 __all__ = ["write_kv_cache", "paged_decode_attention", "paged_prefill_attention", "triton_available", "use_triton"]
@@ -43,11 +44,16 @@ def use_triton(device: torch.device, backend: str = "auto") -> bool:
         return False
     runnable = device.type == "cuda" or (device.type == "cpu" and _interpreting())
     if backend == "auto":
-        return runnable and triton_available()
+        if not (runnable and triton_available()):
+            return False
+        backend = "triton"  # then fail loudly below if the interpreter was enabled too late
     if not triton_available():
         raise ValueError("backend='triton' needs the triton package (pip install triton)")
     if not runnable:
         raise ValueError(f"backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1 for CPU tensors; got {device}")
+    if device.type == "cpu" and not interpreter_ready():
+        raise ValueError("TRITON_INTERPRET=1 was set after triton was imported; set it before importing triton "
+                         "(or call kernels.interpreter.import_triton_interpreted() first)")
     return True
 
 

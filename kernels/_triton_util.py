@@ -1,36 +1,28 @@
-"""Small helpers shared by the Triton kernels: mode-aware jit and tile sizing.
+"""Host-side helpers shared by the Triton kernels: mode-consistent jit and tile sizing.
 
-Triton decides at *decoration* time whether ``@triton.jit`` builds a compiled kernel or an
-interpreted one (it reads ``TRITON_INTERPRET`` then, not per call). Decorating lazily, once per
-mode, lets the same process run kernels interpreted in CPU tests whatever was imported first.
+Triton fixes compiled-vs-interpreted when ``triton`` is imported (its library functions are
+decorated then; see ``kernels.interpreter``). Our kernels must match that mode whatever
+``TRITON_INTERPRET`` says when *they* are imported, so ``jit`` follows the library.
 """
 
 from __future__ import annotations
 
-import os
 from typing import Callable
 
 import torch
 import triton
 
-_JITTED: dict[tuple[Callable, bool], object] = {}
+from kernels.interpreter import interpreter_ready
 
-
-def interpreting() -> bool:
-    """True when Triton kernels run in the CPU interpreter."""
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+INTERPRETED = interpreter_ready()
 
 
 def jit(fn: Callable):
-    """``triton.jit(fn)`` for the current mode (compiled or interpreted), built once per mode.
-
-    Kernels passed here must be self-contained: a compiled kernel can only call other
-    ``@triton.jit`` functions, so they inline their helpers.
-    """
-    key = (fn, interpreting())
-    if key not in _JITTED:
-        _JITTED[key] = triton.jit(fn)
-    return _JITTED[key]
+    """``@triton.jit`` in the mode of triton's own library (interpreted on CPU test processes)."""
+    if INTERPRETED:
+        from triton.runtime.interpreter import InterpretedFunction
+        return InterpretedFunction(fn)
+    return triton.jit(fn)
 
 
 def dot_upcast(dtype: torch.dtype) -> bool:
@@ -40,7 +32,7 @@ def dot_upcast(dtype: torch.dtype) -> bool:
     so interpreted bf16 dots are garbage; upcasting there keeps CPU tests meaningful while the
     compiled GPU path keeps bf16 tensor-core dots.
     """
-    return interpreting() and dtype == torch.bfloat16
+    return INTERPRETED and dtype == torch.bfloat16
 
 
 def dot_precision(dtype: torch.dtype) -> str:

@@ -12,6 +12,7 @@ import triton.language as tl
 from kernels._triton_util import jit, pow2
 
 
+@jit
 def _write_kv_kernel(k_ptr, v_ptr, k_cache_ptr, v_cache_ptr, slot_ptr,
                      stride_kt, stride_kh, stride_vt, stride_vh,
                      stride_cb, stride_cs, stride_ch,
@@ -41,7 +42,7 @@ def write_kv_cache_triton(k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tenso
     num_tokens, num_kv_heads, head_dim = k.shape
     if k.stride(-1) != 1 or v.stride(-1) != 1:
         k, v = k.contiguous(), v.contiguous()
-    jit(_write_kv_kernel)[(num_tokens, num_kv_heads)](
+    _write_kv_kernel[(num_tokens, num_kv_heads)](
         k, v, k_cache, v_cache, slot_mapping,
         k.stride(0), k.stride(1), v.stride(0), v.stride(1),
         k_cache.stride(0), k_cache.stride(1), k_cache.stride(2),

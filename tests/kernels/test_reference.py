@@ -49,7 +49,7 @@ def test_gather_matches_written_tokens():
 @pytest.mark.parametrize("head_dim,block_size,num_heads,num_kv_heads", [
     (64, 16, 4, 4), (80, 8, 8, 2), (96, 32, 6, 3), (128, 16, 8, 1),
 ])
-def test_decode_ref_matches_sdpa(dtype, head_dim, block_size, num_heads, num_kv_heads, tol):
+def test_decode_ref_matches_sdpa(dtype, head_dim, block_size, num_heads, num_kv_heads, close):
     lens = [1, block_size, block_size + 1, 3 * block_size, 37]
     case = random_paged_kv(lens, num_kv_heads, head_dim, block_size, dtype=dtype, seed=2)
     q = _q(len(lens), num_heads, head_dim, dtype, seed=3)
@@ -59,12 +59,12 @@ def test_decode_ref_matches_sdpa(dtype, head_dim, block_size, num_heads, num_kv_
     for i in range(len(lens)):
         k, v = case.dense(i)
         want = sdpa_dense(q[i:i + 1], k, v, scale)[0]
-        torch.testing.assert_close(out[i].double(), want, atol=tol[dtype], rtol=0)
+        close(out[i], want, dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("head_dim,block_size,num_heads,num_kv_heads", [(64, 8, 4, 2), (80, 16, 8, 8), (96, 32, 4, 1)])
-def test_prefill_ref_matches_sdpa(dtype, head_dim, block_size, num_heads, num_kv_heads, tol):
+def test_prefill_ref_matches_sdpa(dtype, head_dim, block_size, num_heads, num_kv_heads, close):
     # (seq_len, q_len): whole prompt, chunk after cached context, single token, block-edge cases.
     shapes = [(19, 19), (40, 7), (block_size, 1), (2 * block_size + 1, block_size + 1), (5, 0)]
     case = random_paged_kv([s for s, _ in shapes], num_kv_heads, head_dim, block_size, dtype=dtype, seed=4)
@@ -75,7 +75,7 @@ def test_prefill_ref_matches_sdpa(dtype, head_dim, block_size, num_heads, num_kv
     for i in range(len(shapes)):
         k, v = case.dense(i)
         rows = slice(int(cu[i]), int(cu[i + 1]))
-        torch.testing.assert_close(out[rows].double(), sdpa_dense(q[rows], k, v, scale), atol=tol[dtype], rtol=0)
+        close(out[rows], sdpa_dense(q[rows], k, v, scale), dtype)
 
 
 def test_decode_ref_equals_prefill_ref_with_one_query():
