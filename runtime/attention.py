@@ -1,0 +1,62 @@
+"""Paged attention over one packed step: where the model meets ``kernels``.
+
+A step's tokens are packed with no padding, single-token queries (decodes) first and multi-token
+chunks (prefill, chunked prefill, recompute) after, so each group goes to the kernel built for
+it: ``paged_decode_attention`` for the first ``num_decode_tokens`` rows and
+``paged_prefill_attention`` (causal, varlen, reading cached context through the block table)
+for the rest. ``model_runner.py`` builds the metadata; the model only passes it through.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kernels import paged_decode_attention, paged_prefill_attention, write_kv_cache
+
+
+@dataclass
+class AttentionMetadata:
+    """Index tensors of one step, shared by every layer.
+
+    ``slot_mapping`` covers all packed tokens. The decode group has one query per sequence;
+    the prefill group's ``cu_seqlens_q`` is rebased to start at 0 for its own rows.
+    ``seq_lens`` count cached context plus this step's tokens (the kernels' convention).
+    """
+
+    slot_mapping: torch.Tensor  # [num_tokens] int64
+    num_decode_tokens: int
+    decode_block_tables: torch.Tensor  # [num_decodes, max_blocks] int32
+    decode_seq_lens: torch.Tensor  # [num_decodes] int32
+    prefill_block_tables: torch.Tensor  # [num_prefills, max_blocks] int32
+    prefill_cu_seqlens_q: torch.Tensor  # [num_prefills + 1] int32
+    prefill_seq_lens: torch.Tensor  # [num_prefills] int32
+    num_prefill_tokens: int
+    #: Kernel backend ("auto" picks Triton on CUDA, the torch reference on CPU).
+    backend: str = "auto"
+
+
+def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
+                    v_cache: torch.Tensor, meta: AttentionMetadata, scale: float) -> torch.Tensor:
+    """Store this step's K/V in the paged cache, then attend; q/k/v ``[tokens, heads, head_dim]``.
+
+    Attention reads only the cache (new tokens included), so cached prefixes and earlier
+    chunks are seen exactly like the tokens computed now.
+    """
+    write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping, backend=meta.backend)
+    nd = meta.num_decode_tokens
+    if meta.num_prefill_tokens == 0:
+        return paged_decode_attention(q, k_cache, v_cache, meta.decode_block_tables,
+                                      meta.decode_seq_lens, scale, backend=meta.backend)
+    if nd == 0:
+        return paged_prefill_attention(q, k_cache, v_cache, meta.prefill_block_tables,
+                                       meta.prefill_cu_seqlens_q, meta.prefill_seq_lens, scale,
+                                       backend=meta.backend)
+    out = torch.empty_like(q)
+    out[:nd] = paged_decode_attention(q[:nd], k_cache, v_cache, meta.decode_block_tables,
+                                      meta.decode_seq_lens, scale, backend=meta.backend)
+    out[nd:] = paged_prefill_attention(q[nd:], k_cache, v_cache, meta.prefill_block_tables,
+                                       meta.prefill_cu_seqlens_q, meta.prefill_seq_lens, scale,
+                                       backend=meta.backend)
+    return out

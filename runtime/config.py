@@ -1,0 +1,115 @@
+"""The model shape the runtime builds, normalised from every source we load (an HF config.json,
+GGUF metadata, a catalog entry), so ``model.py`` reads one dataclass and never a raw dict."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any, Optional
+
+from sim.errors import ConfigError
+
+#: RoPE variants the model implements; anything else is refused at load time, not mis-run.
+SUPPORTED_ROPE_TYPES = ("default", "linear", "llama3", "freq_factors")
+#: Architectures that are the Llama block with optional QKV bias (Qwen2) and nothing more.
+SUPPORTED_ARCHITECTURES = ("llama", "mistral", "qwen2")
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """A Llama-family decoder: RMSNorm, RoPE, GQA attention, SwiGLU MLP."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_hidden_layers: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    rms_norm_eps: float = 1e-5
+    rope_theta: float = 10000.0
+    #: HF-style scaling dict with ``rope_type`` ("linear" | "llama3") or None; GGUF files of
+    #: Llama 3.1 carry llama.cpp's per-dimension divisors instead: ``freq_factors``.
+    rope_scaling: Optional[dict[str, Any]] = None
+    max_position_embeddings: int = 2048
+    tie_word_embeddings: bool = False
+    attention_bias: bool = False  # Qwen2 has q/k/v biases
+    model_type: str = "llama"
+    bos_token_id: Optional[int] = None
+    eos_token_ids: tuple[int, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        if self.model_type not in SUPPORTED_ARCHITECTURES:
+            raise ConfigError(
+                f"model_type {self.model_type!r} is not supported (runtime supports "
+                f"{', '.join(SUPPORTED_ARCHITECTURES)})"
+            )
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(
+                f"num_attention_heads {self.num_attention_heads} is not a multiple of "
+                f"num_key_value_heads {self.num_key_value_heads}"
+            )
+        rope_type = (self.rope_scaling or {}).get("rope_type", "default")
+        if rope_type not in SUPPORTED_ROPE_TYPES:
+            raise ConfigError(f"rope_type {rope_type!r} is not supported ({', '.join(SUPPORTED_ROPE_TYPES)})")
+
+    # --- sizes the KV pool and the memory budget need -------------------------------------
+    def kv_bytes_per_token(self, dtype_bytes: int) -> int:
+        """K and V of one token across all layers."""
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * self.head_dim * dtype_bytes
+
+    @property
+    def num_parameters(self) -> int:
+        h, i, L = self.hidden_size, self.intermediate_size, self.num_hidden_layers
+        q = self.num_attention_heads * self.head_dim
+        kv = self.num_key_value_heads * self.head_dim
+        per_layer = h * (q + 2 * kv) + q * h + 3 * h * i + 2 * h
+        if self.attention_bias:
+            per_layer += q + 2 * kv
+        emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
+        return L * per_layer + emb + h
+
+    def with_overrides(self, **kwargs: Any) -> "ModelConfig":
+        return replace(self, **kwargs)
+
+    # --- constructors ---------------------------------------------------------------------
+    @classmethod
+    def from_hf_dict(cls, cfg: dict[str, Any]) -> "ModelConfig":
+        """From a Hugging Face ``config.json`` (transformers 4.x ``rope_theta``/``rope_scaling``
+        or 5.x ``rope_parameters``)."""
+        model_type = cfg.get("model_type", "llama")
+        try:
+            heads = int(cfg["num_attention_heads"])
+            hidden = int(cfg["hidden_size"])
+            rope_params = dict(cfg.get("rope_parameters") or {})
+            rope_theta = float(rope_params.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
+            scaling = cfg.get("rope_scaling") or rope_params or None
+            if scaling is not None:
+                scaling = dict(scaling)
+                scaling["rope_type"] = scaling.get("rope_type", scaling.get("type", "default"))
+                scaling.pop("type", None)
+                if scaling["rope_type"] == "default":
+                    scaling = None
+            eos = cfg.get("eos_token_id")
+            eos_ids = tuple(eos) if isinstance(eos, (list, tuple)) else (() if eos is None else (int(eos),))
+            if cfg.get("hidden_act", "silu") != "silu":
+                raise ConfigError(f"hidden_act {cfg.get('hidden_act')!r} is not supported (silu only)")
+            return cls(
+                vocab_size=int(cfg["vocab_size"]),
+                hidden_size=hidden,
+                intermediate_size=int(cfg["intermediate_size"]),
+                num_hidden_layers=int(cfg["num_hidden_layers"]),
+                num_attention_heads=heads,
+                num_key_value_heads=int(cfg.get("num_key_value_heads") or heads),
+                head_dim=int(cfg.get("head_dim") or hidden // heads),
+                rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
+                rope_theta=rope_theta,
+                rope_scaling=scaling,
+                max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
+                tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+                attention_bias=bool(cfg.get("attention_bias", model_type == "qwen2")),
+                model_type=model_type,
+                bos_token_id=cfg.get("bos_token_id"),
+                eos_token_ids=eos_ids,
+            )
+        except KeyError as e:
+            raise ConfigError(f"model config lacks {e.args[0]!r}") from None

@@ -1,0 +1,218 @@
+"""The engine loop: ``sim.policies`` decides, the model computes, the wall clock advances.
+
+    plan = scheduler.schedule(now)          # who computes which tokens; KV blocks allocated
+    logits = runner.execute(prepare(plan))  # one packed forward over all of them
+    tokens = sampler(logits)                # one token per request that reached its end
+    finished = scheduler.update(plan, StepResult(tokens, stopped), now)
+
+The scheduler and allocator are the simulator's own objects (``make_scheduler`` /
+``make_allocator``); nothing here re-decides batching, admission, preemption or block
+placement. The engine owns what the policy cannot know: token ids, stop conditions, sampling,
+text, and the wall clock every timestamp is read from.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+import torch
+
+from runtime.args import EngineArgs
+from runtime.kv_cache import allocate_kv_cache, num_blocks_for_budget, num_blocks_for_gpu
+from runtime.model_runner import ModelRunner
+from runtime.outputs import RequestOutput, request_output
+from runtime.sampling import Sampler, SamplingParams
+from runtime.tracing import StepTracer
+from runtime.weights import LoadedModel, load_model
+from sim.errors import ConfigError
+from sim.policies import Request, StepResult
+from sim.policies.kv import make_allocator
+from sim.policies.schedulers import make_scheduler
+
+DEFAULT_CPU_KV_BYTES = 512 * 2**20
+
+
+@dataclass
+class _Live:
+    """Engine-side state of a request the scheduler is serving."""
+
+    request: Request
+    params: SamplingParams
+    stop_ids: frozenset[int]
+    prompt: Optional[str]
+
+
+class LLMEngine:
+    def __init__(self, loaded: LoadedModel, args: EngineArgs) -> None:
+        self.args = args
+        self.loaded = loaded
+        self.config = loaded.config
+        self.tokenizer = loaded.tokenizer
+        self.device = next(loaded.model.parameters()).device
+        self.dtype = next(loaded.model.parameters()).dtype
+        self.max_model_len = args.max_model_len or self.config.max_position_embeddings
+        if self.max_model_len > self.config.max_position_embeddings:
+            raise ConfigError(
+                f"max_model_len {self.max_model_len} exceeds the model's "
+                f"max_position_embeddings {self.config.max_position_embeddings}"
+            )
+        num_blocks = self._num_kv_blocks()
+        self.kv_cache = allocate_kv_cache(self.config, num_blocks, args.block_size, self.dtype, self.device)
+        self.allocator = make_allocator("paged", num_slots=num_blocks * args.block_size,
+                                        block_size=args.block_size,
+                                        prefix_caching=args.enable_prefix_caching,
+                                        max_model_len=self.max_model_len)
+        try:
+            self.scheduler = make_scheduler(args.policy(), self.allocator,
+                                            max_model_len=self.max_model_len,
+                                            max_num_seqs=args.max_num_seqs,
+                                            max_num_batched_tokens=args.max_num_batched_tokens,
+                                            preemption=args.preemption_mode)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        self.runner = ModelRunner(loaded.model, self.kv_cache, self.allocator, self.device,
+                                  args.attention_backend)
+        self.sampler = Sampler()
+        self.tracer = StepTracer(args.trace_path)
+        self.eos_token_ids = self._eos_ids()
+        self._live: dict[str, _Live] = {}
+        self._ids = itertools.count()
+        self._t0 = time.perf_counter()
+
+    @classmethod
+    def from_args(cls, args: EngineArgs) -> "LLMEngine":
+        if args.num_threads:
+            torch.set_num_threads(args.num_threads)
+        device = args.torch_device()
+        loaded = load_model(args.model, args.torch_dtype(device), device, seed=args.seed)
+        return cls(loaded, args)
+
+    # --- setup ------------------------------------------------------------------------------
+    def _num_kv_blocks(self) -> int:
+        a = self.args
+        if a.num_kv_blocks is not None:
+            return a.num_kv_blocks
+        if self.device.type == "cuda" and a.kv_cache_bytes is None:
+            return num_blocks_for_gpu(self.config, a.block_size, self.dtype,
+                                      a.gpu_memory_utilization, self.device)
+        budget = a.kv_cache_bytes if a.kv_cache_bytes is not None else DEFAULT_CPU_KV_BYTES
+        return num_blocks_for_budget(self.config, a.block_size, self.dtype, budget)
+
+    def _eos_ids(self) -> tuple[int, ...]:
+        ids = set(self.config.eos_token_ids)
+        tok_eos = getattr(self.tokenizer, "eos_token_id", None)
+        if tok_eos is not None:
+            ids.add(int(tok_eos))
+        return tuple(sorted(ids))
+
+    # --- clock --------------------------------------------------------------------------------
+    def now(self) -> float:
+        """Engine clock: seconds since the engine was built (every timestamp uses it)."""
+        return time.perf_counter() - self._t0
+
+    # --- requests -------------------------------------------------------------------------
+    def add_request(self, prompt: Union[str, Sequence[int], None] = None,
+                    params: Optional[SamplingParams] = None, request_id: Optional[str] = None,
+                    arrival_time: Optional[float] = None) -> Request:
+        """Tokenise and queue one request. A request that can never be served (longer than
+        max_model_len, or than the whole KV pool) comes back with state REJECTED and a
+        ``reject_reason``; it is not queued."""
+        params = params or SamplingParams()
+        text: Optional[str] = None
+        if isinstance(prompt, str):
+            if self.tokenizer is None:
+                raise ConfigError("prompt: this model has no tokenizer; pass prompt_token_ids")
+            text = prompt
+            ids = list(self.tokenizer.encode(prompt))
+        elif prompt is None:
+            raise ConfigError("prompt: give a prompt string or prompt token ids")
+        else:
+            ids = [int(t) for t in prompt]
+        if not ids:
+            raise ConfigError("prompt: empty prompt")
+        bad = [t for t in ids if not 0 <= t < self.config.vocab_size]
+        if bad:
+            raise ConfigError(f"prompt: token id {bad[0]} is outside the vocabulary (size {self.config.vocab_size})")
+        rid = request_id if request_id is not None else str(next(self._ids))
+        if rid in self._live:
+            raise ConfigError(f"request id {rid!r} is already in flight")
+        now = self.now()
+        req = Request(request_id=rid, arrival_time=now if arrival_time is None else arrival_time,
+                      prompt_len=len(ids), max_output_tokens=params.max_tokens, prompt_token_ids=ids)
+        if self.scheduler.add_request(req, now):
+            self._live[rid] = _Live(req, params, params.stop_ids(self.eos_token_ids), text)
+        return req
+
+    def abort(self, request_id: str) -> Optional[RequestOutput]:
+        """Stop a request wherever it is; its KV blocks go back to the pool now."""
+        req = self.scheduler.abort(request_id, self.now())
+        live = self._live.pop(request_id, None)
+        self.sampler.forget(request_id)
+        if req is None or live is None:
+            return None
+        return self._output(req, live.prompt, live.params)
+
+    def has_unfinished(self) -> bool:
+        return self.scheduler.has_unfinished()
+
+    @property
+    def num_unfinished(self) -> int:
+        return len(self._live)
+
+    # --- the step -----------------------------------------------------------------------------
+    def step(self) -> list[RequestOutput]:
+        """Run one scheduler step; return the requests that finished (or were rejected) in it."""
+        t_sched = self.now()
+        plan = self.scheduler.schedule(t_sched)
+        start = self.now()
+        done: list[RequestOutput] = [self._retire(r) for r in plan.rejected]
+        if not plan.scheduled:
+            if self.scheduler.running or not self.has_unfinished():
+                return done
+            raise RuntimeError(
+                f"scheduler made no progress with {len(self.scheduler.waiting)} waiting requests "
+                f"and an idle pool of {self.allocator.num_free_slots} free slots"
+            )
+        prepared = self.runner.prepare(plan)
+        logits = self.runner.execute(prepared)
+        rids = [s.request.request_id for s in prepared.sample_requests]
+        params = [self._live[r].params for r in rids]
+        tokens = self.sampler(logits, rids, params)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        end = self.now()
+        self.tracer.record(plan, start, end - start, start - t_sched, self.allocator.num_free_slots
+                           // self.allocator.block_size, len(self.scheduler.waiting),
+                           len(self.scheduler.running))
+        stopped = {rid for rid, tok in zip(rids, tokens) if tok in self._live[rid].stop_ids}
+        result = StepResult(sampled_token_ids={rid: [tok] for rid, tok in zip(rids, tokens)}, stopped=stopped)
+        for req in self.scheduler.update(plan, result, end):
+            done.append(self._retire(req))
+        return done
+
+    def _retire(self, req: Request) -> RequestOutput:
+        live = self._live.pop(req.request_id, None)
+        self.sampler.forget(req.request_id)
+        params = live.params if live else SamplingParams()
+        return self._output(req, live.prompt if live else None, params)
+
+    def _output(self, req: Request, prompt: Optional[str], params: SamplingParams) -> RequestOutput:
+        text = ""
+        if self.tokenizer is not None and req.output_token_ids:
+            text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=params.skip_special_tokens)
+        return request_output(req, prompt, text)
+
+    # --- health ---------------------------------------------------------------------------------
+    def num_leaked_blocks(self) -> int:
+        """Blocks held although no request is live (0 after every run: tests check it)."""
+        if self.has_unfinished():
+            raise RuntimeError("requests are still in flight")
+        self.allocator.check_invariants()
+        return (self.allocator.num_slots - self.allocator.num_free_slots) // self.allocator.block_size
+
+    def close(self) -> None:
+        self.tracer.close()
+

@@ -1,0 +1,118 @@
+"""Turn a scheduler's ``StepPlan`` into one packed forward pass and the logits to sample from.
+
+The plan says, per request, which token positions to compute
+(``[num_computed_tokens, num_computed_tokens + num_new_tokens)``); the allocator already holds
+the blocks for them. This module only translates that into tensors: token ids, positions, the
+KV slot of every new token, block tables and sequence lengths. It decides nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from runtime.attention import AttentionMetadata
+from runtime.kv_cache import KVCache
+from runtime.model import LlamaForCausalLM
+from sim.policies import ScheduledRequest, StepPlan
+from sim.policies.kv.base import KVAllocator
+
+
+@dataclass
+class PreparedStep:
+    input_ids: torch.Tensor
+    positions: torch.Tensor
+    meta: AttentionMetadata
+    #: Packed row of the last token of every request that samples this step, and who it is.
+    sample_rows: torch.Tensor
+    sample_requests: list[ScheduledRequest]
+
+
+def _block_table_tensor(tables: list[list[int]], device: torch.device) -> torch.Tensor:
+    width = max((len(t) for t in tables), default=0)
+    padded = [t + [0] * (width - len(t)) for t in tables]  # kernels mask past seq_len
+    return torch.tensor(padded, dtype=torch.int32).reshape(len(tables), width).to(device)
+
+
+class ModelRunner:
+    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, allocator: KVAllocator,
+                 device: torch.device, attention_backend: str = "auto") -> None:
+        self.model = model
+        self.kv_cache = kv_cache
+        self.kv_layers = kv_cache.layers()
+        self.allocator = allocator
+        self.device = device
+        self.block_size = kv_cache.block_size
+        self.attention_backend = attention_backend
+
+    def prepare(self, plan: StepPlan) -> PreparedStep:
+        """Pack single-token queries first, then multi-token chunks (see ``attention.py``)."""
+        decodes: list[ScheduledRequest] = []
+        prefills: list[ScheduledRequest] = []
+        for s in plan.scheduled:
+            if s.num_spec_tokens:
+                raise NotImplementedError("the runtime does not run speculative decoding yet")
+            if s.num_new_tokens < 1:
+                raise ValueError(f"request {s.request.request_id}: scheduled {s.num_new_tokens} tokens")
+            (decodes if s.num_new_tokens == 1 else prefills).append(s)
+
+        bs = self.block_size
+        ids: list[int] = []
+        positions: list[int] = []
+        slots: list[int] = []
+        tables: list[list[int]] = []
+        seq_lens: list[int] = []
+        cu_q = [0]
+        sample_rows: list[int] = []
+        sample_reqs: list[ScheduledRequest] = []
+        for s in decodes + prefills:
+            req = s.request
+            start = req.num_computed_tokens
+            end = start + s.num_new_tokens
+            table = self.allocator.block_table(req)
+            if len(table) * bs < end:
+                raise RuntimeError(
+                    f"request {req.request_id}: {len(table)} blocks of {bs} cannot hold {end} tokens "
+                    f"(allocator and plan disagree)"
+                )
+            if s.num_new_tokens == 1:
+                ids.append(req.token_id(start))
+            else:
+                ids.extend(req.all_token_ids()[start:end])
+            positions.extend(range(start, end))
+            slots.extend(table[p // bs] * bs + p % bs for p in range(start, end))
+            tables.append(table)
+            seq_lens.append(end)
+            cu_q.append(cu_q[-1] + s.num_new_tokens)
+            if s.samples_token:
+                sample_rows.append(len(ids) - 1)
+                sample_reqs.append(s)
+
+        nd = len(decodes)
+        dev = self.device
+        prefill_cu = [c - nd for c in cu_q[nd:]]
+        meta = AttentionMetadata(
+            slot_mapping=torch.tensor(slots, dtype=torch.int64).to(dev),
+            num_decode_tokens=nd,
+            decode_block_tables=_block_table_tensor(tables[:nd], dev),
+            decode_seq_lens=torch.tensor(seq_lens[:nd], dtype=torch.int32).to(dev),
+            prefill_block_tables=_block_table_tensor(tables[nd:], dev),
+            prefill_cu_seqlens_q=torch.tensor(prefill_cu, dtype=torch.int32).to(dev),
+            prefill_seq_lens=torch.tensor(seq_lens[nd:], dtype=torch.int32).to(dev),
+            num_prefill_tokens=len(ids) - nd,
+            backend=self.attention_backend,
+        )
+        return PreparedStep(
+            input_ids=torch.tensor(ids, dtype=torch.int64).to(dev),
+            positions=torch.tensor(positions, dtype=torch.int64).to(dev),
+            meta=meta,
+            sample_rows=torch.tensor(sample_rows, dtype=torch.int64).to(dev),
+            sample_requests=sample_reqs,
+        )
+
+    @torch.inference_mode()
+    def execute(self, step: PreparedStep) -> torch.Tensor:
+        """Logits ``[num_sampling_requests, vocab]`` in float32 (only the rows that sample)."""
+        hidden = self.model(step.input_ids, step.positions, self.kv_layers, step.meta)
+        return self.model.compute_logits(hidden[step.sample_rows])
