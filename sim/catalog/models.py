@@ -32,6 +32,7 @@ class ModelSpec:
       offset rows); 0 for rotary models.
     - ``sliding_window``: attention window (Mistral-7B-v0.1); recorded for the scheduler,
       the cost model prices full context.
+    - ``rope_theta``: rotary base (for the runtime; costs do not depend on it).
     """
 
     name: str
@@ -50,6 +51,7 @@ class ModelSpec:
     norm: str = "rmsnorm"
     learned_position_rows: int = 0
     sliding_window: Optional[int] = None
+    rope_theta: float = 10000.0
     hf_id: Optional[str] = None
 
     def __post_init__(self) -> None:
@@ -148,15 +150,15 @@ _CATALOG: dict[str, ModelSpec] = {
         _llama("llama-2-13b", "meta-llama/Llama-2-13b-hf", 40, 5120, 40, 40, 13824, 32000, 4096),
         _llama("llama-2-70b", "meta-llama/Llama-2-70b-hf", 80, 8192, 64, 8, 28672, 32000, 4096),
         _llama("llama-3.1-8b", "meta-llama/Llama-3.1-8B", 32, 4096, 32, 8, 14336, 128256,
-               131072),
+               131072, rope_theta=500000.0),
         _llama("llama-3.1-70b", "meta-llama/Llama-3.1-70B", 80, 8192, 64, 8, 28672, 128256,
-               131072),
+               131072, rope_theta=500000.0),
         _llama("mistral-7b", "mistralai/Mistral-7B-v0.1", 32, 4096, 32, 8, 14336, 32000, 32768,
                sliding_window=4096),
         _llama("qwen2.5-7b", "Qwen/Qwen2.5-7B", 28, 3584, 28, 4, 18944, 152064, 32768,
-               qkv_bias=True),
+               qkv_bias=True, rope_theta=1000000.0),
         _llama("smollm2-135m", "HuggingFaceTB/SmolLM2-135M", 30, 576, 9, 3, 1536, 49152, 8192,
-               tie_word_embeddings=True),
+               tie_word_embeddings=True, rope_theta=100000.0),
     )
 }
 
@@ -271,6 +273,7 @@ def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
         # Qwen2 always has q/k/v bias; Llama only with attention_bias=true.
         qkv_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
         norm="rmsnorm",
+        rope_theta=float(cfg.get("rope_theta", 10000.0)),
         sliding_window=(int(cfg["sliding_window"]) if cfg.get("sliding_window")
                         and cfg.get("use_sliding_window", model_type == "mistral") else None),
     )
