@@ -192,8 +192,11 @@ _ALIASES: dict[str, str] = {
 HARDWARE_NAMES: tuple[str, ...] = tuple(_CATALOG)
 
 
-def get_hardware(name: str) -> HardwareSpec:
-    """The catalog entry for a slug (``a100-40gb``) or alias (``h100``), case-insensitive."""
+def get_hardware(name: "str | HardwareSpec") -> HardwareSpec:
+    """The catalog entry for a slug (``a100-40gb``) or alias (``h100``), case-insensitive;
+    a ``HardwareSpec`` passes through (a custom GPU)."""
+    if isinstance(name, HardwareSpec):
+        return name
     key = str(name).strip().lower().replace("_", "-").replace(" ", "-")
     key = _ALIASES.get(key, key)
     try:
