@@ -53,8 +53,9 @@ COMPUTE_OPS = {
     "attn_rope": "norms_elementwise",
     "add": "norms_elementwise",
 }
-FAMILIES = ("qkv_proj", "o_proj", "mlp", "norms_elementwise", "attn_prefill", "attn_decode",
-            "tp_allreduce", "pp_send_recv")
+LAYER_TOTAL = "layer_without_attention"
+FAMILIES = ("qkv_proj", "o_proj", "mlp", "norms_elementwise", LAYER_TOTAL, "attn_prefill",
+            "attn_decode", "tp_allreduce", "pp_send_recv")
 
 
 @dataclass
@@ -179,6 +180,8 @@ def compare(measurements: Iterable[Measurement], efficiency: Efficiency = A100_E
     A family made of several measured ops per layer (mlp = up + act + down;
     norms_elementwise = two norms + rope + add) is compared on the per-layer sum of its ops
     at each (model, tp, num_tokens): one row per configuration, as a step would see it.
+    ``layer_without_attention`` sums all nine measured per-layer ops the same way.
+    Duplicate measurements of one configuration are summed on both sides (their mean).
     """
     models = _Models(efficiency)
     groups: dict[str, tuple[list[float], list[float]]] = {}
@@ -186,9 +189,10 @@ def compare(measurements: Iterable[Measurement], efficiency: Efficiency = A100_E
     for m in measurements:
         p = predict(m, models)
         if not per_op and m.op in COMPUTE_OPS:
-            acc = sums.setdefault((family_of(m.op), m.model, m.tp, m.args), [0.0, 0.0])
-            acc[0] += p
-            acc[1] += m.seconds
+            for fam in (family_of(m.op), LAYER_TOTAL):
+                acc = sums.setdefault((fam, m.model, m.tp, m.args), [0.0, 0.0])
+                acc[0] += p
+                acc[1] += m.seconds
             continue
         name = f"{family_of(m.op)}/{m.op}" if m.op in COMPUTE_OPS else m.op
         pr, me = groups.setdefault(name, ([], []))
