@@ -105,14 +105,14 @@ def resolve_deployment(cfg: dict) -> Deployment:
     sched = cfg["scheduler"]
     budget = sched["max_num_batched_tokens"] or max(kv["max_model_len"], 2048)
     memory = plan_memory(
-        model, hw, cfg["dtype"], kv["gpu_memory_utilization"],
+        model, cfg["hardware"], cfg["dtype"], kv["gpu_memory_utilization"],
         tensor_parallel_size=par["tensor_parallel_size"],
         pipeline_parallel_size=par["pipeline_parallel_size"],
         kv_cache_dtype=kv["dtype"], weight_dtype=weight_dtype,
         max_num_batched_tokens=budget,
     )
     cost = RooflineCostModel(
-        model, hw, dtype=cfg["dtype"],
+        model, cfg["hardware"], dtype=cfg["dtype"],
         tensor_parallel_size=par["tensor_parallel_size"],
         pipeline_parallel_size=par["pipeline_parallel_size"],
         kv_cache_dtype=kv["dtype"], weight_dtype=weight_dtype,
@@ -149,10 +149,11 @@ def build_workload(cfg: dict, base_dir: Optional[Union[str, Path]] = None) -> li
 def simulate(config: Union[dict, str, Path, None] = None, *, overrides: Sequence[str] = (),
              seed: Optional[int] = None, requests: Optional[list[Request]] = None,
              progress: Optional[Callable[[int], None]] = None,
-             base_dir: Optional[Union[str, Path]] = None) -> SimResult:
+             base_dir: Optional[Union[str, Path]] = None, fast_decode: bool = True) -> SimResult:
     """Simulate one scenario. ``config`` is a full config dict (from ``build_config``), a
     partial dict or a YAML path; ``requests`` replaces the configured workload (A/B runs pass the
-    same stream to both arms)."""
+    same stream to both arms). ``fast_decode=False`` forces one simpy step per decode step
+    (the reference the bulk-decode fast path is tested against)."""
     if _is_built(config) and not overrides and seed is None:
         cfg = config
     else:
@@ -173,7 +174,7 @@ def simulate(config: Union[dict, str, Path, None] = None, *, overrides: Sequence
     router = _RecordingRouter(cfg["parallel"]["router"], replica_of)
     sim = Simulation(reqs, schedulers, dep.cost_model.step_time, router=router,
                      spec_samplers=samplers, draft_cost_ratio=spec["draft_cost_ratio"],
-                     progress=progress)
+                     progress=progress, fast_decode=fast_decode)
     sim.run()
     steps = sim.log.columns()
     queries = sum(getattr(s.allocator, "num_prefix_queries", 0) for s in schedulers)

@@ -27,6 +27,21 @@ app = typer.Typer(
 )
 err = Console(stderr=True)
 
+
+
+@app.callback()
+def _root(
+    version: bool = typer.Option(False, "--version", help="Print the version and exit."),
+) -> None:
+    """kvplan: how many GPUs, with which scheduler, block size, batching limits, prefix
+    caching, speculative decoding and quantisation serve this workload inside this SLO?"""
+    if version:
+        from sim import __version__
+
+        typer.echo(f"kvplan {__version__}")
+        raise typer.Exit()
+
+
 SET_HELP = "Override a config key, e.g. --set scheduler.policy=vllm_v0 (repeatable)."
 
 
@@ -78,7 +93,7 @@ def main() -> None:
     try:
         app(standalone_mode=False)
     except KvplanError as exc:
-        err.print(f"[red]error:[/red] {exc}", highlight=False)
+        err.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         sys.exit(2)
     except FileNotFoundError as exc:
         err.print(f"[red]error:[/red] {exc.filename or exc}: not found", highlight=False)

@@ -8,9 +8,11 @@ reproducible from the config's seed.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import math
+from dataclasses import dataclass, field, replace
 from typing import Callable, Optional, Sequence
 
+import numpy as np
 import simpy
 
 from sim.policies.request import Request
@@ -34,7 +36,9 @@ class StepLog:
     rows: list[tuple] = field(default_factory=list)
 
     def columns(self) -> dict[str, list]:
-        cols = list(zip(*self.rows)) if self.rows else [[] for _ in STEP_COLUMNS]
+        """Columns in time order (a bulk decode window logs ahead of other replicas' steps)."""
+        rows = sorted(self.rows, key=lambda r: (r[1], r[0]))
+        cols = list(zip(*rows)) if rows else [[] for _ in STEP_COLUMNS]
         return {name: list(col) for name, col in zip(STEP_COLUMNS, cols)}
 
 
@@ -44,7 +48,8 @@ class Replica:
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler,
                  step_time: Callable, log: StepLog, on_finish: Callable[[Request], None],
                  spec: Optional[AcceptanceSampler] = None, draft_cost_ratio: float = 0.0,
-                 record_usage: bool = True) -> None:
+                 record_usage: bool = True, fast_decode: bool = True,
+                 next_arrival: Callable[[], float] = lambda: math.inf) -> None:
         self.env = env
         self.index = index
         self.scheduler = scheduler
@@ -54,6 +59,9 @@ class Replica:
         self.spec = spec
         self.draft_cost_ratio = draft_cost_ratio
         self.record_usage = record_usage
+        self.fast_decode = fast_decode
+        self.next_arrival = next_arrival
+        self.num_bulk_steps = 0
         self._wakeup: Optional[simpy.Event] = None
         self.busy_time = 0.0
         self.num_steps = 0
@@ -84,6 +92,29 @@ class Replica:
             dt += k * self.draft_cost_ratio * dt
         return dt
 
+    def _decode_window(self, plan: StepPlan, dt0: float) -> list[float]:
+        """Durations of the steps, starting with ``plan``, that repeat its batch as pure decode
+        before anything can change it (a finish, memory running out, the next arrival).
+
+        Between such events decode steps are predictable, so they are taken in one go; the
+        simulated clock still advances step by step with the same float arithmetic, so the result
+        is identical to the step-by-step path (tests/test_engine.py checks it)."""
+        limit = self.scheduler.decode_window_limit(plan)
+        if limit < 2:
+            return [dt0]
+        arrival = self.next_arrival()
+        shape = plan.shape
+        batch = shape.num_decode_seqs
+        dts = [dt0]
+        t = self.env.now + dt0
+        for i in range(1, limit):
+            if t >= arrival:
+                break
+            dt = self.step_time(replace(shape, decode_context_tokens=shape.decode_context_tokens + i * batch))
+            dts.append(dt)
+            t += dt
+        return dts
+
     def _result(self, plan: StepPlan) -> StepResult:
         if not plan.shape.num_spec_tokens or self.spec is None:
             return StepResult()
@@ -108,6 +139,19 @@ class Replica:
             dt = self._price(plan)
             start = env.now
             self._record(plan, start, dt)
+            dts = self._decode_window(plan, dt) if self.fast_decode else [dt]
+            if len(dts) > 1:
+                self._record_window(plan, start, dts)  # reads step 0's holdings: before reserving
+                sched.reserve_decode_window(plan, len(dts))
+                ends = []
+                for d in dts:
+                    yield env.timeout(d)
+                    ends.append(env.now)
+                sched.advance_decode_window(plan, ends)
+                self.busy_time += sum(dts)
+                self.num_steps += len(dts)
+                self.num_bulk_steps += len(dts)
+                continue
             yield env.timeout(dt)
             self.busy_time += dt
             self.num_steps += 1
@@ -131,6 +175,41 @@ class Replica:
         ))
 
 
+    def _record_window(self, plan: StepPlan, start: float, dts: list[float]) -> None:
+        """Log rows for steps 1.. of a decode window, with the KV breakdown of each step derived
+        from step 0's by the per-request growth (computed vectorised, not by walking requests)."""
+        sched, alloc = self.scheduler, self.scheduler.allocator
+        shape = plan.shape
+        k = len(dts)
+        base = self.log.rows[-1]
+        reqs = [s.request for s in plan.scheduled]
+        if self.record_usage:
+            bs = alloc.block_size
+            c = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, len(reqs))[:, None]
+            held0 = np.fromiter((alloc.num_held_slots(r) for r in reqs), np.int64, len(reqs))[:, None]
+            final = np.fromiter((r.final_kv_len for r in reqs), np.int64, len(reqs))[:, None]
+            i = np.arange(k, dtype=np.int64)[None, :]
+            held = np.maximum(held0, -(-(c + i + 1) // bs) * bs)
+            wu = np.minimum(held, final)
+            tok = np.minimum(c + i, wu)
+            d_tok = (tok - tok[:, :1]).sum(axis=0)
+            d_res = ((wu - tok) - (wu - tok)[:, :1]).sum(axis=0)
+            d_int = ((held - wu) - (held - wu)[:, :1]).sum(axis=0)
+            d_held = (held - held[:, :1]).sum(axis=0)
+        t = start + dts[0]
+        rows = self.log.rows
+        for j in range(1, k):
+            if self.record_usage:
+                kv = (base[11] + int(d_tok[j]), base[12] + int(d_res[j]), base[13] + int(d_int[j]),
+                      base[14], base[15] - int(d_held[j]))
+            else:
+                kv = base[11:16]
+            rows.append((self.index, t, dts[j], shape.batch_size, 0, shape.num_decode_seqs, 0,
+                         shape.decode_context_tokens + j * shape.num_decode_seqs,
+                         base[8], base[9], 0, *kv))
+            t += dts[j]
+
+
 class Simulation:
     """Wires arrivals, a router and replicas into one simpy environment."""
 
@@ -138,17 +217,20 @@ class Simulation:
                  step_time: Callable, router: Optional[Router] = None,
                  spec_samplers: Optional[Sequence[AcceptanceSampler]] = None,
                  draft_cost_ratio: float = 0.0,
-                 progress: Optional[Callable[[int], None]] = None) -> None:
+                 progress: Optional[Callable[[int], None]] = None,
+                 fast_decode: bool = True) -> None:
         self.env = simpy.Environment()
         self.requests = list(requests)
         self.router = router or Router()
         self.log = StepLog()
         self.finished: list[Request] = []
         self._progress = progress
+        self._next_index = 0
         self.replicas = [
             Replica(self.env, i, s, step_time, self.log, self._on_finish,
                     spec=(spec_samplers[i] if spec_samplers else None),
-                    draft_cost_ratio=draft_cost_ratio)
+                    draft_cost_ratio=draft_cost_ratio, fast_decode=fast_decode,
+                    next_arrival=self.next_arrival_time)
             for i, s in enumerate(schedulers)
         ]
         self.env.process(self._arrivals())
@@ -158,11 +240,18 @@ class Simulation:
         if self._progress is not None:
             self._progress(1)
 
+    def next_arrival_time(self) -> float:
+        """Arrival time of the next request not yet submitted (inf when none is left)."""
+        if self._next_index < len(self.requests):
+            return self.requests[self._next_index].arrival_time
+        return math.inf
+
     def _arrivals(self):
         env = self.env
-        for req in self.requests:
+        for index, req in enumerate(self.requests):
             if req.arrival_time > env.now:
                 yield env.timeout(req.arrival_time - env.now)
+            self._next_index = index + 1
             i = self.router.route(req, self.replicas)
             self.replicas[i].submit(req)
 

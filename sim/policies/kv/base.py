@@ -134,6 +134,11 @@ class KVAllocator(ABC):
         b = self.block_size
         return -(-num_tokens // b) * b
 
+    def growth_slots(self, req: Request, num_tokens: int) -> int:
+        """Free slots ``req`` must newly take to hold ``num_tokens`` tokens (0 if it already
+        can). Used to see how many pure-decode steps fit before memory runs out."""
+        return max(0, self.slots_for_tokens(num_tokens) - self.num_held_slots(req))
+
     @abstractmethod
     def usage(self, holders: Iterable[Request], waiting: Optional[Request]) -> KVUsage:
         """Memory breakdown given the requests that hold slots and the head of the queue."""

@@ -68,6 +68,10 @@ class ContiguousAllocator(KVAllocator):
     def min_slots_for_final(self, req: Request) -> int:
         return self.reservation(req)
 
+    def growth_slots(self, req: Request, num_tokens: int) -> int:
+        # A reservation never grows: past it the request cannot continue at all.
+        return 0 if num_tokens <= self.num_held_slots(req) else self._num_slots + 1
+
     def _first_fit(self, size: int) -> int:
         for i, length in enumerate(self._free_lens):
             if length >= size:

@@ -256,6 +256,65 @@ class Scheduler(ABC):
         self.allocator.free(req)
         out.append(req)
 
+    # --- bulk decode (the simulator's exact fast path) -------------------------------------
+    def decode_window_limit(self, plan: StepPlan) -> int:
+        """How many consecutive steps, starting with ``plan``, are certain to repeat ``plan``'s
+        batch as pure decode: nobody finishes before the last of them, memory suffices for all
+        of them, and (because free memory only shrinks while nobody finishes) no waiting or
+        swapped request can be admitted meanwhile. Arrivals are the executor's business.
+        Returns 1 when the plan is not a plain decode step."""
+        if (plan.preempted or plan.swapped_out or plan.swapped_in or not plan.scheduled
+                or plan.shape.num_prefill_tokens or plan.shape.num_spec_tokens):
+            return 1
+        limit = None
+        for s in plan.scheduled:
+            req = s.request
+            if s.num_new_tokens != 1 or req.prompt_token_ids is not None:
+                return 1  # real tokens: the runtime decides stops, never bulk-advanced
+            left = req.max_output_tokens - req.num_output_tokens - 1
+            limit = left if limit is None or left < limit else limit
+        if limit is None or limit < 2:
+            return 1
+        alloc = self.allocator
+        free = alloc.num_free_slots
+
+        def fits(k: int) -> bool:
+            need = 0
+            for s in plan.scheduled:
+                r = s.request
+                need += alloc.growth_slots(r, r.num_computed_tokens + k)
+                if need > free:
+                    return False
+            return True
+
+        if fits(limit):
+            return limit
+        lo, hi = 1, limit  # fits(lo) holds (step 0 is allocated), fits(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def reserve_decode_window(self, plan: StepPlan, num_steps: int) -> None:
+        """Allocate KV for ``num_steps`` decode steps of ``plan``'s batch at once."""
+        for s in plan.scheduled:
+            if not self.allocator.allocate(s.request, num_steps):
+                raise RuntimeError("decode window allocation failed after decode_window_limit")
+
+    def advance_decode_window(self, plan: StepPlan, step_end_times: list[float]) -> None:
+        """Apply ``len(step_end_times)`` pure-decode steps to ``plan``'s batch exactly as that
+        many ``update`` calls would (nobody finishes inside a window)."""
+        k = len(step_end_times)
+        for s in plan.scheduled:
+            req = s.request
+            req.num_computed_tokens += k
+            req.num_output_tokens += k
+            req.token_times.extend(step_end_times)
+            self.allocator.cache_full_blocks(req)
+
     def abort(self, request_id: str, now: float) -> Optional[Request]:
         """Stop a request wherever it is and free its memory."""
         for queue in (self.running, self.waiting, self.swapped):
