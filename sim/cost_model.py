@@ -493,9 +493,10 @@ class RooflineCostModel:
         pairs, ``StepShape.prefill_attention_work``) reading ``context_tokens`` cached KV."""
         if num_tokens <= 0:
             return 0.0
-        mem = self._prefill_mem_per_token * num_tokens + self._prefill_mem_per_ctx * context_tokens
-        return max(self._prefill_per_work * attention_work, mem) \
-            + self.efficiency.attention_latency_s
+        mem = (self._prefill_mem_per_token * num_tokens
+               + self._prefill_mem_per_ctx * context_tokens)
+        flops = self._prefill_per_work * attention_work
+        return max(flops, mem) + self.efficiency.attention_latency_s
 
     def attn_decode_time(self, num_seqs: float, context_tokens: float,
                          num_spec_tokens: float = 0) -> float:
