@@ -644,6 +644,20 @@ class RooflineCostModel:
         busy = (rows > 0) | (S > 0)
         return np.where(busy, t + e.cpu_step_s + e.cpu_per_seq_s * (PS + D), 0.0)
 
+    def decode_window_times(self, shape: StepShape, num_steps: int,
+                            context_growth: Optional[int] = None) -> np.ndarray:
+        """Seconds of ``num_steps`` consecutive steps of ``shape`` whose decode context grows
+        by ``context_growth`` tokens a step (default: one per decode sequence), for the
+        engine's bulk-decode path. Element i equals ``step_time`` of the i-th step exactly
+        (same float operations in the same order)."""
+        growth = shape.num_decode_seqs if context_growth is None else context_growth
+        ctx = shape.decode_context_tokens + growth * np.arange(num_steps, dtype=float)
+        s = shape
+        return self.step_times(s.num_prefill_tokens, s.num_prefill_seqs, s.num_decode_seqs,
+                               s.num_spec_tokens, ctx, s.prefill_context_tokens,
+                               s.prefill_attention_work, s.num_swap_tokens,
+                               s.num_padding_tokens)
+
     # -- explanation ------------------------------------------------------------------------
     def breakdown(self, shape: StepShape) -> dict[str, float]:
         """Seconds per operator family (``BREAKDOWN_KEYS``); sums to ``step_time(shape)``."""

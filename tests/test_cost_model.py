@@ -9,7 +9,7 @@ import math
 import random
 import sys
 import time
-from dataclasses import fields
+from dataclasses import fields, replace
 from pathlib import Path
 
 import numpy as np
@@ -208,8 +208,18 @@ def test_breakdown_sums_to_step_time_and_vectorised_matches(cm):
         assert sum(b.values()) == pytest.approx(cm.step_time(s), rel=1e-9, abs=1e-15)
     arrays = {f.name: np.array([getattr(s, f.name) for s in shapes])
               for f in fields(StepShape)}
-    np.testing.assert_allclose(cm.step_times(**arrays), [cm.step_time(s) for s in shapes],
-                               rtol=1e-12)
+    # Same float operations in the same order: bit-identical, so the engine may mix them.
+    np.testing.assert_array_equal(cm.step_times(**arrays), [cm.step_time(s) for s in shapes])
+
+
+@pytest.mark.parametrize("cm", MODELS, ids=repr)
+def test_decode_window_times_match_step_by_step_exactly(cm):
+    for shape in (decode(37, 37 * 900), decode(8, 8 * 10, spec=16), decode(256, 256 * 3000)):
+        times = cm.decode_window_times(shape, 200)
+        loop = [cm.step_time(replace(shape, decode_context_tokens=shape.decode_context_tokens
+                                     + i * shape.num_decode_seqs)) for i in range(200)]
+        np.testing.assert_array_equal(times, loop)
+        assert all(b >= a for a, b in zip(times, times[1:]))
 
 
 def test_empty_step_is_free_and_cost_model_protocol():
