@@ -102,6 +102,20 @@ class PagedAllocator(KVAllocator):
 
     def allocate(self, req: Request, num_new_tokens: int,
                  prefix: Optional[PrefixHit] = None) -> bool:
+        if not prefix or not prefix.block_ids:
+            # Hot path (every decode of every step): room already held, or plain growth.
+            blocks = self.req_blocks.get(req.request_id)
+            total = req.num_computed_tokens + num_new_tokens
+            held = len(blocks) if blocks else 0
+            need = -(-total // self.block_size) - held
+            if need <= 0:
+                return True
+            if need > len(self.pool.free_queue):
+                return False
+            if blocks is None:
+                blocks = self.req_blocks[req.request_id] = []
+            blocks.extend(self.pool.allocate(need))
+            return True
         need, touched_free = self._blocks_needed(req, num_new_tokens, prefix)
         if need + touched_free > self.pool.num_free:
             return False

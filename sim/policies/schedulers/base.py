@@ -212,6 +212,16 @@ class Scheduler(ABC):
             req = s.request
             if req.state is not RequestState.RUNNING:
                 continue  # aborted while the step ran
+            if (sampled is None and s.num_new_tokens == 1 and not s.num_spec_tokens
+                    and req.num_computed_tokens + 1 == req.prompt_len + req.num_output_tokens):
+                # Hot path: a simulated plain decode emits exactly one token.
+                req.num_computed_tokens += 1
+                req.num_output_tokens += 1
+                req.token_times.append(now)
+                self.allocator.cache_full_blocks(req)
+                if req.num_output_tokens >= req.max_output_tokens:
+                    self._on_finished(req, "length", now, finished)
+                continue
             samples = s.samples_token
             req.num_computed_tokens += s.num_new_tokens
             if not samples:

@@ -21,19 +21,32 @@ class ChunkedScheduler(Scheduler):
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()
         budget = self.budget
+        running = self.running
+        allocate = self.allocator.allocate
+        scheduled = plan.scheduled
         i = 0
-        while i < len(self.running) and budget > 0:
-            req = self.running[i]
-            n, spec = self._decode_tokens(req)
-            n = min(n, budget)
-            spec = min(spec, budget - n)
-            while not self.allocator.allocate(req, n + spec):
+        while i < len(running) and budget > 0:
+            req = running[i]
+            n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens
+            if n == 1 and not self.config.num_speculative_tokens:
+                # Plain decode, the overwhelmingly common case.
+                if allocate(req, 1):
+                    scheduled.append(ScheduledRequest(req, 1))
+                    budget -= 1
+                    i += 1
+                    continue
+                spec = 0
+            else:
+                n, spec = self._decode_tokens(req)
+                n = min(n, budget)
+                spec = min(spec, budget - n)
+            while not allocate(req, n + spec):
                 victim = self._pick_victim()
                 self._preempt(victim, plan)
                 if victim is req:
                     break
             else:
-                plan.scheduled.append(ScheduledRequest(req, n, spec, is_prefill=n > 1 or req.is_prefill))
+                scheduled.append(ScheduledRequest(req, n, spec, is_prefill=n > 1 or req.is_prefill))
                 budget -= n + spec
                 i += 1
                 continue
