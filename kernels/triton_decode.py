@@ -41,6 +41,12 @@ class DecodeConfig:
 
 
 DEFAULT_CONFIG = DecodeConfig()
+FP32_CONFIG = DecodeConfig(block_n=32, num_warps=8)  # fp32 tiles at 64 x 4 warps spill on sm_80/sm_90
+
+
+def default_config(dtype: torch.dtype) -> DecodeConfig:
+    """Launch parameters for a storage dtype (checked spill-free by ``kernels.compile_check``)."""
+    return FP32_CONFIG if dtype == torch.float32 else DEFAULT_CONFIG
 
 
 @jit
@@ -125,11 +131,10 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context: int, device
                       config: DecodeConfig = DEFAULT_CONFIG) -> int:
     """Split-K factor: enough programs for ~4 per SM, never splits shorter than the minimum.
 
-    Uses the block table's capacity as the context bound, so it costs no device sync.
+    Uses the block table's capacity as the context bound, so it costs no device sync. Off-GPU
+    (the interpreter) a nominal 4 SMs keeps the split path in use for small batches.
     """
-    if device.type != "cuda":
-        return 1
-    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 4
     programs = num_seqs * num_kv_heads
     wanted = math.ceil(4 * sms / programs)
     by_length = math.ceil(max_context / config.min_tokens_per_split)
@@ -139,8 +144,9 @@ def choose_num_splits(num_seqs: int, num_kv_heads: int, max_context: int, device
 def paged_decode_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                   block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                                   num_splits: int | None = None,
-                                  config: DecodeConfig = DEFAULT_CONFIG) -> torch.Tensor:
+                                  config: DecodeConfig | None = None) -> torch.Tensor:
     """Launch decode (and merge when split); arguments are checked by ``kernels``."""
+    config = config or default_config(q.dtype)
     num_seqs, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     group = num_heads // num_kv_heads

@@ -39,6 +39,12 @@ class PrefillConfig:
 
 
 DEFAULT_CONFIG = PrefillConfig()
+FP32_CONFIG = PrefillConfig(block_m=64, block_n=32, num_warps=8)  # fp32 tiles: half the shared memory
+
+
+def default_config(dtype: torch.dtype) -> PrefillConfig:
+    """Tile sizes for a storage dtype: fp32 at the 16-bit sizes spills (checked by ``kernels.compile_check``)."""
+    return FP32_CONFIG if dtype == torch.float32 else DEFAULT_CONFIG
 
 
 @jit
@@ -51,12 +57,14 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, cu_q_ptr,
                     BLOCK_SIZE: tl.constexpr, BLOCK_Q: tl.constexpr, BLOCK_G: tl.constexpr,
                     BLOCK_D: tl.constexpr, BLOCK_N: tl.constexpr, UPCAST: tl.constexpr,
                     PRECISION: tl.constexpr):
-    tile_id = tl.program_id(0)
+    # Last tiles first: a sequence's late tiles see the most keys, so starting them early
+    # shortens the tail of the launch (longest-processing-time-first scheduling).
+    tile_id = tl.num_programs(0) - 1 - tl.program_id(0)
     kv_head = tl.program_id(1)
 
     # Binary search: the last sequence whose first tile number is <= tile_id.
     lo: tl.int32 = 0
-    hi = num_seqs
+    hi = lo + num_seqs  # a tensor even when Triton specialises num_seqs == 1 to a constant
     while lo < hi:
         mid = (lo + hi) // 2
         first_tile = tl.load(cu_q_ptr + mid).to(tl.int32) // BLOCK_Q + mid
@@ -116,8 +124,9 @@ def _prefill_kernel(q_ptr, k_cache_ptr, v_cache_ptr, block_tables_ptr, cu_q_ptr,
 def paged_prefill_attention_triton(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                    block_tables: torch.Tensor, cu_seqlens_q: torch.Tensor,
                                    seq_lens: torch.Tensor, scale: float,
-                                   config: PrefillConfig = DEFAULT_CONFIG) -> torch.Tensor:
+                                   config: PrefillConfig | None = None) -> torch.Tensor:
     """Launch the prefill kernel; arguments are checked by ``kernels``."""
+    config = config or default_config(q.dtype)
     total_q, num_heads, head_dim = q.shape
     _, block_size, num_kv_heads, _ = k_cache.shape
     group = num_heads // num_kv_heads
