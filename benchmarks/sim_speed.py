@@ -2,7 +2,10 @@
 prefill, paged KV), load near capacity. Prints simulated requests per wall second, simulated
 steps and simpy events per wall second.
 
-Run: python benchmarks/sim_speed.py [--requests 100000] [--rate 10] [--profile]
+First the same --baseline-requests are simulated step by step (one simpy event per decode
+step) and with the exact bulk-decode fast path, and the speed-up is printed; then the full run.
+
+Run: python benchmarks/sim_speed.py [--requests 100000] [--baseline-requests 10000] [--rate 10] [--profile]
 """
 
 from __future__ import annotations
@@ -20,7 +23,20 @@ def main() -> None:
     ap.add_argument("--rate", type=float, default=10.0)
     ap.add_argument("--policy", default="chunked")
     ap.add_argument("--profile", action="store_true", help="print the top of a cProfile")
+    ap.add_argument("--baseline-requests", type=int, default=10_000,
+                    help="requests for the step-by-step vs fast-path comparison (0 to skip)")
     args = ap.parse_args()
+    if args.baseline_requests:
+        base = build_config(None, [f"workload.num_requests={args.baseline_requests}",
+                                   f"workload.arrival.rate={args.rate}",
+                                   f"scheduler.policy={args.policy}"])
+        walls = {}
+        for fast in (False, True):
+            t0 = time.perf_counter()
+            simulate(base, fast_decode=fast)
+            walls[fast] = time.perf_counter() - t0
+        print(f"{args.baseline_requests:,} requests: step-by-step {walls[False]:.2f} s, "
+              f"bulk-decode fast path {walls[True]:.2f} s -> {walls[False] / walls[True]:.1f}x faster")
     cfg = build_config(None, [f"workload.num_requests={args.requests}",
                               f"workload.arrival.rate={args.rate}",
                               f"scheduler.policy={args.policy}"])
