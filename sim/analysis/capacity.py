@@ -1,0 +1,317 @@
+"""Capacity search: the highest request rate one replica sustains inside an SLO, with its
+uncertainty, and what serving a target rate then takes in replicas, GPUs and dollars.
+
+Why a bracketed search per seed: whether a rate meets a p99 SLO is a noisy yes/no, so each seed
+(one arrival pattern and one set of lengths) gets its own bracket [highest passing rate, lowest
+failing rate], grown geometrically from a start rate and then bisected (in log space) until it
+is narrower than ``rel_tol``. Changing only ``workload.arrival.rate`` stretches the same arrival
+pattern and keeps every length (common random numbers), so within a seed the answer is close to
+monotone in rate and bisection is sound. The spread of the per-seed answers is the stated
+uncertainty; the rate every seed sustained is the one used for planning.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+from sim import config as config_mod
+from sim.analysis.pricing import price_table, usd_per_gpu_hour, usd_per_million_output_tokens
+from sim.analysis.slo import SLO
+from sim.analysis.stats import mean_interval
+from sim.analysis.steady import MIN_SPANS, run_length, window_metrics
+from sim.api import simulate
+
+#: Run statistics kept for every simulation of the search (the rate-latency picture).
+KEPT = ("p99_ttft_ms", "p99_tpot_ms", "median_ttft_ms", "median_tpot_ms", "p99_e2el_ms",
+        "mean_e2el_ms", "slo_attainment", "completed", "rejected", "mean_output_tokens",
+        "arrival_span_s", "steady", "num_requests")
+
+
+@dataclass
+class Evaluation:
+    """One simulation of the search: a rate, a seed, and whether the run met the SLO."""
+
+    rate: float
+    seed: int
+    passed: bool
+    violations: list[str]
+    metrics: dict
+
+
+@dataclass
+class SeedSearch:
+    """One seed's bracket: ``low`` met the SLO, ``high`` did not (None: never found)."""
+
+    seed: int
+    low: Optional[float]
+    high: Optional[float]
+    note: str = ""
+
+
+@dataclass
+class RunSizing:
+    """How long each simulation of the search is (see ``sim.analysis.steady``)."""
+
+    duration_s: float = 60.0            # arrivals span this long: rate x duration_s requests
+    num_requests: Optional[int] = None  # a fixed count instead (no automatic lengthening)
+    min_requests: int = 200             # enough samples for a p99 at low rates
+    max_requests: int = 20000           # a cap on one simulation's cost
+    warmup_fraction: float = 0.1        # the first part of the arrival span is not judged
+
+
+@dataclass
+class CapacityResult:
+    config: dict
+    slo: SLO
+    sizing: RunSizing
+    rel_tol: float
+    confidence: float
+    searches: list[SeedSearch]
+    evaluations: list[Evaluation]
+    capacity_rate: float              # mean over seeds of each seed's highest passing rate
+    ci_low: float
+    ci_high: float
+    planning_rate: float              # the rate every seed sustained (min over seeds)
+    gpus_per_replica: int
+    hardware: str
+    usd_per_gpu_hour: float
+    at_planning_rate: dict            # run statistics averaged over seeds at planning_rate
+    goodput: Optional[float]          # req/s meeting the per-request SLO, steady state
+    output_tokens_per_s_per_gpu: Optional[float]
+    usd_per_million_output_tokens: Optional[float]
+    target_rate: Optional[float] = None
+    replicas: Optional[int] = None
+    gpus: Optional[int] = None
+    usd_per_hour: Optional[float] = None
+    notes: list[str] = field(default_factory=list)
+
+    num_simulations: int = 0
+
+    def headline(self) -> str:
+        """One sentence with the uncertainty, as the CLI prints it."""
+        if self.planning_rate <= 0:
+            return f"No rate meets the SLO ({self.slo}); see the notes."
+        spread = (f"{self.confidence:.0%} CI {self.ci_low:.2f}-{self.ci_high:.2f} over "
+                  f"{len(self.searches)} seeds" if len(self.searches) > 1 else "one seed: no spread estimate")
+        return (f"One replica sustains {self.capacity_rate:.2f} req/s inside {self.slo} "
+                f"({spread}; each seed bracketed within {self.rel_tol:.0%}); every seed sustained "
+                f"{self.planning_rate:.2f} req/s. {self.num_simulations} simulations.")
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["kind"] = "capacity"
+        d["slo"] = self.slo.to_dict()
+        d["slo_text"] = str(self.slo)
+        d["headline"] = self.headline()
+        return d
+
+
+OnEvaluation = Callable[[Evaluation, int], None]
+
+
+def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
+                  target_rate: Optional[float] = None, seeds: int = 3,
+                  sizing: Optional[RunSizing] = None, rel_tol: float = 0.05, start_rate: Optional[float] = None,
+                  confidence: float = 0.95, max_simulations: int = 200,
+                  prices: Union[None, dict, Sequence[str], str, Path] = None,
+                  overrides: Sequence[str] = (), base_dir: Optional[Union[str, Path]] = None,
+                  on_evaluation: Optional[OnEvaluation] = None) -> CapacityResult:
+    """Search the per-replica capacity of ``config`` under ``slo``.
+
+    Every simulation is sized by ``sizing`` (default: arrivals spanning 60 s, lengthened when
+    that is under four mean end-to-end latencies). The config is run as one replica
+    (``parallel.num_replicas`` is set to 1) with the SLO's bounds as its per-request SLO.
+    """
+    sizing = sizing or RunSizing()
+    _check_args(seeds, rel_tol, target_rate, start_rate, max_simulations, sizing)
+    extra = list(overrides) + slo.overrides() + ["parallel.num_replicas=1"]
+    base = config_mod.build_config(config, extra)
+    table = price_table(prices)
+    evaluator = _Evaluator(base, slo, sizing, base_dir, max_simulations, on_evaluation)
+    start = start_rate or _configured_rate(base)
+    searches: list[SeedSearch] = []
+    for i in range(seeds):
+        seed = base["seed"] + i
+        if searches and searches[-1].low:
+            guess, grow = searches[-1].low, 1.0 + 2.0 * rel_tol
+        else:
+            guess, grow = start, 2.0
+        searches.append(_search(evaluator, seed, guess, grow, rel_tol, start))
+    return _assemble(base, slo, evaluator, searches, rel_tol, confidence, target_rate, table, sizing)
+
+
+class _Evaluator:
+    """Runs (and memoises) the simulation of one (rate, seed); every run, including one
+    repeated longer because it was too short to be steady, counts as a simulation."""
+
+    def __init__(self, base: dict, slo: SLO, sizing: RunSizing, base_dir, budget: int,
+                 hook: Optional[OnEvaluation]):
+        self.base, self.slo, self.sizing, self.base_dir = base, slo, sizing, base_dir
+        self.budget, self.hook = budget, hook
+        self.cache: dict[tuple[float, int], Evaluation] = {}
+        self.order: list[Evaluation] = []
+        self.runs = 0
+        self.scenario: dict = {}
+
+    @property
+    def exhausted(self) -> bool:
+        return self.runs >= self.budget
+
+    def __call__(self, rate: float, seed: int) -> Evaluation:
+        key = (float(f"{rate:.6g}"), seed)
+        if key in self.cache:
+            return self.cache[key]
+        sz, duration = self.sizing, self.sizing.duration_s
+        for _ in range(3):
+            n = sz.num_requests or run_length(key[0], duration, sz.min_requests, sz.max_requests)
+            result = simulate(with_rate(self.base, key[0], seed, n), base_dir=self.base_dir)
+            self.runs += 1
+            m = window_metrics(result.requests, warmup_fraction=sz.warmup_fraction,
+                               slo_ttft_ms=self.slo.ttft_ms, slo_tpot_ms=self.slo.tpot_ms)
+            m["num_requests"] = len(result.requests)
+            ok, bad = self.slo.check(m)
+            # A failing run only gets worse when longer; a passing one must have been steady.
+            if (not ok or m["steady"] or sz.num_requests or n >= sz.max_requests
+                    or len(result.requests) < n):
+                break
+            duration = max(duration * 2, 1.5 * MIN_SPANS * m["mean_e2el_ms"] / 1000.0)
+        self.scenario = result.summary["scenario"]
+        ev = Evaluation(key[0], seed, ok, bad, {k: m.get(k) for k in KEPT})
+        self.cache[key] = ev
+        self.order.append(ev)
+        if self.hook:
+            self.hook(ev, self.runs)
+        return ev
+
+
+def with_rate(cfg: dict, rate: float, seed: Optional[int] = None,
+              num_requests: Optional[int] = None) -> dict:
+    """A copy of a built config at another arrival rate (and seed, and run length). A trace's
+    ``time_scale`` is dropped, because ``rate`` rescales a trace instead."""
+    out = copy.deepcopy(cfg)
+    arrival = out["workload"].setdefault("arrival", {})
+    arrival.pop("time_scale", None)
+    arrival["rate"] = float(rate)
+    if seed is not None:
+        out["seed"] = int(seed)
+    if num_requests is not None:
+        out["workload"]["num_requests"] = int(num_requests)
+    return out
+
+
+def _search(ev: _Evaluator, seed: int, guess: float, grow: float, rel_tol: float,
+            start: float) -> SeedSearch:
+    min_rate, max_rate = start / 1e3, start * 1e4
+    lo: Optional[float] = None
+    hi: Optional[float] = None
+    rate = guess
+    while lo is None or hi is None:
+        if ev.exhausted:
+            return SeedSearch(seed, lo, hi, "simulation budget spent before a bracket was found")
+        if ev(rate, seed).passed:
+            lo = rate
+            if hi is None:
+                if rate >= max_rate:
+                    return SeedSearch(seed, lo, None, f"SLO met even at {rate:.4g} req/s (search limit)")
+                rate = min(rate * grow, max_rate)
+        else:
+            hi = rate
+            if lo is None:
+                if rate <= min_rate:
+                    worst = "; ".join(ev(rate, seed).violations)
+                    return SeedSearch(seed, None, hi, f"SLO missed even at {rate:.4g} req/s ({worst})")
+                rate = max(rate / grow, min_rate)
+    while hi / lo > 1.0 + rel_tol:
+        if ev.exhausted:
+            return SeedSearch(seed, lo, hi, "simulation budget spent before the bracket was narrow enough")
+        mid = math.sqrt(lo * hi)
+        if ev(mid, seed).passed:
+            lo = mid
+        else:
+            hi = mid
+    return SeedSearch(seed, lo, hi)
+
+
+def _assemble(base: dict, slo: SLO, ev: _Evaluator, searches: list[SeedSearch], rel_tol: float,
+              confidence: float, target_rate: Optional[float], table: dict,
+              sizing: RunSizing) -> CapacityResult:
+    lows = [s.low or 0.0 for s in searches]
+    mean, lo, hi = mean_interval(lows, confidence)
+    planning = min(lows)
+    notes = [f"seed {s.seed}: {s.note}" for s in searches if s.note]
+    short = [e for e in ev.order if e.passed and not e.metrics.get("steady")]
+    if short:
+        notes.append(f"{len(short)} passing run(s) spanned fewer than {MIN_SPANS:g} mean end-to-end "
+                     f"latencies (not steady state): raise --duration or lift --num-requests")
+    at: dict = {}
+    if planning > 0:
+        runs = [ev(planning, s.seed) for s in searches]
+        if not all(r.passed for r in runs):
+            notes.append(f"not every seed meets the SLO at {planning:.3g} req/s although each met it "
+                         f"at its own bracket: pass/fail is noisy there; use more requests or seeds")
+        at = _average([r.metrics for r in runs])
+    gpus_per_replica = int(ev.scenario.get("gpus_per_replica", 1))
+    hardware = ev.scenario.get("hardware", base["hardware"])
+    price = usd_per_gpu_hour(hardware, table)
+    goodput = tok_gpu = cost = None
+    if planning > 0 and at:
+        # Steady state: what arrives is served, so throughput is the rate times the tokens a
+        # request emits (a finite run's tokens / duration also counts the final drain).
+        goodput = planning * (at.get("slo_attainment") or 0.0)
+        tok_gpu = planning * (at.get("mean_output_tokens") or 0.0) / gpus_per_replica
+        cost = usd_per_million_output_tokens(tok_gpu, price)
+    result = CapacityResult(
+        config=base, slo=slo, sizing=sizing, rel_tol=rel_tol, num_simulations=ev.runs,
+        confidence=confidence, searches=searches, evaluations=list(ev.order),
+        capacity_rate=mean, ci_low=lo, ci_high=hi, planning_rate=planning,
+        gpus_per_replica=gpus_per_replica, hardware=hardware, usd_per_gpu_hour=price,
+        at_planning_rate=at, goodput=goodput, output_tokens_per_s_per_gpu=tok_gpu,
+        usd_per_million_output_tokens=cost, notes=notes)
+    if target_rate is not None:
+        result.target_rate = target_rate
+        if planning > 0:
+            result.replicas = max(1, math.ceil(target_rate / planning - 1e-9))
+            result.gpus = result.replicas * gpus_per_replica
+            result.usd_per_hour = result.gpus * price
+    return result
+
+
+def _average(rows: list[dict]) -> dict:
+    out = {}
+    for k in rows[0]:
+        vals = [r[k] for r in rows if r.get(k) is not None]
+        out[k] = sum(vals) / len(vals) if vals else None
+    return out
+
+
+def _configured_rate(cfg: dict) -> float:
+    rate = cfg["workload"].get("arrival", {}).get("rate")
+    if isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0:
+        return float(rate)
+    return 1.0
+
+
+def _check_args(seeds: int, rel_tol: float, target_rate, start_rate, budget: int,
+                sizing: RunSizing) -> None:
+    from sim.errors import ConfigError
+
+    if seeds < 1:
+        raise ConfigError(f"--seeds: expected at least 1, got {seeds}")
+    if not 0 < rel_tol < 1:
+        raise ConfigError(f"--rel-tol: expected a fraction in (0, 1), got {rel_tol}")
+    if target_rate is not None and not (target_rate > 0 and math.isfinite(target_rate)):
+        raise ConfigError(f"--target-rate: expected a rate > 0 req/s, got {target_rate}")
+    if start_rate is not None and not (start_rate > 0 and math.isfinite(start_rate)):
+        raise ConfigError(f"--start-rate: expected a rate > 0 req/s, got {start_rate}")
+    if budget < 2:
+        raise ConfigError(f"--max-simulations: expected at least 2, got {budget}")
+    if not sizing.duration_s > 0:
+        raise ConfigError(f"--duration: expected seconds > 0, got {sizing.duration_s}")
+    if sizing.num_requests is not None and sizing.num_requests < 2:
+        raise ConfigError(f"--num-requests: expected at least 2, got {sizing.num_requests}")
+    if not 0 <= sizing.warmup_fraction < 1:
+        raise ConfigError(f"--warmup: expected a fraction in [0, 1), got {sizing.warmup_fraction}")

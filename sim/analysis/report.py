@@ -1,0 +1,425 @@
+"""Reports: one self-contained HTML file (plots embedded, no network needed to open it) and
+the same content as Markdown, from result records (capacity, A/B, sweep, simulation,
+validation) held in memory or saved as JSON.
+
+Why sections first: both formats render one list of sections (text, tables, figures), so the
+Markdown a reviewer diffs and the HTML a budget holder opens never disagree. A report always
+states its scenario, the calibration provenance of the cost model and the assumptions behind
+the numbers, because a capacity answer without them cannot be checked.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import html
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Sequence, Union
+
+from sim.errors import ConfigError
+
+
+@dataclass
+class Section:
+    title: str
+    text: list[str] = field(default_factory=list)
+    tables: list[tuple[list[str], list[list[Any]]]] = field(default_factory=list)
+    figures: list[Any] = field(default_factory=list)   # plotly figures (HTML only)
+    notes: list[str] = field(default_factory=list)
+    bullets: list[str] = field(default_factory=list)
+
+
+# ---------------------------------------------------------------- loading saved results
+
+def load_record(path: Union[str, Path]) -> dict:
+    """A saved result: ``--json`` output of capacity/ab/sweep, a validation.json, a
+    ``kvplan simulate --out`` folder, or its summary.json."""
+    from sim.analysis.validation import FORMAT, load_validation
+    from sim.analysis.whatif import load_run_dir
+
+    p = Path(path)
+    if p.is_dir():
+        return load_run_dir(p)
+    if not p.is_file():
+        raise ConfigError(f"{p}: not found")
+    try:
+        data = json.loads(p.read_text())
+    except ValueError:
+        raise ConfigError(f"{p}: not valid JSON") from None
+    if isinstance(data, dict) and data.get("kind") in RENDERERS:
+        return data
+    if isinstance(data, dict) and (data.get("format") == FORMAT or "metrics" in data):
+        return load_validation(data, str(p))
+    if isinstance(data, dict) and "completed" in data and "ttft_ms" in data:
+        return load_run_dir(p.parent) if p.name == "summary.json" else \
+            {"kind": "simulation", "label": p.stem, "config": {}, "summary": data, "latencies": {}, "timeline": {}}
+    raise ConfigError(f"{p}: not a kvplan result (expected the --json output of capacity, ab or "
+                      f"sweep, a validation.json, or a simulate --out folder)")
+
+
+# ---------------------------------------------------------------- building sections
+
+def build_sections(records: Sequence[dict]) -> list[Section]:
+    if not records:
+        raise ConfigError("report: give at least one result")
+    sections = []
+    cfg = next((r.get("config") or r.get("config_a") for r in records if r.get("config") or r.get("config_a")), None)
+    if cfg:
+        sections.append(scenario_section(cfg))
+    for rec in records:
+        sections.append(RENDERERS[rec["kind"]](rec))
+    sections.append(provenance_section(cfg, [r for r in records if r["kind"] == "validation"]))
+    sections.append(assumptions_section(records))
+    return sections
+
+
+def scenario_section(cfg: dict) -> Section:
+    kv, sch, par, spec, wl = (cfg.get(k, {}) for k in ("kv_cache", "scheduler", "parallel", "speculative", "workload"))
+    alloc = kv.get("allocator")
+    alloc_text = (f"paged, block {kv.get('block_size')}" + (", prefix caching" if kv.get("prefix_caching") else "")
+                  if alloc == "paged" else f"contiguous, reserve {kv.get('reserve')}")
+    arrival = wl.get("arrival", {})
+    rows = [
+        ["model / hardware", f"{cfg.get('model')} on {cfg.get('hardware')} ({cfg.get('dtype')})"],
+        ["parallelism", f"TP {par.get('tensor_parallel_size')} x PP {par.get('pipeline_parallel_size')}, "
+                        f"{par.get('num_replicas')} replica(s), router {par.get('router')}"],
+        ["weights / KV dtype", f"{cfg.get('quantization', {}).get('weights')} / {kv.get('dtype')}"],
+        ["scheduler", f"{sch.get('policy')}, max_num_seqs {sch.get('max_num_seqs')}, max_num_batched_tokens "
+                      f"{sch.get('max_num_batched_tokens') or 'auto'}, preemption {sch.get('preemption')}"],
+        ["KV cache", f"{alloc_text}; gpu_memory_utilization {kv.get('gpu_memory_utilization')}, "
+                     f"max_model_len {kv.get('max_model_len')}"],
+        ["speculative decoding", "off" if not spec.get("num_tokens") else
+         f"{spec.get('num_tokens')} tokens, acceptance {spec.get('acceptance_rate')}"],
+        ["workload", _workload_text(wl)],
+        ["arrivals", f"{arrival.get('process', 'trace')} at {arrival.get('rate')} req/s" if arrival else "trace timing"],
+        ["SLO (per request)", _slo_text(cfg.get("slo") or {})],
+        ["seed", cfg.get("seed")],
+    ]
+    return Section("Scenario", tables=[(["setting", "value"], rows)])
+
+
+def capacity_section(rec: dict) -> Section:
+    from sim.analysis import figures
+
+    s = Section("Capacity", text=[rec["headline"]])
+    sz = rec["sizing"]
+    size = (f"{sz['num_requests']} requests per simulation" if sz.get("num_requests") else
+            f"arrivals spanning {sz['duration_s']:g} s per simulation (rate x {sz['duration_s']:g} requests, "
+            f"at least {sz['min_requests']}), first {sz['warmup_fraction']:.0%} not judged")
+    rows = [
+        ["SLO", rec["slo_text"]],
+        ["capacity per replica (mean over seeds)", f"{_f(rec['capacity_rate'])} req/s"],
+        [f"{rec['confidence']:.0%} interval", f"{_f(rec['ci_low'])} - {_f(rec['ci_high'])} req/s"],
+        ["planning rate (every seed met the SLO)", f"{_f(rec['planning_rate'])} req/s"],
+        ["goodput at planning rate", f"{_f(rec['goodput'])} req/s"],
+        ["output tokens/s per GPU", _f(rec["output_tokens_per_s_per_gpu"], 0)],
+        ["GPUs per replica / hardware", f"{rec['gpus_per_replica']} x {rec['hardware']}"],
+        ["$ per GPU-hour", _f(rec["usd_per_gpu_hour"], 3)],
+        ["$ per million output tokens", _f(rec["usd_per_million_output_tokens"], 4)],
+        ["simulations used", rec["num_simulations"]],
+        ["run length", size],
+    ]
+    if rec.get("target_rate"):
+        rows += [["target rate", f"{_f(rec['target_rate'])} req/s"],
+                 ["replicas / GPUs needed", f"{rec.get('replicas')} / {rec.get('gpus')}"],
+                 ["cost at target", f"${_f(rec.get('usd_per_hour'))} per hour"]]
+    s.tables.append((["capacity", "value"], rows))
+    s.tables.append((["seed", "highest rate meeting SLO", "lowest rate missing it", "note"],
+                     [[x["seed"], _f(x["low"]), _f(x["high"]), x["note"]] for x in rec["searches"]]))
+    at = rec.get("at_planning_rate") or {}
+    if at:
+        s.tables.append((["at the planning rate (mean over seeds)", "value"],
+                         [[k, _f(v)] for k, v in at.items() if k not in ("steady",)]))
+    s.notes += rec.get("notes", [])
+    s.figures.append(figures.capacity_search(rec))
+    return s
+
+
+def ab_section(rec: dict) -> Section:
+    from sim.analysis import figures
+
+    a = "A" if rec["label_a"] == "A" else f"{rec['label_a']} (A)"
+    b = "B" if rec["label_b"] == "B" else f"{rec['label_b']} (B)"
+    s = Section(f"A/B: {a} vs {b}", text=[rec["headline"]])
+    s.text.append(f"Common random numbers: both arms served identical request streams, "
+                  f"{len(rec['seeds'])} seed(s) ({', '.join(map(str, rec['seeds']))}); "
+                  f"{rec['confidence']:.0%} paired bootstrap intervals ({rec['num_bootstrap']} resamples, "
+                  f"seeds then requests).")
+    if rec["differences"]:
+        s.tables.append((["config key", "A", "B"], [[d["key"], d["a"], d["b"]] for d in rec["differences"]]))
+    else:
+        s.text.append("The two configs are identical.")
+    s.tables.append((["metric", "A", "B", "B - A", "interval", "verdict"],
+                     [[f"{r['label']} ({r['unit']})", _f(r["a"]), _f(r["b"]), _signed(r["diff"]),
+                       f"[{_signed(r['ci_low'])}, {_signed(r['ci_high'])}]", r["verdict"]] for r in rec["rows"]]))
+    s.notes += rec.get("notes", [])
+    s.figures.append(figures.ab_forest(rec))
+    if rec.get("samples"):
+        s.figures.append(figures.latency_cdfs({f"A {rec['label_a']}": rec["samples"]["A"],
+                                               f"B {rec['label_b']}": rec["samples"]["B"]},
+                                              title="Latency CDFs (first seed)"))
+    return s
+
+
+def sweep_section(rec: dict) -> Section:
+    from sim.analysis import figures
+
+    s = Section("Sweep and Pareto frontier")
+    grid = "; ".join(f"{k} in {v}" for k, v in rec["grid"].items())
+    s.text.append(f"{len(rec['rows'])} configurations ({grid}), {len(rec['seeds'])} seed(s) each, "
+                  f"{rec['num_simulations']} simulations on the {rec['backend']} backend "
+                  f"({rec['workers']} workers, {rec['wall_s']:.1f} s).")
+    rows = sorted(rec["rows"], key=lambda r: (not r["pareto"], -(r.get(rec["x"]) or 0)))
+    headers = ["configuration", "tok/s/GPU", "tok/s/user", "TTFT p99 (ms)", "TPOT p99 (ms)", "Pareto"]
+    if rec.get("slo"):
+        headers.insert(5, "meets SLO")
+    table = []
+    for r in rows:
+        line = [r["label"], _f(r.get(rec["x"]), 0), _f(r.get(rec["y"]), 1), _f(r.get("p99_ttft_ms")),
+                _f(r.get("p99_tpot_ms")), "yes" if r["pareto"] else ""]
+        if rec.get("slo"):
+            line.insert(5, "yes" if r.get("meets_slo") else "no")
+        if r.get("error"):
+            line = [r["label"], "-", "-", "-", "-"] + ([""] if rec.get("slo") else []) + [r["error"]]
+        table.append(line)
+    s.tables.append((headers, table))
+    s.notes += rec.get("notes", [])
+    s.figures.append(figures.pareto(rec))
+    return s
+
+
+def simulation_section(rec: dict) -> Section:
+    from sim.analysis import figures
+
+    sm = rec["summary"]
+    title = f"Simulation{': ' + rec['label'] if rec.get('label') else ''}"
+    s = Section(title)
+    rows = [["completed / rejected", f"{sm.get('completed')} / {sm.get('rejected')}"],
+            ["duration (s)", _f(sm.get("duration_s"))],
+            ["request throughput (req/s)", _f(sm.get("request_throughput"))],
+            ["output throughput (tok/s)", _f(sm.get("output_throughput"), 0)],
+            ["output throughput per GPU (tok/s)", _f(sm.get("output_throughput_per_gpu"), 0)]]
+    if "goodput" in sm:
+        rows += [["goodput (req/s)", _f(sm["goodput"])], ["SLO attainment", _f(sm.get("slo_attainment"), 3)]]
+    for m in ("ttft", "tpot", "itl", "e2el"):
+        rows.append([f"{m.upper()} mean / median / p99 (ms)",
+                     " / ".join(_f(sm.get(f"{st}_{m}_ms")) for st in ("mean", "median", "p99"))])
+    kv = sm.get("kv_cache", {})
+    if kv:
+        rows.append([f"KV memory ({kv.get('averaged_over')})",
+                     f"token states {kv.get('token_states', 0):.1%}, reserved {kv.get('reserved', 0):.1%}, "
+                     f"fragmentation {kv.get('internal_fragmentation', 0):.1%} int / "
+                     f"{kv.get('external_fragmentation', 0):.1%} ext, free {kv.get('free', 0):.1%}"])
+        rows.append(["preemptions", kv.get("preemptions")])
+    s.tables.append((["metric", "value"], rows))
+    if any(rec.get("latencies", {}).values()):
+        s.figures.append(figures.latency_cdfs({rec.get("label") or "run": rec["latencies"]}))
+    if rec.get("timeline", {}).get("time_s"):
+        s.figures.append(figures.kv_memory(rec["timeline"]))
+        s.figures.append(figures.batch_and_queue(rec["timeline"]))
+    if rec.get("rate_curve"):
+        s.figures.append(figures.rate_latency(rec["rate_curve"], rec.get("config", {}).get("slo")))
+    return s
+
+
+def validation_section(rec: dict) -> Section:
+    from sim.analysis import figures
+
+    s = Section("Validation: simulator against real runs")
+    if rec.get("source"):
+        s.tables.append((["source", "value"], [[k, v] for k, v in rec["source"].items()]))
+    s.tables.append((["metric", "real", "predicted", "error"],
+                     [[m["name"] + (f" ({m['unit']})" if m["unit"] else ""), _f(m["real"]), _f(m["predicted"]),
+                       "-" if m["error"] is None else f"{m['error']:+.1%}"] for m in rec["metrics"]]))
+    if rec.get("mape") is not None:
+        s.text.append(f"Mean absolute relative error {rec['mape']:.1%}, largest {rec['max_abs_error']:.1%}.")
+    s.figures += [figures.validation_scatter(rec), figures.validation_errors(rec)]
+    cdf = figures.validation_cdfs(rec)
+    if cdf is not None:
+        s.figures.append(cdf)
+    return s
+
+
+def provenance_section(cfg: Optional[dict], validations: list[dict]) -> Section:
+    s = Section("Calibration provenance")
+    s.text.append(cost_model_provenance(cfg) if cfg else "No scenario config in these results.")
+    for v in validations:
+        src = v.get("source", {})
+        s.text.append(f"Validated against real runs: profile {src.get('profile', 'unnamed')}, "
+                      f"hardware {src.get('hardware', '?')}, model {src.get('model', '?')}; "
+                      f"mean absolute error {_pct(v.get('mape'))} over {len(v['metrics'])} metrics.")
+    if not validations:
+        s.text.append("No validation.json was included: the predictions here have not been checked "
+                      "against a real run of this scenario.")
+    return s
+
+
+def cost_model_provenance(cfg: dict) -> str:
+    """Which cost model priced the steps and where its constants come from."""
+    try:
+        from sim.api import resolve_deployment
+
+        model = resolve_deployment(cfg).cost_model
+    except Exception as exc:  # a report must render even when the scenario cannot be resolved
+        return f"Cost model could not be resolved for this scenario ({exc})."
+    prov = getattr(model, "provenance", None)
+    if prov:
+        return "Cost model: " + (", ".join(f"{k} {v}" for k, v in prov.items()) if isinstance(prov, dict) else str(prov))
+    return (f"Cost model: {type(model).__name__}, a roofline over the hardware catalog "
+            f"({cfg.get('hardware')}: datasheet peak FLOP/s and HBM bandwidth) and the model catalog "
+            f"({cfg.get('model')}), with kernel efficiencies fitted to Vidur's A100 operator timings. "
+            f"Its measured per-operator error is tabulated in docs/cost_model.md; no calibration "
+            f"profile of this hardware was used.")
+
+
+def assumptions_section(records: Sequence[dict]) -> Section:
+    kinds = {r["kind"] for r in records}
+    items = ["Latencies come from a discrete-event simulation: one replica's steps are priced by the "
+             "cost model; CPU overheads, network and tokenisation are not modelled.",
+             "Metric names follow vllm bench serve: TTFT, TPOT = (E2EL - TTFT) / (output tokens - 1), "
+             "ITL, E2EL; percentiles over completed requests."]
+    if "capacity" in kinds:
+        items += ["Capacity is per replica; replicas for a target rate assume the router spreads load "
+                  "evenly, so N replicas sustain N times one replica's rate.",
+                  "Throughput and goodput at capacity are steady-state values: rate x mean output "
+                  "tokens per request, rate x SLO attainment.",
+                  "Prices are $/GPU-hour from the hardware catalog (indicative on-demand list prices) "
+                  "unless overridden; they exclude CPU hosts, storage and egress."]
+    if "ab" in kinds:
+        items.append("A/B intervals are paired percentile bootstraps; 'not significant' means the "
+                     "interval of B - A contains 0. Throughput intervals hold each run's duration fixed.")
+    if "sweep" in kinds:
+        items.append("Sweep numbers are whole-run values (simulate's summary); tokens/s per user is "
+                     "1000 / mean TPOT.")
+    return Section("Assumptions", bullets=items)
+
+
+RENDERERS = {"capacity": capacity_section, "ab": ab_section, "sweep": sweep_section,
+             "simulation": simulation_section, "validation": validation_section}
+
+
+# ---------------------------------------------------------------- output formats
+
+def render_markdown(records: Sequence[dict], title: str = "kvplan report") -> str:
+    out = [f"# {title}", "", f"_Generated by kvplan on {_now()}. Plots are in the HTML report._", ""]
+    for sec in build_sections(records):
+        out += [f"## {sec.title}", ""]
+        for t in sec.text:
+            out += [t, ""]
+        if sec.bullets:
+            out += [f"- {b}" for b in sec.bullets] + [""]
+        for headers, rows in sec.tables:
+            out.append("| " + " | ".join(headers) + " |")
+            out.append("|" + "|".join("---" for _ in headers) + "|")
+            out += ["| " + " | ".join(_md(c) for c in row) + " |" for row in rows]
+            out.append("")
+        for n in sec.notes:
+            out.append(f"> note: {n}")
+        if sec.notes:
+            out.append("")
+    return "\n".join(out).rstrip() + "\n"
+
+
+def render_html(records: Sequence[dict], title: str = "kvplan report") -> str:
+    sections = build_sections(records)
+    body = [f"<h1>{html.escape(title)}</h1>", f"<p class='meta'>Generated by kvplan on {_now()}.</p>",
+            "<nav><ul>" + "".join(f"<li><a href='#s{i}'>{html.escape(s.title)}</a></li>"
+                                  for i, s in enumerate(sections)) + "</ul></nav>"]
+    for i, sec in enumerate(sections):
+        body.append(f"<section id='s{i}'><h2>{html.escape(sec.title)}</h2>")
+        body += [f"<p>{html.escape(str(t))}</p>" for t in sec.text]
+        if sec.bullets:
+            body.append("<ul>" + "".join(f"<li>{html.escape(b)}</li>" for b in sec.bullets) + "</ul>")
+        for headers, rows in sec.tables:
+            body.append("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+                        + "</tr></thead><tbody>")
+            body += ["<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in row) + "</tr>" for row in rows]
+            body.append("</tbody></table>")
+        body += [f"<p class='note'>note: {html.escape(n)}</p>" for n in sec.notes]
+        body += [f"<div class='fig'>{fig.to_html(full_html=False, include_plotlyjs=False)}</div>"
+                 for fig in sec.figures]
+        body.append("</section>")
+    script = f"<script type='text/javascript'>{_plotlyjs()}</script>" if any(s.figures for s in sections) else ""
+    return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{_CSS}</style>{script}</head><body>{''.join(body)}</body></html>")
+
+
+def write_report(records: Sequence[dict], out: Union[str, Path], title: str = "kvplan report",
+                 markdown: Optional[Union[str, Path]] = None) -> list[Path]:
+    """Write HTML (``out`` ending .html/.htm) or Markdown (.md), plus ``markdown`` if given."""
+    out = Path(out)
+    written = []
+    if out.suffix.lower() in (".md", ".markdown"):
+        out.write_text(render_markdown(records, title))
+    elif out.suffix.lower() in (".html", ".htm"):
+        out.write_text(render_html(records, title))
+    else:
+        raise ConfigError(f"--out {out}: expected a .html or .md file name")
+    written.append(out)
+    if markdown:
+        Path(markdown).write_text(render_markdown(records, title))
+        written.append(Path(markdown))
+    return written
+
+
+_CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;
+padding:0 1em;color:#212121}h1{border-bottom:2px solid #1565c0}h2{margin-top:2em;color:#1565c0}
+table{border-collapse:collapse;margin:1em 0;font-size:.92em}th,td{border:1px solid #cfd8dc;padding:.3em .6em;
+text-align:left}th{background:#eceff1}.note{color:#6d4c41;font-style:italic}.meta{color:#757575}
+nav ul{columns:2;font-size:.9em}"""
+
+_PLOTLY_JS: Optional[str] = None
+
+
+def _plotlyjs() -> str:
+    global _PLOTLY_JS
+    if _PLOTLY_JS is None:
+        from plotly.offline import get_plotlyjs
+
+        _PLOTLY_JS = get_plotlyjs()
+    return _PLOTLY_JS
+
+
+def _workload_text(wl: dict) -> str:
+    if wl.get("trace"):
+        return f"trace {wl['trace']}, {wl.get('num_requests') or 'all'} requests"
+    def dist(d: dict) -> str:
+        return f"{d.get('dist')} mean {d.get('mean')} cv {d.get('cv')}" if d else "?"
+    return (f"{wl.get('num_requests')} requests; input {dist(wl.get('input_len', {}))}; "
+            f"output {dist(wl.get('output_len', {}))}")
+
+
+def _slo_text(slo: dict) -> str:
+    parts = [f"{k.upper()} <= {slo[f'{k}_ms']:g} ms" for k in ("ttft", "tpot") if slo.get(f"{k}_ms")]
+    return ", ".join(parts) or "none"
+
+
+def _f(v: Any, digits: int = 2) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:,.{digits}f}"
+    return str(v)
+
+
+def _signed(v: Optional[float]) -> str:
+    return "-" if v is None else f"{v:+,.3g}"
+
+
+def _pct(v: Optional[float]) -> str:
+    return "n/a" if v is None else f"{v:.1%}"
+
+
+def _cell(v: Any) -> str:
+    return _f(v) if isinstance(v, (float, bool)) or v is None else str(v)
+
+
+def _md(v: Any) -> str:
+    return _cell(v).replace("|", "\\|").replace("\n", " ")
+
+
+def _now() -> str:
+    return _dt.datetime.now().strftime("%Y-%m-%d %H:%M")

@@ -1,0 +1,244 @@
+"""Sweeps: one simulation per grid point and seed, run in a local process pool (default) or on
+a Ray cluster, reduced to a table and its Pareto frontier of output tokens/s per GPU against
+output tokens/s per user.
+
+Why jobs are (base config, overrides, seed) triples: they are small to ship to another process
+or machine, a worker rebuilds and validates the config itself, and the same triple always
+gives the same numbers whichever backend ran it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Optional, Sequence, Union
+
+import yaml
+
+from sim import config as config_mod
+from sim.analysis.pareto import pareto_mask
+from sim.analysis.slo import SLO
+from sim.errors import ConfigError, KvplanError
+
+BACKENDS = ("local", "ray")
+X_METRIC = "output_throughput_per_gpu"
+Y_METRIC = "tokens_per_s_per_user"
+#: Per-run numbers a sweep keeps (summary names, plus tokens/s per user = 1000 / mean TPOT).
+KEPT = ("request_throughput", "output_throughput", "output_throughput_per_gpu",
+        "mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "p99_tpot_ms", "p99_itl_ms",
+        "median_e2el_ms", "p99_e2el_ms", "goodput", "slo_attainment", "completed", "rejected")
+
+
+@dataclass(frozen=True)
+class Job:
+    index: int          # grid point
+    overrides: tuple[str, ...]
+    seed: int
+
+
+@dataclass
+class SweepResult:
+    config: dict
+    grid: dict[str, list]
+    seeds: list[int]
+    rows: list[dict]     # one per grid point, means over seeds, with "pareto"
+    runs: list[dict]     # one per job
+    backend: str
+    workers: int
+    wall_s: float
+    slo: Optional[SLO] = None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def frontier(self) -> list[dict]:
+        return sorted((r for r in self.rows if r["pareto"]), key=lambda r: r[X_METRIC])
+
+    def to_dict(self) -> dict:
+        return {"kind": "sweep", "config": self.config, "grid": self.grid, "seeds": self.seeds,
+                "rows": self.rows, "runs": self.runs, "backend": self.backend,
+                "workers": self.workers, "wall_s": self.wall_s, "x": X_METRIC, "y": Y_METRIC,
+                "slo": self.slo.to_dict() if self.slo else None,
+                "slo_text": str(self.slo) if self.slo else None,
+                "num_simulations": len(self.runs), "notes": self.notes}
+
+
+def parse_grid(items: Sequence[str]) -> dict[str, list]:
+    """``["scheduler.max_num_seqs=64,128", "kv_cache.block_size=16,32"]`` -> {key: values};
+    values are parsed as YAML (numbers, true/false, null)."""
+    grid: dict[str, list] = {}
+    for item in items:
+        if "=" not in item:
+            raise ConfigError(f"--grid {item!r}: expected key=v1,v2,...")
+        key, raw = (s.strip() for s in item.split("=", 1))
+        values = [_value(v.strip()) for v in raw.split(",") if v.strip()]
+        if not key or not values:
+            raise ConfigError(f"--grid {item!r}: expected key=v1,v2,...")
+        if key in grid:
+            raise ConfigError(f"--grid {key}: given twice")
+        grid[key] = values
+    if not grid:
+        raise ConfigError("--grid: give at least one key=v1,v2,...")
+    return grid
+
+
+def grid_points(grid: dict[str, list]) -> list[dict]:
+    """The cartesian product, as one {key: value} per point (first key varies slowest)."""
+    keys = list(grid)
+    return [dict(zip(keys, combo)) for combo in itertools.product(*(grid[k] for k in keys))]
+
+
+def point_overrides(point: dict) -> tuple[str, ...]:
+    return tuple(f"{k}={yaml.safe_dump(v, default_flow_style=True).strip().removesuffix('...').strip()}"
+                 for k, v in point.items())
+
+
+def run_sweep(config: Union[dict, str, Path, None], grid: dict[str, list], *, seeds: int = 1,
+              num_requests: Optional[int] = None, overrides: Sequence[str] = (),
+              slo: Optional[SLO] = None, backend: str = "local", workers: Optional[int] = None,
+              ray_address: Optional[str] = None, base_dir: Optional[Union[str, Path]] = None,
+              on_done: Optional[Callable[[int, int], None]] = None) -> SweepResult:
+    """Simulate every grid point for ``seeds`` seeds. Every point's config is validated before
+    anything runs; a point that cannot run (a model that does not fit) is reported in its row
+    rather than stopping the sweep."""
+    if backend not in BACKENDS:
+        raise ConfigError(f"--backend: {backend!r} is not one of {', '.join(BACKENDS)}")
+    if seeds < 1:
+        raise ConfigError(f"--seeds: expected at least 1, got {seeds}")
+    extra = list(overrides)
+    if num_requests:
+        extra.append(f"workload.num_requests={int(num_requests)}")
+    if slo is not None:
+        extra += slo.overrides()
+    base = config_mod.build_config(config, extra)
+    points = grid_points(grid)
+    jobs = []
+    for i, point in enumerate(points):
+        ov = point_overrides(point)
+        try:
+            config_mod.build_config(base, list(ov))
+        except ConfigError as exc:
+            raise ConfigError(f"--grid point {', '.join(ov)}: {exc}") from None
+        jobs += [Job(i, ov, base["seed"] + s) for s in range(seeds)]
+    n_workers = max(1, min(workers or os.cpu_count() or 1, len(jobs)))
+    t0 = time.perf_counter()
+    bdir = str(base_dir) if base_dir else None
+    if backend == "ray":
+        runs = _run_ray(base, jobs, bdir, n_workers, ray_address, on_done)
+    else:
+        runs = _run_local(base, jobs, bdir, n_workers, on_done)
+    runs.sort(key=lambda r: (r["index"], r["seed"]))
+    rows = _reduce(points, runs, slo)
+    return SweepResult(base, grid, [base["seed"] + s for s in range(seeds)], rows, runs, backend,
+                       n_workers, time.perf_counter() - t0, slo, _notes(rows, slo))
+
+
+def run_job(base: dict, job: Job, base_dir: Optional[str] = None) -> dict:
+    """One simulation, reduced to the numbers a sweep keeps (top level, so pools can pickle it)."""
+    from sim.api import simulate
+
+    out: dict = {"index": job.index, "seed": job.seed, "overrides": list(job.overrides), "error": None}
+    try:
+        cfg = config_mod.build_config(base, list(job.overrides), job.seed)
+        s = simulate(cfg, base_dir=base_dir).summary
+    except KvplanError as exc:
+        out["error"] = str(exc)
+        return out
+    out.update({k: s.get(k) for k in KEPT})
+    tpot = s.get("mean_tpot_ms")
+    out[Y_METRIC] = 1000.0 / tpot if tpot else None
+    out["gpus"] = s["scenario"]["gpus_per_replica"] * s["scenario"]["num_replicas"]
+    out["kv_token_states"] = s["kv_cache"]["token_states"]
+    out["preemptions"] = s["kv_cache"]["preemptions"]
+    return out
+
+
+def _run_local(base: dict, jobs: list[Job], base_dir, workers: int, on_done) -> list[dict]:
+    if workers == 1:
+        runs = []
+        for job in jobs:
+            runs.append(run_job(base, job, base_dir))
+            if on_done:
+                on_done(len(runs), len(jobs))
+        return runs
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    # spawn: safe beside threads (tqdm, Streamlit) and the same on every platform.
+    with ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("spawn")) as pool:
+        futures = [pool.submit(run_job, base, job, base_dir) for job in jobs]
+        runs = []
+        for fut in as_completed(futures):
+            runs.append(fut.result())
+            if on_done:
+                on_done(len(runs), len(jobs))
+    return runs
+
+
+def _run_ray(base: dict, jobs: list[Job], base_dir, workers: int, address: Optional[str],
+             on_done) -> list[dict]:
+    try:
+        import ray
+    except ImportError:
+        raise ConfigError("--backend ray: ray is not installed (pip install 'kvplan[ray]')") from None
+    started = not ray.is_initialized()
+    if started:
+        kwargs = dict(include_dashboard=False, ignore_reinit_error=True, log_to_driver=False,
+                      configure_logging=False)
+        if address:
+            ray.init(address=address, **kwargs)
+        else:
+            ray.init(num_cpus=workers, **kwargs)
+    try:
+        remote = ray.remote(num_cpus=1)(run_job)
+        base_ref = ray.put(base)
+        pending = [remote.remote(base_ref, job, base_dir) for job in jobs]
+        runs = []
+        while pending:
+            done, pending = ray.wait(pending, num_returns=1)
+            runs.extend(ray.get(done))
+            if on_done:
+                on_done(len(runs), len(jobs))
+        return runs
+    finally:
+        if started:
+            ray.shutdown()
+
+
+def _reduce(points: list[dict], runs: list[dict], slo: Optional[SLO]) -> list[dict]:
+    rows = []
+    for i, point in enumerate(points):
+        mine = [r for r in runs if r["index"] == i]
+        errors = sorted({r["error"] for r in mine if r["error"]})
+        ok = [r for r in mine if not r["error"]]
+        row: dict = {"point": point, "label": ", ".join(f"{k}={v}" for k, v in point.items()),
+                     "error": errors[0] if errors else None, "seeds": len(ok)}
+        for k in KEPT + (Y_METRIC, "gpus", "kv_token_states", "preemptions"):
+            vals = [r[k] for r in ok if r.get(k) is not None]
+            row[k] = sum(vals) / len(vals) if vals else None
+        if slo is not None:
+            row["meets_slo"] = bool(ok) and slo.check(row)[0]
+        rows.append(row)
+    eligible = [r["error"] is None and r.get("meets_slo", True) for r in rows]
+    mask = pareto_mask([r[X_METRIC] if e else None for r, e in zip(rows, eligible)],
+                       [r[Y_METRIC] if e else None for r, e in zip(rows, eligible)])
+    for r, m in zip(rows, mask):
+        r["pareto"] = m
+    return rows
+
+
+def _notes(rows: list[dict], slo: Optional[SLO]) -> list[str]:
+    notes = [f"{r['label']}: {r['error']}" for r in rows if r["error"]]
+    if slo is not None:
+        notes.append(f"the frontier holds only points that meet the SLO ({slo}), judged on "
+                     f"each point's mean over seeds")
+    return notes
+
+
+def _value(raw: str):
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
