@@ -1,0 +1,173 @@
+"""Throughput: kvplan's runtime (paged KV, continuous batching) vs transformers ``generate``
+with static padded batches (the classic serving baseline), same model, same requests, same KV
+memory budget.
+
+    .venv/bin/python benchmarks/runtime_vs_hf.py                      # SmolLM2-135M, CPU
+    .venv/bin/python benchmarks/runtime_vs_hf.py --num-requests 128 --kv-budget-mib 64 --json out.json
+
+Workload: ShareGPT-like lengths (lognormal around the vLLM paper's ShareGPT means, 161 prompt
+/ 338 output tokens), scaled by ``--scale`` to fit CPU time, or resampled from a length table
+(``--lengths sharegpt.csv``, e.g. ../shared/traces/sharegpt_8k_filtered_stats_llama2_tokenizer.csv).
+Every request generates exactly its sampled output length (greedy, EOS ignored), all arrive at
+t=0 (offline throughput, like ``vllm bench throughput``).
+
+Baseline batching: requests in order, each batch as large as the KV budget allows when every
+row is padded to the batch's longest prompt + longest output (what a static batch really holds)
+- the most generous static policy, since it knows output lengths in advance. Both sides count
+only the requested output tokens; the baseline's padding and over-generation are its waste.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+from runtime import LLM, SamplingParams  # noqa: E402
+from runtime.hf_reference import load_hf_reference  # noqa: E402
+from sim.workload.lengths import Lognormal  # noqa: E402
+
+SHAREGPT_MEAN_IN, SHAREGPT_MEAN_OUT = 161, 338  # vLLM paper (SOSP'23), Table 1
+
+
+@dataclass
+class Workload:
+    prompts: list[list[int]]
+    output_lens: list[int]
+
+    @property
+    def num_output_tokens(self) -> int:
+        return sum(self.output_lens)
+
+
+def make_workload(n: int, scale: float, vocab: int, seed: int, lengths_csv: str | None,
+                  max_len: int) -> Workload:
+    rng = np.random.default_rng(seed)
+    if lengths_csv:
+        from sim.workload.traces import read_length_table
+
+        trace = read_length_table(lengths_csv)
+        rows = rng.integers(0, len(trace.input_lens), size=n)
+        ins = np.maximum(1, np.rint(np.asarray(trace.input_lens)[rows] * scale)).astype(int)
+        outs = np.maximum(1, np.rint(np.asarray(trace.output_lens)[rows] * scale)).astype(int)
+    else:
+        ins = Lognormal(mean=SHAREGPT_MEAN_IN * scale, cv=1.0, min=2, max=max_len // 2).sample(n, rng)
+        outs = Lognormal(mean=SHAREGPT_MEAN_OUT * scale, cv=0.8, min=2, max=max_len // 2).sample(n, rng)
+    prompts = [rng.integers(3, vocab, size=int(k)).tolist() for k in ins]
+    return Workload(prompts, [int(k) for k in outs])
+
+
+def static_batches(work: Workload, budget_tokens: int) -> list[list[int]]:
+    """Greedy in-order batches whose padded KV (rows x (max prompt + max output)) fits."""
+    batches, cur, longest_in, longest_out = [], [], 0, 0
+    for i, (p, o) in enumerate(zip(work.prompts, work.output_lens)):
+        li, lo = max(longest_in, len(p)), max(longest_out, o)
+        if cur and (len(cur) + 1) * (li + lo) > budget_tokens:
+            batches.append(cur)
+            cur, li, lo = [], len(p), o
+        cur.append(i)
+        longest_in, longest_out = li, lo
+    if cur:
+        batches.append(cur)
+    return batches
+
+
+def run_hf(model, work: Workload, budget_tokens: int, pad_id: int) -> tuple[float, int]:
+    """transformers generate over static left-padded batches; returns (seconds, batches)."""
+    batches = static_batches(work, budget_tokens)
+    t0 = time.perf_counter()
+    for batch in batches:
+        width = max(len(work.prompts[i]) for i in batch)
+        ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, i in enumerate(batch):
+            p = work.prompts[i]
+            ids[row, width - len(p):] = torch.tensor(p)
+            mask[row, width - len(p):] = 1
+        new = max(work.output_lens[i] for i in batch)
+        with torch.inference_mode():
+            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
+                           do_sample=False, pad_token_id=pad_id)
+    return time.perf_counter() - t0, len(batches)
+
+
+def run_runtime(llm: LLM, work: Workload) -> float:
+    params = [SamplingParams(temperature=0.0, max_tokens=o, ignore_eos=True) for o in work.output_lens]
+    t0 = time.perf_counter()
+    outs = llm.generate(prompt_token_ids=work.prompts, sampling_params=params)
+    seconds = time.perf_counter() - t0
+    got = sum(len(o.token_ids) for o in outs)
+    if got != work.num_output_tokens:
+        raise RuntimeError(f"runtime produced {got} tokens, expected {work.num_output_tokens}")
+    return seconds
+
+
+def main(argv: list[str] | None = None) -> dict:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="smollm2", help="smollm2 (default), a .gguf file or an HF directory")
+    ap.add_argument("--num-requests", type=int, default=32)
+    ap.add_argument("--scale", type=float, default=0.125, help="multiplies ShareGPT lengths (CPU-sized)")
+    ap.add_argument("--lengths", default=None, help="length table CSV (ShareGPT/arXiv stats format)")
+    ap.add_argument("--kv-budget-mib", type=float, default=48.0, help="KV memory for both engines")
+    ap.add_argument("--block-size", type=int, default=16)
+    ap.add_argument("--max-num-seqs", type=int, default=256)
+    ap.add_argument("--max-num-batched-tokens", type=int, default=512)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--skip-hf", action="store_true", help="time only the runtime")
+    ap.add_argument("--json", default=None, help="write the numbers here")
+    args = ap.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    budget = int(args.kv_budget_mib * 2**20)
+    llm = LLM(args.model, kv_cache_bytes=budget, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
+              max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=False,
+              device="cpu", dtype="float32")
+    cfg = llm.engine.config
+    budget_tokens = llm.engine.kv_cache.num_blocks * args.block_size
+    work = make_workload(args.num_requests, args.scale, cfg.vocab_size, args.seed, args.lengths,
+                         min(llm.engine.max_model_len, budget_tokens))
+    print(f"model {llm.engine.loaded.name}: {args.num_requests} requests, prompt mean "
+          f"{np.mean([len(p) for p in work.prompts]):.0f} / output mean {np.mean(work.output_lens):.0f} "
+          f"tokens; KV budget {args.kv_budget_mib:g} MiB = {budget_tokens} tokens; {args.threads} threads")
+
+    run_runtime(llm, Workload(work.prompts[:2], [2, 2]))  # warm-up
+    rt_s = run_runtime(llm, work)
+    rt_tps = work.num_output_tokens / rt_s
+    steps = llm.engine.tracer.records
+    print(f"kvplan runtime : {rt_s:8.2f} s  {rt_tps:8.1f} output tok/s  "
+          f"({len(steps)} steps, preemptions {llm.engine.scheduler.num_preemptions})")
+    result = {"model": llm.engine.loaded.name, "num_requests": args.num_requests,
+              "output_tokens": work.num_output_tokens, "kv_budget_tokens": budget_tokens,
+              "threads": args.threads, "runtime_seconds": rt_s, "runtime_output_tok_s": rt_tps}
+    del llm
+
+    if not args.skip_hf:
+        hf = load_hf_reference(args.model)
+        pad = hf.config.pad_token_id if hf.config.pad_token_id is not None else 0
+        with torch.inference_mode():
+            hf.generate(input_ids=torch.tensor([work.prompts[0][:4]]), max_new_tokens=2, do_sample=False,
+                        pad_token_id=pad)  # warm-up
+        hf_s, n_batches = run_hf(hf, work, budget_tokens, pad)
+        hf_tps = work.num_output_tokens / hf_s
+        print(f"HF static batch: {hf_s:8.2f} s  {hf_tps:8.1f} output tok/s  ({n_batches} batches)")
+        print(f"speed-up       : {rt_tps / hf_tps:.1f}x")
+        result.update(hf_seconds=hf_s, hf_output_tok_s=hf_tps, hf_batches=n_batches, speedup=rt_tps / hf_tps)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+    return result
+
+
+if __name__ == "__main__":
+    main()
