@@ -62,6 +62,19 @@ def _decode_chunks(lens: list[int], per_token: int) -> list[tuple[int, int, int]
     return chunks
 
 
+def _gather_tokens(cache: torch.Tensor, blocks: torch.Tensor, length: int) -> torch.Tensor:
+    """Float32 ``[n, length, num_kv_heads, head_dim]`` view of the first ``length`` tokens per row.
+
+    ``index_select`` copies whole blocks (contiguous runs) and nothing else: the per-head matmuls
+    below read this layout in place through strides, which BLAS accepts. (Advanced indexing
+    plus einsum, which permutes into a fresh copy, was 2-3x slower on CPU.)
+    """
+    n, nb = blocks.shape
+    _, block_size, num_kv_heads, head_dim = cache.shape
+    rows = cache.index_select(0, blocks.reshape(-1)).view(n, nb * block_size, num_kv_heads, head_dim)
+    return rows[:, :length].float()
+
+
 def paged_decode_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
                                block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float,
                                num_splits: int | None = None) -> torch.Tensor:
@@ -73,7 +86,7 @@ def paged_decode_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     splitting the context is a scheduling choice, not part of the result.
 
     Sequences are processed in chunks, each gathered to a padded ``[n, max_len, ...]`` tensor and
-    masked, so a batch costs a handful of torch ops rather than a few per sequence.
+    masked, so a batch costs a few torch ops per KV head rather than per sequence.
     """
     num_seqs, num_heads, head_dim = q.shape
     num_blocks, block_size, num_kv_heads, _ = k_cache.shape
@@ -81,19 +94,17 @@ def paged_decode_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache: 
     out = torch.empty_like(q)
     lens = seq_lens.tolist()
     for start, stop, max_len in _decode_chunks(lens, num_kv_heads * head_dim):
-        n, nb = stop - start, _cdiv(max_len, block_size)
         # Entries past a sequence's last block may be stale or padding: clamp, then mask.
-        table = block_tables[start:stop, :nb].long().clamp(0, num_blocks - 1)
-        k = k_cache[table].reshape(n, nb * block_size, num_kv_heads, head_dim).float()
-        v = v_cache[table].reshape(n, nb * block_size, num_kv_heads, head_dim).float()
-        qf = q[start:stop].float().view(n, num_kv_heads, group, head_dim)
-        scores = torch.einsum("nhgd,nthd->nhgt", qf, k) * scale
-        pos = torch.arange(nb * block_size, device=q.device)
-        pad = pos[None, :] >= seq_lens[start:stop, None].to(q.device)
-        scores.masked_fill_(pad[:, None, None, :], float("-inf"))
-        probs = torch.softmax(scores, dim=-1)
-        o = torch.einsum("nhgt,nthd->nhgd", probs, v)
-        out[start:stop] = o.reshape(n, num_heads, head_dim).to(q.dtype)
+        table = block_tables[start:stop, :_cdiv(max_len, block_size)].long().clamp(0, num_blocks - 1)
+        k = _gather_tokens(k_cache, table, max_len)
+        v = _gather_tokens(v_cache, table, max_len)
+        pad = torch.arange(max_len, device=q.device)[None, :] >= seq_lens[start:stop, None].to(q.device)
+        qf = q[start:stop].float()
+        for h in range(num_kv_heads):
+            heads = slice(h * group, (h + 1) * group)
+            scores = torch.bmm(qf[:, heads], k[:, :, h].transpose(1, 2)).mul_(scale)  # [n, group, max_len]
+            scores.masked_fill_(pad[:, None, :], float("-inf"))
+            out[start:stop, heads] = torch.bmm(torch.softmax(scores, dim=-1), v[:, :, h]).to(q.dtype)
     return out
 
 
@@ -106,29 +117,34 @@ def paged_prefill_attention_ref(q: torch.Tensor, k_cache: torch.Tensor, v_cache:
     ``cu_seqlens_q[i]:cu_seqlens_q[i+1]`` (``q_len`` tokens), which are its *last* ``q_len``
     positions out of ``seq_lens[i]``: the first ``seq_len - q_len`` were cached by an earlier
     chunk or a prefix-cache hit. Query at position ``p`` sees keys ``0..p``.
-    Long chunks are split by query rows so the score matrix stays within a fixed budget.
+    Long chunks are split by query rows so the score matrix stays within a fixed budget, and
+    each row chunk only multiplies against the keys its last query can see.
     """
     total_q, num_heads, head_dim = q.shape
-    num_kv_heads = k_cache.shape[2]
+    block_size, num_kv_heads = k_cache.shape[1], k_cache.shape[2]
     group = num_heads // num_kv_heads
     out = torch.empty_like(q)
     cu, lens = cu_seqlens_q.tolist(), seq_lens.tolist()
     for i, seq_len in enumerate(lens):
-        q_start, q_end = cu[i], cu[i + 1]
-        q_len = q_end - q_start
+        q_start, q_len = cu[i], cu[i + 1] - cu[i]
         if q_len == 0:
             continue
-        k = gather_kv(k_cache, block_tables[i], seq_len).float()
-        v = gather_kv(v_cache, block_tables[i], seq_len).float()
-        key_pos = torch.arange(seq_len, device=q.device)
+        context = seq_len - q_len
+        blocks = block_tables[i, :_cdiv(seq_len, block_size)].long()[None]
+        k = _gather_tokens(k_cache, blocks, seq_len)[0]  # [seq_len, kv_heads, head_dim]
+        v = _gather_tokens(v_cache, blocks, seq_len)[0]
         rows = max(1, _CHUNK_ELEMS // (num_heads * seq_len))
         for r0 in range(0, q_len, rows):
-            r1 = min(q_len, r0 + rows)
-            qf = q[q_start + r0:q_start + r1].float().view(r1 - r0, num_kv_heads, group, head_dim)
-            scores = torch.einsum("qhgd,khd->hgqk", qf, k) * scale
-            q_pos = torch.arange(seq_len - q_len + r0, seq_len - q_len + r1, device=q.device)
-            future = key_pos[None, :] > q_pos[:, None]
-            scores.masked_fill_(future, float("-inf"))
-            o = torch.einsum("hgqk,khd->qhgd", torch.softmax(scores, dim=-1), v)
-            out[q_start + r0:q_start + r1] = o.reshape(r1 - r0, num_heads, head_dim).to(q.dtype)
+            r = min(q_len, r0 + rows) - r0
+            visible = context + r0 + r  # keys the chunk's last query sees
+            q_pos = torch.arange(context + r0, visible, device=q.device)
+            future = torch.arange(visible, device=q.device)[None, :] > q_pos[:, None]  # [r, visible]
+            qf = q[q_start + r0:q_start + r0 + r].float()
+            for h in range(num_kv_heads):
+                heads = slice(h * group, (h + 1) * group)
+                qh = qf[:, heads].transpose(0, 1)  # [group, r, head_dim]
+                scores = torch.matmul(qh, k[:visible, h].T).mul_(scale)  # [group, r, visible]
+                scores.masked_fill_(future, float("-inf"))
+                o = torch.matmul(torch.softmax(scores, dim=-1), v[:visible, h])  # [group, r, head_dim]
+                out[q_start + r0:q_start + r0 + r, heads] = o.transpose(0, 1).to(q.dtype)
     return out
