@@ -111,6 +111,9 @@ class CapacityResult:
 
 
 OnEvaluation = Callable[[Evaluation, int], None]
+#: How often a passing run too short for steady state is repeated longer before it is judged
+#: unstable (its latency keeps growing with the run's length).
+MAX_LENGTHENINGS = 3
 
 
 def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
@@ -166,7 +169,7 @@ class _Evaluator:
         if key in self.cache:
             return self.cache[key]
         sz, duration = self.sizing, self.sizing.duration_s
-        for _ in range(3):
+        for attempt in range(MAX_LENGTHENINGS + 1):
             n = sz.num_requests or run_length(key[0], duration, sz.min_requests, sz.max_requests)
             result = simulate(with_rate(self.base, key[0], seed, n), base_dir=self.base_dir)
             self.runs += 1
@@ -177,6 +180,11 @@ class _Evaluator:
             # A failing run only gets worse when longer; a passing one must have been steady.
             if (not ok or m["steady"] or sz.num_requests or n >= sz.max_requests
                     or len(result.requests) < n):
+                break
+            if attempt == MAX_LENGTHENINGS:
+                # Latency still grows with run length: the queue grows, the rate is too high.
+                ok, bad = False, [f"no steady state: mean E2EL {m['mean_e2el_ms']:.0f} ms keeps "
+                                  f"growing as the run lengthens (queue growing)"]
                 break
             duration = max(duration * 2, 1.5 * MIN_SPANS * m["mean_e2el_ms"] / 1000.0)
         self.scenario = result.summary["scenario"]
@@ -212,14 +220,15 @@ def _search(ev: _Evaluator, seed: int, guess: float, grow: float, rel_tol: float
     while lo is None or hi is None:
         if ev.exhausted:
             return SeedSearch(seed, lo, hi, "simulation budget spent before a bracket was found")
-        if ev(rate, seed).passed:
-            lo = rate
+        run = ev(rate, seed)
+        if run.passed:
+            lo = rate = run.rate
             if hi is None:
                 if rate >= max_rate:
                     return SeedSearch(seed, lo, None, f"SLO met even at {rate:.4g} req/s (search limit)")
                 rate = min(rate * grow, max_rate)
         else:
-            hi = rate
+            hi = rate = run.rate
             if lo is None:
                 if rate <= min_rate:
                     worst = "; ".join(ev(rate, seed).violations)
@@ -228,11 +237,13 @@ def _search(ev: _Evaluator, seed: int, guess: float, grow: float, rel_tol: float
     while hi / lo > 1.0 + rel_tol:
         if ev.exhausted:
             return SeedSearch(seed, lo, hi, "simulation budget spent before the bracket was narrow enough")
-        mid = math.sqrt(lo * hi)
-        if ev(mid, seed).passed:
-            lo = mid
+        run = ev(math.sqrt(lo * hi), seed)
+        if run.rate in (lo, hi):  # the bracket is as narrow as rates are recorded
+            break
+        if run.passed:
+            lo = run.rate
         else:
-            hi = mid
+            hi = run.rate
     return SeedSearch(seed, lo, hi)
 
 

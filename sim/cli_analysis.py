@@ -1,0 +1,250 @@
+"""CLI commands for answers built from many simulations: ``capacity``, ``sweep``, ``ab``,
+``report`` and ``dashboard``. Thin shells over ``sim.analysis``; the tables they print are the
+report's own sections, so the terminal, the HTML report and the dashboard agree.
+
+Register them on the main app with ``app.command()(fn)`` for each function in ``COMMANDS``
+(or mount ``analysis_app``). User errors are raised as ``KvplanError`` (one line, exit 2).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Callable, List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+SET_HELP = "Override a config key, e.g. --set scheduler.policy=vllm_v0 (repeatable)."
+CONFIG_HELP = "Scenario YAML; omit for the built-in default (Llama-3.1-8B on A100-80GB, ShareGPT-like load)."
+
+
+def capacity(
+    config: Optional[Path] = typer.Argument(None, help=CONFIG_HELP),
+    slo: str = typer.Option(..., "--slo", help="Latency SLO, e.g. ttft_p99_ms=500,tpot_p99_ms=50 "
+                            "(metric_stat_ms; metric ttft/tpot/itl/e2el, stat mean/median/p90/p99; "
+                            "optional attainment=0.99)."),
+    target_rate: Optional[float] = typer.Option(None, "--target-rate", help="Requests/s to serve: prints replicas, GPUs and $/hour."),
+    seeds: int = typer.Option(3, "--seeds", help="Independent workloads searched; their spread is the stated uncertainty."),
+    duration: float = typer.Option(60.0, "--duration", help="Seconds of arrivals per simulation (rate x duration requests); lengthened automatically when too short to reach steady state."),
+    num_requests: Optional[int] = typer.Option(None, "--num-requests", help="A fixed request count per simulation instead of --duration."),
+    rel_tol: float = typer.Option(0.05, "--rel-tol", help="Stop when each seed's bracket is narrower than this fraction."),
+    start_rate: Optional[float] = typer.Option(None, "--start-rate", help="First rate tried (default: the config's arrival rate)."),
+    price: List[str] = typer.Option([], "--price", help="$/GPU-hour override, e.g. --price a100-80gb=1.2, or a YAML/JSON file of them (repeatable)."),
+    set_: List[str] = typer.Option([], "--set", help=SET_HELP),
+    max_simulations: int = typer.Option(200, "--max-simulations", help="Give up after this many simulations."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the result as JSON (input for `kvplan report`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Highest request rate one replica sustains inside an SLO; replicas, GPUs and cost for a target rate."""
+    from sim.analysis.capacity import RunSizing, find_capacity
+    from sim.analysis.report import capacity_section
+    from sim.analysis.slo import parse_slo
+
+    spec = parse_slo(slo)
+    with _Bar("capacity search", "sim", enabled=progress and not as_json) as bar:
+        result = find_capacity(
+            config, spec, target_rate=target_rate, seeds=seeds, rel_tol=rel_tol, start_rate=start_rate,
+            sizing=RunSizing(duration_s=duration, num_requests=num_requests),
+            max_simulations=max_simulations, prices=price, overrides=set_,
+            base_dir=config.parent if config else None,
+            on_evaluation=lambda ev, n: bar.set(n, f"{ev.rate:.3g} req/s seed {ev.seed}: "
+                                                  f"{'met' if ev.passed else 'missed'}"))
+    _finish(result.to_dict(), capacity_section, out, as_json)
+
+
+def sweep(
+    config: Optional[Path] = typer.Argument(None, help=CONFIG_HELP),
+    grid: List[str] = typer.Option(..., "--grid", help="key=v1,v2,... (repeatable; the cartesian product is run)."),
+    seeds: int = typer.Option(1, "--seeds", help="Seeds per configuration (results are averaged)."),
+    num_requests: Optional[int] = typer.Option(None, "--num-requests", help="Requests per simulation (default: the config's)."),
+    slo: Optional[str] = typer.Option(None, "--slo", help="Only configurations meeting this SLO can be on the frontier, e.g. ttft_p99_ms=500."),
+    backend: str = typer.Option("local", "--backend", help="local (process pool) or ray."),
+    workers: Optional[int] = typer.Option(None, "--workers", help="Parallel simulations (default: CPU count)."),
+    ray_address: Optional[str] = typer.Option(None, "--ray-address", help="Ray cluster address (default: start a local Ray instance)."),
+    set_: List[str] = typer.Option([], "--set", help=SET_HELP),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the result as JSON (input for `kvplan report`)."),
+    csv_out: Optional[Path] = typer.Option(None, "--csv", help="Write one row per configuration as CSV."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Simulate a grid of configurations; Pareto frontier of tokens/s per GPU against tokens/s per user."""
+    from sim.analysis.report import sweep_section
+    from sim.analysis.slo import parse_slo
+    from sim.analysis.sweep import parse_grid, run_sweep
+
+    spec = parse_slo(slo) if slo else None
+    with _Bar("sweep", "sim", enabled=progress and not as_json) as bar:
+        result = run_sweep(config, parse_grid(grid), seeds=seeds, num_requests=num_requests,
+                           overrides=set_, slo=spec, backend=backend, workers=workers,
+                           ray_address=ray_address, base_dir=config.parent if config else None,
+                           on_done=lambda done, total: bar.set(done, total=total))
+    if csv_out:
+        _write_csv(result.rows, csv_out)
+    _finish(result.to_dict(), sweep_section, out, as_json)
+
+
+def ab(
+    config_a: Path = typer.Argument(..., help="Config A (the baseline)."),
+    config_b: Path = typer.Argument(..., help="Config B (the candidate); it runs A's request streams."),
+    seeds: int = typer.Option(3, "--seeds", help="Request streams (seeds); both arms see each one."),
+    num_requests: Optional[int] = typer.Option(None, "--num-requests", help="Requests per stream (default: A's)."),
+    confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the intervals."),
+    bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples."),
+    set_: List[str] = typer.Option([], "--set", help="Override a key in both configs (repeatable)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the result as JSON (input for `kvplan report`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+) -> None:
+    """Compare two configs on identical request streams: per-metric B - A with bootstrap intervals."""
+    from sim.analysis.ab import run_ab
+    from sim.analysis.report import ab_section
+
+    with _Bar("A/B", "sim", enabled=progress and not as_json) as bar:
+        result = run_ab(config_a, config_b, seeds=seeds, num_requests=num_requests, overrides=set_,
+                        confidence=confidence, num_bootstrap=bootstrap,
+                        labels=(config_a.stem, config_b.stem),
+                        base_dirs=(config_a.parent, config_b.parent),
+                        on_run=lambda done, total: bar.set(done, total=total))
+    _finish(result.to_dict(), ab_section, out, as_json)
+
+
+def report(
+    inputs: List[Path] = typer.Argument(..., help="Saved results: --out JSON of capacity/ab/sweep, a validation.json, or a `kvplan simulate --out` folder."),
+    out: Path = typer.Option(..., "--out", help="report.html (self-contained, plots embedded) or report.md."),
+    markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the report as Markdown here."),
+    title: str = typer.Option("kvplan report", "--title", help="Report title."),
+) -> None:
+    """One self-contained HTML (or Markdown) report: scenario, results, calibration provenance, assumptions."""
+    from sim.analysis.report import load_record, write_report
+
+    records = [load_record(p) for p in inputs]
+    for path in write_report(records, out, title=title, markdown=markdown):
+        Console().print(f"wrote {path}")
+
+
+def dashboard(
+    port: int = typer.Option(8501, "--port", help="Port to serve on."),
+    address: str = typer.Option("localhost", "--address", help="Address to bind (0.0.0.0 to share on a network)."),
+    open_browser: bool = typer.Option(True, "--browser/--no-browser", help="Open a browser tab."),
+) -> None:
+    """Start the what-if dashboard (streamlit run): What-if, A/B, Capacity, Sweep/Pareto, Validation."""
+    import subprocess
+
+    from sim.errors import ConfigError
+
+    try:
+        import streamlit  # noqa: F401
+    except ImportError:
+        raise ConfigError("dashboard: streamlit is not installed (pip install 'kvplan[dashboard]')") from None
+    cmd = [sys.executable, "-m", "streamlit", "run", str(app_path()),
+           "--server.port", str(port), "--server.address", address,
+           "--server.headless", "false" if open_browser else "true",
+           "--browser.gatherUsageStats", "false"]
+    try:
+        code = subprocess.call(cmd)
+    except KeyboardInterrupt:
+        code = 0
+    raise typer.Exit(code)
+
+
+def app_path() -> Path:
+    """The dashboard's entry script (dashboards/app.py)."""
+    import dashboards
+
+    return Path(dashboards.__file__).resolve().parent / "app.py"
+
+
+#: name -> function, for ``app.command(name)(fn)`` in sim/cli.py.
+COMMANDS: dict[str, Callable] = {"capacity": capacity, "sweep": sweep, "ab": ab, "report": report,
+                                 "dashboard": dashboard}
+
+analysis_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
+for _name, _fn in COMMANDS.items():
+    analysis_app.command(_name)(_fn)
+
+
+# ---------------------------------------------------------------- helpers
+
+class _Bar:
+    """A tqdm bar on stderr (only on a terminal) that callbacks can move."""
+
+    def __init__(self, desc: str, unit: str, enabled: bool) -> None:
+        self.desc, self.unit, self.enabled, self.bar = desc, unit, enabled, None
+
+    def __enter__(self) -> "_Bar":
+        if self.enabled:
+            from tqdm import tqdm
+
+            self.bar = tqdm(desc=self.desc, unit=self.unit, leave=False, file=sys.stderr,
+                            disable=not sys.stderr.isatty())
+        return self
+
+    def set(self, n: int, postfix: str = "", total: Optional[int] = None) -> None:
+        if self.bar is None:
+            return
+        if total is not None:
+            self.bar.total = total
+        self.bar.n = n
+        if postfix:
+            self.bar.set_postfix_str(postfix, refresh=False)
+        self.bar.refresh()
+
+    def __exit__(self, *exc) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+def _finish(record: dict, section_fn: Callable[[dict], object], out: Optional[Path], as_json: bool) -> None:
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(record, indent=2, default=_jsonable) + "\n")
+    if as_json:
+        typer.echo(json.dumps(record, indent=2, default=_jsonable))
+        return
+    console = Console()
+    print_section(section_fn(record), console)
+    if out is not None:
+        console.print(f"wrote {out}")
+
+
+def print_section(section, console: Console) -> None:
+    """A report section in the terminal: its text, tables and notes (figures are HTML-only)."""
+    console.print(f"[bold cyan]{section.title}[/bold cyan]")
+    for t in section.text:
+        console.print(t, highlight=False)
+    for headers, rows in section.tables:
+        table = Table(show_header=True, header_style="bold", pad_edge=False)
+        for h in headers:
+            table.add_column(h)
+        from sim.analysis.report import _cell
+
+        for row in rows:
+            table.add_row(*(_cell(c) for c in row))
+        console.print(table)
+    for n in section.notes:
+        console.print(f"[yellow]note:[/yellow] {n}", highlight=False)
+
+
+def _write_csv(rows: list[dict], path: Path) -> None:
+    import csv
+
+    skip = {"point"}
+    names = [k for k in rows[0] if k not in skip] if rows else []
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=names, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+def _jsonable(obj):
+    import numpy as np
+
+    if isinstance(obj, (np.integer, np.floating)):
+        return obj.item()
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

@@ -1,0 +1,184 @@
+"""Capacity search: monotone in the SLO and the prompt length, bracketed, counted, priced.
+
+Scenarios are small (Llama-3.1-8B on an A10G with short outputs) so a search takes about a
+second; the properties do not depend on the size."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from sim.analysis import capacity as capacity_mod
+from sim.analysis.capacity import RunSizing, find_capacity
+from sim.analysis.pricing import price_table, usd_per_million_output_tokens
+from sim.analysis.slo import parse_slo
+from sim.analysis.steady import MIN_SPANS, run_length, window_metrics
+from sim.api import simulate
+from sim.errors import ConfigError
+
+SMALL = ["hardware=a10g", "workload.output_len.mean=64", "workload.output_len.max=256",
+         "workload.input_len.max=512"]
+FAST = dict(seeds=2, rel_tol=0.1, sizing=RunSizing(duration_s=20))
+
+
+def search(slo: str, extra=(), **kw):
+    args = {**FAST, **kw}
+    return find_capacity(None, parse_slo(slo), overrides=SMALL + list(extra), **args)
+
+
+@pytest.fixture(scope="module")
+def tight():
+    return search("ttft_p99_ms=1000,tpot_p99_ms=60", target_rate=50)
+
+
+def test_loosening_the_slo_raises_capacity(tight):
+    loose = search("ttft_p99_ms=5000,tpot_p99_ms=200")
+    assert loose.planning_rate > tight.planning_rate * 1.1
+    assert loose.capacity_rate > tight.capacity_rate
+
+
+def test_longer_prompts_lower_capacity(tight):
+    long = search("ttft_p99_ms=1000,tpot_p99_ms=60",
+                  ["workload.input_len.mean=600", "workload.input_len.max=1024"])
+    assert 0 < long.planning_rate < tight.planning_rate / 1.1
+
+
+def test_search_is_bracketed_per_seed(tight):
+    by_key = {(e.rate, e.seed): e for e in tight.evaluations}
+    assert len(tight.searches) == 2
+    for s in tight.searches:
+        assert by_key[(s.low, s.seed)].passed
+        assert not by_key[(s.high, s.seed)].passed
+        assert s.low < s.high <= s.low * 1.1 + 1e-9
+    assert tight.planning_rate == min(s.low for s in tight.searches)
+    assert tight.ci_low <= tight.capacity_rate <= tight.ci_high
+
+
+def test_reports_how_many_simulations_it_ran(monkeypatch):
+    calls = []
+    real = capacity_mod.simulate
+
+    def counting(*a, **kw):
+        calls.append(1)
+        return real(*a, **kw)
+
+    monkeypatch.setattr(capacity_mod, "simulate", counting)
+    r = search("ttft_p99_ms=300", seeds=1)
+    assert r.num_simulations == len(calls) >= len(r.evaluations) >= 3
+    assert f"{r.num_simulations} simulations" in r.headline()
+    assert r.to_dict()["num_simulations"] == len(calls)
+
+
+def test_replicas_gpus_and_cost_for_a_target_rate(tight):
+    assert tight.replicas == math.ceil(50 / tight.planning_rate)
+    assert tight.gpus == tight.replicas * tight.gpus_per_replica
+    assert tight.usd_per_hour == pytest.approx(tight.gpus * tight.usd_per_gpu_hour)
+    assert tight.usd_per_gpu_hour == price_table()["a10g"]
+    expected = tight.usd_per_gpu_hour / (tight.output_tokens_per_s_per_gpu * 3600) * 1e6
+    assert tight.usd_per_million_output_tokens == pytest.approx(expected)
+    # steady state: tokens/s per GPU = rate x mean output tokens
+    assert tight.output_tokens_per_s_per_gpu == pytest.approx(
+        tight.planning_rate * tight.at_planning_rate["mean_output_tokens"])
+    assert tight.goodput <= tight.planning_rate
+
+
+def test_tensor_parallel_counts_gpus_and_price_overrides_apply():
+    r = search("ttft_p99_ms=300", ["parallel.tensor_parallel_size=2"], seeds=1, target_rate=30,
+               prices=["a10g=2.0"])
+    assert r.gpus_per_replica == 2 and r.gpus == 2 * r.replicas
+    assert r.usd_per_gpu_hour == 2.0
+
+
+def test_unreachable_slo_is_reported_not_raised():
+    r = search("tpot_p99_ms=1", seeds=1)
+    assert r.planning_rate == 0 and r.replicas is None
+    assert any("SLO missed even at" in n for n in r.notes)
+    assert "No rate meets the SLO" in r.headline()
+
+
+def test_short_runs_are_lengthened_until_steady():
+    r = search("ttft_p99_ms=3000", seeds=1, sizing=RunSizing(duration_s=2, min_requests=20))
+    passing = [e for e in r.evaluations if e.passed]
+    assert passing and all(e.metrics["steady"] for e in passing)
+    assert r.num_simulations > len(r.evaluations)  # some runs were repeated longer
+
+
+def test_window_metrics_judge_after_warmup_and_flag_short_runs():
+    res = simulate(None, overrides=SMALL + ["workload.num_requests=60", "workload.arrival.rate=20"])
+    m = window_metrics(res.requests, warmup_fraction=0.5, slo_ttft_ms=1e9)
+    assert m["measured"] < 60 and m["slo_attainment"] == 1.0
+    assert m["steady"] == (m["arrival_span_s"] >= MIN_SPANS * m["mean_e2el_ms"] / 1000)
+    assert run_length(10, 60, 200, 20000) == 600
+    assert run_length(0.1, 60, 200, 20000) == 200
+    assert run_length(1e6, 60, 200, 20000) == 20000
+
+
+@pytest.mark.parametrize("text,bounds", [
+    ("ttft_p99_ms=500,tpot_p99_ms=50", {"p99_ttft_ms": 500, "p99_tpot_ms": 50}),
+    ("p90_e2el_ms=9000", {"p90_e2el_ms": 9000}),
+    ("ttft_mean_ms=100, itl_median_ms=20", {"mean_ttft_ms": 100, "median_itl_ms": 20}),
+])
+def test_slo_spellings(text, bounds):
+    assert parse_slo(text).bounds == bounds
+
+
+@pytest.mark.parametrize("text,needle", [
+    ("", "at least one bound"), ("ttft_p98_ms=5", "unknown bound"), ("ttft_p99_ms=-1", "> 0"),
+    ("ttft_p99_ms", "key=value"), ("ttft_p99_ms=fast", "number"), ("ttft_p99_ms=5,attainment=2", "(0, 1]"),
+])
+def test_slo_errors_are_one_line_config_errors(text, needle):
+    with pytest.raises(ConfigError, match=None) as exc:
+        parse_slo(text)
+    assert needle in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_slo_check_treats_missing_statistics_as_violations():
+    slo = parse_slo("ttft_p99_ms=100,attainment=0.9")
+    assert slo.check({"p99_ttft_ms": 50, "slo_attainment": 0.95}) == (True, [])
+    ok, bad = slo.check({"p99_ttft_ms": None, "slo_attainment": 0.5})
+    assert not ok and len(bad) == 2
+
+
+def test_price_table_overrides_and_errors(tmp_path):
+    f = tmp_path / "prices.yaml"
+    f.write_text("h100-sxm: 2.0\na100-sxm4-80gb: 1.1\n")
+    table = price_table([str(f), "l40s=0.9"])
+    assert table["h100-sxm"] == 2.0 and table["a100-80gb"] == 1.1 and table["l40s"] == 0.9
+    with pytest.raises(ConfigError, match="--price"):
+        price_table(["nosuchgpu=1"])
+    with pytest.raises(ConfigError, match="--price"):
+        price_table(["a10g=cheap"])
+    assert usd_per_million_output_tokens(1000, 3.6) == pytest.approx(1.0)
+
+
+@pytest.mark.parametrize("kw,needle", [
+    ({"seeds": 0}, "--seeds"), ({"rel_tol": 1.5}, "--rel-tol"), ({"target_rate": -1}, "--target-rate"),
+    ({"sizing": RunSizing(duration_s=0)}, "--duration"),
+])
+def test_bad_arguments_are_config_errors(kw, needle):
+    with pytest.raises(ConfigError, match=needle):
+        search("ttft_p99_ms=300", **kw)
+
+
+def test_cli_capacity_prints_the_answer_and_writes_json(tmp_path):
+    import json
+
+    import typer
+    from typer.testing import CliRunner
+
+    from sim import cli_analysis
+
+    app = typer.Typer()
+    app.command()(cli_analysis.capacity)
+    args = ["--slo", "ttft_p99_ms=1000", "--seeds", "1", "--rel-tol", "0.2", "--duration", "10",
+            "--target-rate", "40", "--price", "a10g=2", "--no-progress", "--out", str(tmp_path / "c.json")]
+    for item in SMALL:
+        args += ["--set", item]
+    res = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert "replicas / GPUs needed" in res.output and "simulations" in res.output
+    saved = json.loads((tmp_path / "c.json").read_text())
+    assert saved["kind"] == "capacity" and saved["usd_per_gpu_hour"] == 2.0
+    bad = CliRunner().invoke(app, ["--slo", "ttft_p42_ms=1"])
+    assert isinstance(bad.exception, ConfigError) and "--slo" in str(bad.exception)

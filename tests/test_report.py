@@ -1,0 +1,128 @@
+"""Reports and validation.json: self-contained HTML, the same content as Markdown, saved
+results reload, and the validation format is checked field by field."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+import typer
+from typer.testing import CliRunner
+
+from sim import cli_analysis
+from sim.analysis.ab import run_ab
+from sim.analysis.capacity import RunSizing, find_capacity
+from sim.analysis.report import load_record, render_html, render_markdown, write_report
+from sim.analysis.slo import parse_slo
+from sim.analysis.sweep import parse_grid, run_sweep
+from sim.analysis.validation import ValidationFileError, load_validation, write_validation
+from sim.api import simulate
+from sim.errors import ConfigError
+
+SMALL = ["hardware=a10g", "workload.output_len.mean=48", "workload.output_len.max=128",
+         "workload.input_len.max=512"]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+    d = tmp_path_factory.mktemp("results")
+    cap = find_capacity(None, parse_slo("ttft_p99_ms=1000"), seeds=1, rel_tol=0.2, target_rate=25,
+                        sizing=RunSizing(duration_s=10), overrides=SMALL).to_dict()
+    ab = run_ab(None, {"scheduler": {"max_num_seqs": 8}}, seeds=1, num_bootstrap=100,
+                overrides=SMALL + ["workload.num_requests=80", "workload.arrival.rate=10"]).to_dict()
+    sw = run_sweep(None, parse_grid(["scheduler.max_num_seqs=8,64"]), workers=1,
+                   overrides=SMALL + ["workload.num_requests=60"]).to_dict()
+    simulate(None, overrides=SMALL + ["workload.num_requests=50"]).write(d / "run")
+    val = write_validation(d / "validation.json", [
+        {"name": "p99_ttft_ms", "real": 100.0, "predicted": 110.0},
+        {"name": "output_throughput", "real": 2000.0, "predicted": 1900.0, "unit": "tok/s"}],
+        source={"profile": "profiles/a10g-llama.json", "hardware": "a10g", "model": "llama-3.1-8b"},
+        samples={"ttft_ms": {"real": [10.0, 20.0, 30.0], "predicted": [12.0, 19.0, 33.0]}})
+    paths = {}
+    for name, rec in (("capacity", cap), ("ab", ab), ("sweep", sw)):
+        paths[name] = d / f"{name}.json"
+        paths[name].write_text(json.dumps(rec))
+    paths["run"], paths["validation"] = d / "run", val
+    return paths
+
+
+def test_saved_results_reload_as_records(saved):
+    kinds = {name: load_record(p)["kind"] for name, p in saved.items()}
+    assert kinds == {"capacity": "capacity", "ab": "ab", "sweep": "sweep", "run": "simulation",
+                     "validation": "validation"}
+    assert load_record(saved["run"] / "summary.json")["timeline"]["time_s"]
+
+
+def test_html_is_self_contained_with_every_section(saved):
+    page = render_html([load_record(p) for p in saved.values()], title="Budget 2025")
+    assert page.startswith("<!DOCTYPE html>") and "<title>Budget 2025</title>" in page
+    assert page.count("<script type='text/javascript'>") == 1  # plotly.js inline, once
+    outside_js = re.sub(r"<script type='text/javascript'>.*?</script>", "", page, count=1, flags=re.S)
+    assert not re.search(r"<script[^>]+src=|<link[^>]+href=", outside_js)  # nothing fetched
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", outside_js)
+    assert "Plotly.newPlot" in outside_js
+    for heading in ("Scenario", "Capacity", "A/B", "Sweep and Pareto frontier", "Simulation: run",
+                    "Validation: simulator against real runs", "Calibration provenance", "Assumptions"):
+        assert f">{heading}" in page, heading
+    assert "profiles/a10g-llama.json" in page and "RooflineCostModel" in page
+
+
+def test_markdown_has_the_same_tables(saved):
+    records = [load_record(p) for p in saved.values()]
+    md = render_markdown(records)
+    assert md.startswith("# kvplan report")
+    cap = records[0]
+    assert cap["headline"] in md and "| replicas / GPUs needed |" in md
+    assert "| p99_ttft_ms (ms) | 100.00 | 110.00 | +10.0% |" in md
+    assert "| metric | A | B | B - A | interval | verdict |" in md
+    assert "## Assumptions" in md and "- Capacity is per replica" in md
+
+
+def test_without_validation_the_report_says_so(saved):
+    md = render_markdown([load_record(saved["capacity"])])
+    assert "have not been checked against a real run" in md
+
+
+def test_cli_report_writes_html_and_markdown(saved, tmp_path):
+    app = typer.Typer()
+    app.command()(cli_analysis.report)
+    out, md = tmp_path / "report.html", tmp_path / "report.md"
+    res = CliRunner().invoke(app, [str(saved["capacity"]), str(saved["validation"]), "--out", str(out),
+                                   "--markdown", str(md)], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    assert out.read_text().startswith("<!DOCTYPE html>") and md.read_text().startswith("# kvplan report")
+
+
+def test_report_input_errors(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text('{"hello": 1}')
+    with pytest.raises(ConfigError, match="not a kvplan result"):
+        load_record(bad)
+    with pytest.raises(ConfigError, match="not found"):
+        load_record(tmp_path / "missing.json")
+    with pytest.raises(ConfigError, match=".html or .md"):
+        write_report([{"kind": "validation", **load_validation({"metrics": [{"name": "a", "real": 1, "predicted": 1}]})}],
+                     tmp_path / "r.pdf")
+
+
+def test_validation_format_normalises_and_computes_errors():
+    rec = load_validation({"metrics": {"p99_ttft_ms": {"real": 200, "predicted": 150},
+                                       "mean_tpot_ms": {"real": 20, "predicted": 21, "error": 0.05}}})
+    by = {m["name"]: m for m in rec["metrics"]}
+    assert by["p99_ttft_ms"]["error"] == pytest.approx(-0.25) and by["p99_ttft_ms"]["unit"] == "ms"
+    assert rec["mape"] == pytest.approx(0.15) and rec["max_abs_error"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("doc,needle", [
+    ("{not json", "not valid JSON"),
+    ('{"metrics": []}', "non-empty list"),
+    ('{"metrics": [{"name": "x", "real": "fast", "predicted": 1}]}', "metrics[0].real"),
+    ('{"metrics": [{"real": 1, "predicted": 1}]}', "metrics[0].name"),
+    ('{"format": "other/2", "metrics": [{"name": "x", "real": 1, "predicted": 1}]}', "format"),
+    ('{"metrics": [{"name": "x", "real": 1, "predicted": 1}], "samples": {"ttft_ms": {"real": 3}}}', "samples.ttft_ms.real"),
+])
+def test_validation_format_errors_name_the_field(doc, needle):
+    with pytest.raises(ValidationFileError) as exc:
+        load_validation(doc)
+    assert needle in str(exc.value)
