@@ -136,6 +136,20 @@ def max_error(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> tuple
     return float(diff.max()), ok
 
 
+def fastest(measure: Callable, launch: Callable, configs: list) -> tuple[float, object]:
+    """(ms, config) of the fastest config; configs that fail to compile (e.g. out of shared
+    memory during a sweep) are skipped, unless none is left."""
+    timed, errors = [], []
+    for config in configs:
+        try:
+            timed.append((measure(launch(config)), config))
+        except Exception as err:  # noqa: BLE001 - a sweep point that can't run is not a result
+            errors.append(f"{config}: {type(err).__name__}: {err}")
+    if not timed:
+        raise RuntimeError("no launch configuration ran:\n" + "\n".join(errors))
+    return min(timed, key=lambda r: r[0])
+
+
 def bench_decode(shape: Shape, batch: int, context: int, device: torch.device, peak: float | None,
                  measure: Callable, configs: list | None = None) -> dict:
     """One decode case: Triton (best of ``configs``) vs SDPA on contiguous K/V, checked vs reference."""
@@ -150,14 +164,15 @@ def bench_decode(shape: Shape, batch: int, context: int, device: torch.device, p
     q = torch.randn(batch, shape.num_heads, shape.head_dim, generator=gen, device=device, dtype=dtype)
     args = (q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens, shape.scale)
 
-    results = []
-    for config in configs or [default_config(dtype)]:
-        splits = choose_num_splits(batch, shape.num_kv_heads, case.block_tables.shape[1] * shape.block_size,
-                                   device, config)
-        ms = measure(lambda: paged_decode_attention_triton(*args, num_splits=splits, config=config))
-        results.append((ms, splits, config))
-    ms, splits, config = min(results, key=lambda r: r[0])
-    out = paged_decode_attention_triton(*args, num_splits=splits, config=config)
+    max_context = case.block_tables.shape[1] * shape.block_size
+
+    def launch(config):
+        splits = choose_num_splits(batch, shape.num_kv_heads, max_context, device, config)
+        return lambda: paged_decode_attention_triton(*args, num_splits=splits, config=config)
+
+    ms, config = fastest(measure, launch, configs or [default_config(dtype)])
+    splits = choose_num_splits(batch, shape.num_kv_heads, max_context, device, config)
+    out = launch(config)()
     err, ok = max_error(out, paged_decode_attention_ref(*args), dtype)
 
     # SDPA baseline: the GQA group folded into the query-length axis (exact for one query token),
@@ -196,8 +211,8 @@ def bench_prefill(shape: Shape, prompt_len: int, num_seqs: int, q_len: int, devi
     cu = torch.arange(0, num_seqs + 1, device=device, dtype=torch.int32) * q_len
     args = (q, case.k_cache, case.v_cache, case.block_tables, cu, case.seq_lens, shape.scale)
 
-    timed = [(measure(lambda: paged_prefill_attention_triton(*args, config=c)), c) for c in configs or [default_config(dtype)]]
-    ms, config = min(timed, key=lambda r: r[0])
+    ms, config = fastest(measure, lambda c: lambda: paged_prefill_attention_triton(*args, config=c),
+                         configs or [default_config(dtype)])
     out = paged_prefill_attention_triton(*args, config=config)
     err, ok = max_error(out, paged_prefill_attention_ref(*args), dtype)
 
@@ -335,6 +350,7 @@ def main(argv: list[str] | None = None) -> int:
             print("kernels.bench --cpu-smoke: triton is missing or was imported before TRITON_INTERPRET=1", file=sys.stderr)
             return 2
         shape, plan = smoke_plan()
+        plan.sweep = args.sweep
         device = torch.device("cpu")
     else:
         if not torch.cuda.is_available():
