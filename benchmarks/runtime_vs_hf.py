@@ -24,47 +24,16 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from runtime import LLM, SamplingParams  # noqa: E402
+from runtime import LLM  # noqa: E402
+from runtime.bench import Workload, run_throughput, sharegpt_like  # noqa: E402
 from runtime.hf_reference import load_hf_reference  # noqa: E402
-from sim.workload.lengths import Lognormal  # noqa: E402
-
-SHAREGPT_MEAN_IN, SHAREGPT_MEAN_OUT = 161, 338  # vLLM paper (SOSP'23), Table 1
-
-
-@dataclass
-class Workload:
-    prompts: list[list[int]]
-    output_lens: list[int]
-
-    @property
-    def num_output_tokens(self) -> int:
-        return sum(self.output_lens)
-
-
-def make_workload(n: int, scale: float, vocab: int, seed: int, lengths_csv: str | None,
-                  max_len: int) -> Workload:
-    rng = np.random.default_rng(seed)
-    if lengths_csv:
-        from sim.workload.traces import read_length_table
-
-        trace = read_length_table(lengths_csv)
-        rows = rng.integers(0, len(trace.input_lens), size=n)
-        ins = np.maximum(1, np.rint(np.asarray(trace.input_lens)[rows] * scale)).astype(int)
-        outs = np.maximum(1, np.rint(np.asarray(trace.output_lens)[rows] * scale)).astype(int)
-    else:
-        ins = Lognormal(mean=SHAREGPT_MEAN_IN * scale, cv=1.0, min=2, max=max_len // 2).sample(n, rng)
-        outs = Lognormal(mean=SHAREGPT_MEAN_OUT * scale, cv=0.8, min=2, max=max_len // 2).sample(n, rng)
-    prompts = [rng.integers(3, vocab, size=int(k)).tolist() for k in ins]
-    return Workload(prompts, [int(k) for k in outs])
 
 
 def static_batches(work: Workload, budget_tokens: int) -> list[list[int]]:
@@ -101,17 +70,6 @@ def run_hf(model, work: Workload, budget_tokens: int, pad_id: int) -> tuple[floa
     return time.perf_counter() - t0, len(batches)
 
 
-def run_runtime(llm: LLM, work: Workload) -> float:
-    params = [SamplingParams(temperature=0.0, max_tokens=o, ignore_eos=True) for o in work.output_lens]
-    t0 = time.perf_counter()
-    outs = llm.generate(prompt_token_ids=work.prompts, sampling_params=params)
-    seconds = time.perf_counter() - t0
-    got = sum(len(o.token_ids) for o in outs)
-    if got != work.num_output_tokens:
-        raise RuntimeError(f"runtime produced {got} tokens, expected {work.num_output_tokens}")
-    return seconds
-
-
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="smollm2 (default), a .gguf file or an HF directory")
@@ -133,23 +91,20 @@ def main(argv: list[str] | None = None) -> dict:
     llm = LLM(args.model, kv_cache_bytes=budget, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
               max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=False,
               device="cpu", dtype="float32")
-    cfg = llm.engine.config
     budget_tokens = llm.engine.kv_cache.num_blocks * args.block_size
-    work = make_workload(args.num_requests, args.scale, cfg.vocab_size, args.seed, args.lengths,
-                         min(llm.engine.max_model_len, budget_tokens))
-    print(f"model {llm.engine.loaded.name}: {args.num_requests} requests, prompt mean "
-          f"{np.mean([len(p) for p in work.prompts]):.0f} / output mean {np.mean(work.output_lens):.0f} "
-          f"tokens; KV budget {args.kv_budget_mib:g} MiB = {budget_tokens} tokens; {args.threads} threads")
+    work = sharegpt_like(args.num_requests, args.scale, llm.engine.config.vocab_size,
+                         min(llm.engine.max_model_len, budget_tokens), args.seed, args.lengths)
+    print(f"model {llm.engine.loaded.name}: {work.describe()}; KV budget {args.kv_budget_mib:g} MiB "
+          f"= {budget_tokens} tokens; {args.threads} threads")
 
-    run_runtime(llm, Workload(work.prompts[:2], [2, 2]))  # warm-up
-    rt_s = run_runtime(llm, work)
-    rt_tps = work.num_output_tokens / rt_s
-    steps = llm.engine.tracer.records
-    print(f"kvplan runtime : {rt_s:8.2f} s  {rt_tps:8.1f} output tok/s  "
-          f"({len(steps)} steps, preemptions {llm.engine.scheduler.num_preemptions})")
+    run_throughput(llm, Workload(work.prompts[:2], [2, 2]))  # warm-up
+    rt = run_throughput(llm, work)
+    rt_tps = rt["output_throughput"]
+    print(f"kvplan runtime : {rt['duration_s']:8.2f} s  {rt_tps:8.1f} output tok/s  "
+          f"({rt['num_steps']} steps, mean batch {rt['mean_batch_size']:.1f}, preemptions {rt['preemptions']})")
     result = {"model": llm.engine.loaded.name, "num_requests": args.num_requests,
               "output_tokens": work.num_output_tokens, "kv_budget_tokens": budget_tokens,
-              "threads": args.threads, "runtime_seconds": rt_s, "runtime_output_tok_s": rt_tps}
+              "threads": args.threads, "runtime": rt}
     del llm
 
     if not args.skip_hf:
@@ -162,7 +117,8 @@ def main(argv: list[str] | None = None) -> dict:
         hf_tps = work.num_output_tokens / hf_s
         print(f"HF static batch: {hf_s:8.2f} s  {hf_tps:8.1f} output tok/s  ({n_batches} batches)")
         print(f"speed-up       : {rt_tps / hf_tps:.1f}x")
-        result.update(hf_seconds=hf_s, hf_output_tok_s=hf_tps, hf_batches=n_batches, speedup=rt_tps / hf_tps)
+        result.update(hf_seconds=hf_s, hf_output_throughput=hf_tps, hf_batches=n_batches,
+                      speedup=rt_tps / hf_tps)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(result, f, indent=2)

@@ -28,9 +28,9 @@ from runtime.sampling import Sampler, SamplingParams
 from runtime.tracing import StepTracer
 from runtime.weights import LoadedModel, load_model
 from sim.errors import ConfigError
-from sim.policies import Request, StepResult
-from sim.policies.kv import make_allocator
-from sim.policies.schedulers import make_scheduler
+from sim.policies import Request, ScheduledRequest, StepPlan, StepResult
+from sim.policies.kv import KVAllocator, make_allocator
+from sim.policies.schedulers import Scheduler, make_scheduler
 
 DEFAULT_CPU_KV_BYTES = 512 * 2**20
 
@@ -61,18 +61,7 @@ class LLMEngine:
             )
         num_blocks = self._num_kv_blocks()
         self.kv_cache = allocate_kv_cache(self.config, num_blocks, args.block_size, self.dtype, self.device)
-        self.allocator = make_allocator("paged", num_slots=num_blocks * args.block_size,
-                                        block_size=args.block_size,
-                                        prefix_caching=args.enable_prefix_caching,
-                                        max_model_len=self.max_model_len)
-        try:
-            self.scheduler = make_scheduler(args.policy(), self.allocator,
-                                            max_model_len=self.max_model_len,
-                                            max_num_seqs=args.max_num_seqs,
-                                            max_num_batched_tokens=args.max_num_batched_tokens,
-                                            preemption=args.preemption_mode)
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        self.allocator, self.scheduler = self._make_policy(num_blocks)
         self.runner = ModelRunner(loaded.model, self.kv_cache, self.allocator, self.device,
                                   args.attention_backend)
         self.sampler = Sampler()
@@ -91,15 +80,49 @@ class LLMEngine:
         return cls(loaded, args)
 
     # --- setup ------------------------------------------------------------------------------
+    def _make_policy(self, num_blocks: int) -> tuple[KVAllocator, Scheduler]:
+        """The simulator's allocator and scheduler over a pool of ``num_blocks`` blocks."""
+        a = self.args
+        allocator = make_allocator("paged", num_slots=num_blocks * a.block_size, block_size=a.block_size,
+                                   prefix_caching=a.enable_prefix_caching, max_model_len=self.max_model_len)
+        try:
+            scheduler = make_scheduler(a.policy(), allocator, max_model_len=self.max_model_len,
+                                       max_num_seqs=a.max_num_seqs,
+                                       max_num_batched_tokens=a.max_num_batched_tokens,
+                                       preemption=a.preemption_mode)
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
+        return allocator, scheduler
+
     def _num_kv_blocks(self) -> int:
         a = self.args
         if a.num_kv_blocks is not None:
             return a.num_kv_blocks
         if self.device.type == "cuda" and a.kv_cache_bytes is None:
+            self._profile_peak_step()
             return num_blocks_for_gpu(self.config, a.block_size, self.dtype,
                                       a.gpu_memory_utilization, self.device)
         budget = a.kv_cache_bytes if a.kv_cache_bytes is not None else DEFAULT_CPU_KV_BYTES
         return num_blocks_for_budget(self.config, a.block_size, self.dtype, budget)
+
+    def _profile_peak_step(self) -> None:
+        """Run the largest step the scheduler can plan (one prefill of its whole token budget)
+        on a throwaway pool, so the CUDA peak-memory counter includes activations before the KV
+        pool takes the rest (vLLM's profiling run)."""
+        bs = self.args.block_size
+        budget = self._make_policy(1)[1].budget
+        n = min(budget, self.max_model_len)
+        blocks = -(-n // bs)
+        allocator, _ = self._make_policy(blocks)
+        req = Request("profile", 0.0, n, 1, prompt_token_ids=[0] * n)
+        allocator.allocate(req, n)
+        cache = allocate_kv_cache(self.config, blocks, bs, self.dtype, self.device)
+        runner = ModelRunner(self.loaded.model, cache, allocator, self.device, self.args.attention_backend)
+        torch.cuda.reset_peak_memory_stats(self.device)
+        runner.execute(runner.prepare(StepPlan(scheduled=[ScheduledRequest(req, n, 0, is_prefill=True)])))
+        torch.cuda.synchronize(self.device)
+        del runner, cache
+        torch.cuda.empty_cache()  # else mem_get_info counts the freed throwaway pool as used
 
     def _eos_ids(self) -> tuple[int, ...]:
         ids = set(self.config.eos_token_ids)

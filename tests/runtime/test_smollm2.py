@@ -71,3 +71,12 @@ def test_chat_template_answers(smollm2):
                    SamplingParams(temperature=0, max_tokens=24))[0]
     assert "Paris" in out.text
     assert out.finish_reason == "stop" and out.token_ids[-1] in smollm2.config.eos_token_ids
+
+
+def test_cli_generate_prints_real_text(capsys):
+    from runtime.cli import generate
+
+    generate(prompt=["What is the capital of France?"], model=None, chat=True, max_tokens=24, temperature=0.0,
+             top_p=1.0, top_k=0, seed=None, device="cpu", dtype="auto", kv_cache_mib=16.0, block_size=16,
+             threads=None, trace=None, as_json=False)
+    assert "Paris" in capsys.readouterr().out
