@@ -69,6 +69,8 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, request_ids: Sequence[str],
                  params: Sequence[SamplingParams]) -> list[int]:
         """One token id per row of ``logits`` ``[num_rows, vocab]`` (float32)."""
+        if not logits.shape[0] == len(request_ids) == len(params):
+            raise ValueError(f"{logits.shape[0]} logit rows for {len(request_ids)} requests")
         if all(p.greedy for p in params):  # the common parity/benchmark case: one argmax
             return logits.argmax(dim=-1).tolist()
         out = logits.argmax(dim=-1).tolist()

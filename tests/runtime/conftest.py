@@ -15,6 +15,13 @@ from tests.runtime.helpers import SHAPES, save_random_hf_model  # noqa: E402
 
 torch.set_num_threads(1)
 
+# The Triton code path runs on CPU in Triton's interpreter, whose mode is fixed at the first
+# `import triton`: import it interpreted now (see kernels.interpreter), unless a GPU needs it compiled.
+if not torch.cuda.is_available():
+    from kernels.interpreter import import_triton_interpreted
+
+    import_triton_interpreted()
+
 
 @pytest.fixture(scope="session")
 def hf_models(tmp_path_factory) -> dict[str, tuple[str, torch.nn.Module]]:

@@ -33,6 +33,9 @@ ENGINE_CASES = {
                             enable_chunked_prefill=False),
     "preempt_bs2": dict(block_size=2, num_kv_blocks=24, enable_prefix_caching=False,
                         enable_chunked_prefill=True, max_num_batched_tokens=12),
+    # Recompute after preemption may hit the victim's own still-cached blocks (outputs included).
+    "preempt_prefix_bs2": dict(block_size=2, num_kv_blocks=24, enable_prefix_caching=True,
+                               enable_chunked_prefill=True, max_num_batched_tokens=12),
 }
 
 
