@@ -143,7 +143,7 @@ def dashboard(
     cmd = [sys.executable, "-m", "streamlit", "run", str(app_path()),
            "--server.port", str(port), "--server.address", address,
            "--server.headless", "false" if open_browser else "true",
-           "--browser.gatherUsageStats", "false"]
+           "--browser.gatherUsageStats", "false", "--client.toolbarMode", "minimal"]
     try:
         code = subprocess.call(cmd)
     except KeyboardInterrupt:

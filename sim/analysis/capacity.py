@@ -282,12 +282,23 @@ def _assemble(base: dict, slo: SLO, ev: _Evaluator, searches: list[SeedSearch], 
         gpus_per_replica=gpus_per_replica, hardware=hardware, usd_per_gpu_hour=price,
         at_planning_rate=at, goodput=goodput, output_tokens_per_s_per_gpu=tok_gpu,
         usd_per_million_output_tokens=cost, notes=notes)
-    if target_rate is not None:
-        result.target_rate = target_rate
-        if planning > 0:
-            result.replicas = max(1, math.ceil(target_rate / planning - 1e-9))
-            result.gpus = result.replicas * gpus_per_replica
-            result.usd_per_hour = result.gpus * price
+    return plan(result, target_rate)
+
+
+def plan(result: CapacityResult, target_rate: Optional[float],
+         usd_gpu_hour: Optional[float] = None) -> CapacityResult:
+    """Replicas, GPUs and cost for ``target_rate`` (and a new price), without simulating again:
+    the dashboard re-plans instantly when only the target or the price changes."""
+    if usd_gpu_hour is not None:
+        result.usd_per_gpu_hour = usd_gpu_hour
+        result.usd_per_million_output_tokens = usd_per_million_output_tokens(
+            result.output_tokens_per_s_per_gpu or 0.0, usd_gpu_hour)
+    result.target_rate = target_rate
+    result.replicas = result.gpus = result.usd_per_hour = None
+    if target_rate is not None and result.planning_rate > 0:
+        result.replicas = max(1, math.ceil(target_rate / result.planning_rate - 1e-9))
+        result.gpus = result.replicas * result.gpus_per_replica
+        result.usd_per_hour = result.gpus * result.usd_per_gpu_hour
     return result
 
 

@@ -1,0 +1,1 @@
+"""The what-if dashboard (Streamlit, multipage): ``kvplan dashboard`` runs ``app.py``."""

@@ -1,0 +1,288 @@
+"""What every dashboard page shares: scenario knobs with an error slot beside each field, a
+result cache with progress, and the report download.
+
+Why an error slot per field: a ConfigError names its dotted key (``kv_cache.block_size: ...``),
+so the message can be put right under the widget that set that key instead of a traceback or
+a banner far from the cause. Why our own cache rather than ``st.cache_data``: a miss must show
+a progress bar while a hit returns at once, and the cache is shared by every session.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import OrderedDict
+from typing import Any, Callable, Optional
+
+import streamlit as st
+
+from sim.catalog import list_hardware, list_models
+from sim.config import (ALLOCATORS, DEFAULTS, KV_DTYPES, POLICIES, PREEMPTIONS, QUEUE_POLICIES,
+                        RESERVES, WEIGHT_QUANT, build_config, parse_override)
+from sim.errors import KvplanError
+
+Progress = Callable[[float, Optional[str]], None]
+
+
+# ---------------------------------------------------------------- fields with error slots
+
+class Fields:
+    """Widgets keyed by dotted config key, each followed by an empty slot for its error."""
+
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.values: dict[str, Any] = {}
+        self.slots: dict[str, Any] = {}
+        self.errors: list[str] = []
+
+    def add(self, key: str, widget: Callable, *args, config_key: bool = True, **kw) -> Any:
+        value = widget(*args, key=f"{self.prefix}{key}", **kw)
+        self.slots[key] = st.empty()
+        if config_key:
+            self.values[key] = value
+        return value
+
+    def slot(self, key: str) -> None:
+        """An error slot for a key that has no widget of its own (e.g. a whole section)."""
+        self.slots[key] = st.empty()
+
+    def error(self, message: str, key: Optional[str] = None) -> None:
+        """Show ``message`` beside the field it names (``key`` or the message's first word)."""
+        self.errors.append(message)
+        target = key or self._field_for(message)
+        slot = self.slots.get(target) if target else None
+        (slot or st).error(message, icon=":material/error:")
+
+    def config(self) -> dict:
+        """The fields as one nested mapping (so a section such as ``workload.arrival`` is
+        merged as a whole, the way a YAML file would give it)."""
+        out: dict = {}
+        for dotted, value in self.values.items():
+            node = out
+            *parents, leaf = dotted.split(".")
+            for p in parents:
+                node = node.setdefault(p, {})
+            node[leaf] = value
+        return out
+
+    def _field_for(self, message: str) -> Optional[str]:
+        head = message.split(":", 1)[0].strip().removeprefix("--").split(" ")[-1]
+        if head in self.slots:
+            return head
+        prefixes = [k for k in self.slots if head.startswith(k) or k.startswith(head)]
+        if prefixes:
+            return max(prefixes, key=len)
+        if "needs" in message and "GB" in message and "model" in self.slots:  # DoesNotFitError
+            return "model"
+        return "overrides" if "overrides" in self.slots else None
+
+
+def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
+                    sections: tuple[str, ...] = ("deployment", "kv", "scheduler", "speculative",
+                                                 "workload", "slo", "overrides"),
+                    expanded: tuple[str, ...] = ("deployment",), load: bool = True,
+                    choose: Optional[dict[str, Any]] = None) -> None:
+    """Every simulator knob, grouped as a serving engineer thinks of them, with units.
+    ``load=False`` leaves out the request count and rate (a capacity search sets them);
+    ``choose`` picks other initial options for select boxes ({dotted key: option})."""
+    d = DEFAULTS
+    choose = choose or {}
+
+    def pick(key: str, options: list, default: Any = None) -> int:
+        want = choose.get(key, default)
+        return options.index(want) if want in options else 0
+
+    if "deployment" in sections:
+        with st.expander("Model and hardware", expanded="deployment" in expanded):
+            models = [m.name for m in list_models()]
+            hws = [h.name for h in list_hardware()]
+            f.add("model", st.selectbox, "Model", models, index=models.index(d["model"]))
+            f.add("hardware", st.selectbox, "GPU", hws, index=hws.index(d["hardware"]))
+            f.add("dtype", st.selectbox, "Activation dtype", ["float16", "bfloat16"])
+            f.add("quantization.weights", st.selectbox, "Weight quantisation", list(WEIGHT_QUANT))
+            f.add("parallel.tensor_parallel_size", st.selectbox, "Tensor parallel (GPUs per replica)", [1, 2, 4, 8])
+            f.add("parallel.num_replicas", st.number_input, "Replicas", min_value=1, max_value=64, value=1)
+    if "kv" in sections:
+        with st.expander("KV cache", expanded="kv" in expanded):
+            f.add("kv_cache.allocator", st.selectbox, "Allocator", list(ALLOCATORS),
+                  index=pick("kv_cache.allocator", list(ALLOCATORS)),
+                  help="paged: vLLM's blocks; contiguous: one region per request (Orca-style)")
+            f.add("kv_cache.block_size", st.selectbox, "Block size (tokens)", [8, 16, 32, 64, 128], index=1)
+            f.add("kv_cache.reserve", st.selectbox, "Contiguous reservation", list(RESERVES),
+                  index=pick("kv_cache.reserve", list(RESERVES)),
+                  help="max: max_model_len; pow2: next power of two; oracle: the true final length")
+            f.add("kv_cache.prefix_caching", st.checkbox, "Prefix caching", value=False)
+            f.add("kv_cache.gpu_memory_utilization", st.slider, "GPU memory utilisation", 0.5, 0.98,
+                  float(d["kv_cache"]["gpu_memory_utilization"]), 0.01)
+            f.add("kv_cache.max_model_len", st.number_input, "max_model_len (tokens)", min_value=256,
+                  max_value=131072, value=d["kv_cache"]["max_model_len"], step=256)
+            f.add("kv_cache.dtype", st.selectbox, "KV cache dtype", list(KV_DTYPES))
+    if "scheduler" in sections:
+        with st.expander("Scheduler", expanded="scheduler" in expanded):
+            f.add("scheduler.policy", st.selectbox, "Policy", list(POLICIES),
+                  index=pick("scheduler.policy", list(POLICIES), "chunked"),
+                  help="static: HF-style batches; orca: iteration-level; vllm_v0: prefill first; "
+                       "chunked: Sarathi-Serve / vLLM v1 token budget")
+            f.add("scheduler.max_num_seqs", st.number_input, "max_num_seqs", min_value=1, max_value=4096,
+                  value=d["scheduler"]["max_num_seqs"])
+            mbt = f.add("scheduler.max_num_batched_tokens", st.number_input,
+                        "max_num_batched_tokens (0 = auto)", min_value=0, max_value=1 << 20, value=0, step=256)
+            if not mbt:
+                f.values["scheduler.max_num_batched_tokens"] = None
+            f.add("scheduler.preemption", st.selectbox, "Preemption", list(PREEMPTIONS))
+            f.add("scheduler.queue_policy", st.selectbox, "Queue policy", list(QUEUE_POLICIES))
+    if "speculative" in sections:
+        with st.expander("Speculative decoding", expanded="speculative" in expanded):
+            f.add("speculative.num_tokens", st.number_input, "Draft tokens per step (0 = off)",
+                  min_value=0, max_value=16, value=0)
+            f.add("speculative.acceptance_rate", st.slider, "Acceptance rate", 0.0, 1.0, 0.7, 0.05)
+    if "workload" in sections:
+        with st.expander("Workload", expanded="workload" in expanded):
+            if load:
+                f.add("workload.num_requests", st.number_input, "Requests", min_value=10,
+                      max_value=100000, value=num_requests, step=50)
+                f.add("workload.arrival.rate", st.number_input, "Arrival rate (req/s)", min_value=0.01,
+                      max_value=10000.0, value=float(rate), step=1.0)
+            f.add("workload.arrival.process", st.selectbox, "Arrival process", ["poisson", "gamma", "constant"])
+            f.add("workload.arrival.cv", st.number_input, "Burstiness (gamma CV)", min_value=0.0,
+                  max_value=10.0, value=1.0, step=0.25)
+            wl = d["workload"]
+            f.add("workload.input_len.mean", st.number_input, "Mean prompt (tokens)", min_value=1,
+                  max_value=131072, value=wl["input_len"]["mean"])
+            f.add("workload.input_len.max", st.number_input, "Max prompt (tokens)", min_value=1,
+                  max_value=131072, value=wl["input_len"]["max"])
+            f.add("workload.output_len.mean", st.number_input, "Mean output (tokens)", min_value=1,
+                  max_value=131072, value=wl["output_len"]["mean"])
+            f.add("workload.output_len.max", st.number_input, "Max output (tokens)", min_value=1,
+                  max_value=131072, value=wl["output_len"]["max"])
+            f.add("seed", st.number_input, "Seed", min_value=0, max_value=2**31 - 1, value=0)
+    if "slo" in sections:
+        with st.expander("SLO (per request, for goodput)", expanded="slo" in expanded):
+            ttft = f.add("slo.ttft_ms", st.number_input, "TTFT bound (ms, 0 = none)", min_value=0.0, value=0.0, step=50.0)
+            tpot = f.add("slo.tpot_ms", st.number_input, "TPOT bound (ms, 0 = none)", min_value=0.0, value=0.0, step=5.0)
+            f.values["slo.ttft_ms"], f.values["slo.tpot_ms"] = ttft or None, tpot or None
+    if "overrides" in sections:
+        f.add("overrides", st.text_area, "Other settings (key=value per line, as --set)", value="",
+              placeholder="kv_cache.swap_space_gb=8\nworkload.input_len.cv=1.2", config_key=False)
+
+
+def sidebar_fields(prefix: str, header: str = "Scenario", **kw) -> Fields:
+    """A page's scenario knobs in the sidebar (``kw`` as for ``scenario_fields``)."""
+    f = Fields(prefix)
+    with st.sidebar:
+        st.header(header)
+        scenario_fields(f, **kw)
+    return f
+
+
+def build(*groups: Fields, extra: tuple[str, ...] = ()) -> Optional[dict]:
+    """The validated config of these field groups (later groups win), or None after showing
+    the error beside the field it names."""
+    merged: dict = {}
+    free: list[str] = []
+    for f in groups:
+        merged = _merge(merged, f.config())
+        lines = [ln.strip() for ln in (st.session_state.get(f"{f.prefix}overrides") or "").splitlines()]
+        for item in (ln for ln in lines if ln and not ln.startswith("#")):
+            try:
+                parse_override(item)
+            except KvplanError as exc:
+                f.error(str(exc), "overrides")
+                return None
+            free.append(item)
+    try:
+        return build_config(merged, list(extra) + free)
+    except KvplanError as exc:
+        owner = next((f for f in reversed(groups) if f._field_for(str(exc)) not in (None, "overrides")),
+                     groups[-1])
+        owner.error(str(exc))
+        return None
+
+
+def _merge(a: dict, b: dict) -> dict:
+    out = dict(a)
+    for k, v in b.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def parse_numbers(text: str, what: str) -> list[float]:
+    """``"2, 4, 8"`` -> [2.0, 4.0, 8.0]; a ValueError names the bad item."""
+    out = []
+    for part in filter(None, (p.strip() for p in text.replace(";", ",").split(","))):
+        try:
+            v = float(part)
+        except ValueError:
+            raise ValueError(f"{what}: {part!r} is not a number") from None
+        if not v > 0:
+            raise ValueError(f"{what}: {part} must be > 0")
+        out.append(v)
+    if not out:
+        raise ValueError(f"{what}: give at least one positive number")
+    return out
+
+
+# ---------------------------------------------------------------- cache with progress
+
+class _LRU:
+    def __init__(self, size: int) -> None:
+        self.size, self.data, self.lock = size, OrderedDict(), threading.Lock()
+
+    def get(self, key: str) -> Any:
+        with self.lock:
+            if key in self.data:
+                self.data.move_to_end(key)
+                return self.data[key]
+        return None
+
+    def put(self, key: str, value: Any) -> None:
+        with self.lock:
+            self.data[key] = value
+            self.data.move_to_end(key)
+            while len(self.data) > self.size:
+                self.data.popitem(last=False)
+
+
+@st.cache_resource
+def _store() -> _LRU:
+    return _LRU(128)
+
+
+def cached(kind: str, params: dict, compute: Callable[[Progress], Any], label: str) -> Any:
+    """``compute(progress)`` once per distinct ``params``; later calls return at once."""
+    key = kind + ":" + json.dumps(params, sort_keys=True, default=str)
+    store = _store()
+    hit = store.get(key)
+    if hit is not None:
+        return hit
+    bar = st.progress(0.0, text=label)
+
+    def progress(fraction: float, text: Optional[str] = None) -> None:
+        bar.progress(max(0.0, min(fraction, 1.0)), text=text or label)
+
+    try:
+        value = compute(progress)
+    finally:
+        bar.empty()
+    store.put(key, value)
+    return value
+
+
+# ---------------------------------------------------------------- report download
+
+def report_downloads(records: list[dict], name: str, title: str) -> None:
+    """HTML and Markdown report buttons; the report is rendered only when clicked."""
+    from sim.analysis.report import render_html, render_markdown
+
+    c1, c2 = st.columns(2)
+    c1.download_button("Download report (HTML)", data=lambda: render_html(records, title),
+                       file_name=f"{name}.html", mime="text/html", key=f"dl-html-{name}",
+                       on_click="ignore", icon=":material/download:")
+    c2.download_button("Download report (Markdown)", data=lambda: render_markdown(records, title),
+                       file_name=f"{name}.md", mime="text/markdown", key=f"dl-md-{name}",
+                       on_click="ignore", icon=":material/description:")
+
+
+def show_notes(notes: list[str]) -> None:
+    for n in notes:
+        st.warning(n, icon=":material/info:")

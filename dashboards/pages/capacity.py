@@ -1,0 +1,95 @@
+"""Capacity: the highest rate one replica sustains inside an SLO (with its uncertainty), and
+the replicas, GPUs and dollars a target rate then needs."""
+
+from __future__ import annotations
+
+import copy
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import common
+from sim.analysis import figures
+from sim.analysis.capacity import RunSizing, find_capacity, plan
+from sim.analysis.slo import parse_slo
+
+st.title("Capacity")
+st.caption("A bracketed search over request rate, one bracket per seed, each run long enough to "
+           "reach steady state. Changing only the target rate or the price re-plans instantly.")
+
+f = common.sidebar_fields("cap.", sections=("deployment", "kv", "scheduler", "speculative", "workload",
+                                             "overrides"), load=False)
+cfg = common.build(f)
+
+c1, c2, c3 = st.columns([2, 1, 1])
+with c1:
+    slo_text = f.add("slo", st.text_input, "SLO", value="ttft_p99_ms=500,tpot_p99_ms=50", config_key=False,
+                     help="metric_stat_ms=bound, comma separated; metric ttft/tpot/itl/e2el, "
+                          "stat mean/median/p90/p99; optional attainment=0.99")
+with c2:
+    target = f.add("target", st.number_input, "Target rate (req/s)", min_value=0.0, value=100.0,
+                   step=10.0, config_key=False)
+with c3:
+    price = f.add("price", st.number_input, "$ per GPU-hour (0 = catalog)", min_value=0.0, value=0.0,
+                  step=0.1, config_key=False)
+c4, c5, c6 = st.columns(3)
+with c4:
+    seeds = f.add("seeds", st.number_input, "Seeds", min_value=1, max_value=10, value=2, config_key=False)
+with c5:
+    duration = f.add("duration", st.number_input, "Run length (s of arrivals)", min_value=5.0,
+                     max_value=3600.0, value=30.0, step=5.0, config_key=False,
+                     help="Runs too short for steady state are lengthened automatically.")
+with c6:
+    tol = f.add("tol", st.select_slider, "Bracket width", [0.02, 0.05, 0.1, 0.2], value=0.1,
+                config_key=False, format_func=lambda x: f"{x:.0%}")
+
+try:
+    slo = parse_slo(slo_text)
+except common.KvplanError as exc:
+    f.error(str(exc), "slo")
+    slo = None
+
+if cfg is None or slo is None:
+    st.info("Fix the setting marked in red to search.")
+    st.stop()
+
+params = {"cfg": cfg, "slo": slo.to_dict(), "seeds": seeds, "duration": duration, "tol": tol}
+
+
+def _search(progress: common.Progress):
+    def hook(ev, n):
+        progress(min(n / (8 * seeds), 0.99),
+                 f"simulation {n}: {ev.rate:.3g} req/s, seed {ev.seed}, {'met' if ev.passed else 'missed'} the SLO")
+    return find_capacity(cfg, slo, seeds=int(seeds), rel_tol=tol, sizing=RunSizing(duration_s=duration),
+                         on_evaluation=hook)
+
+
+try:
+    found = common.cached("capacity", params, _search, "capacity search")
+except common.KvplanError as exc:
+    f.error(str(exc))
+    st.stop()
+
+result = plan(copy.deepcopy(found), target or None, price or None)
+rec = result.to_dict()
+(st.success if result.planning_rate > 0 else st.error)(result.headline())
+cols = st.columns(4)
+cols[0].metric("Capacity per replica (req/s)", f"{result.planning_rate:.2f}",
+               help=f"every seed met the SLO here; mean over seeds {result.capacity_rate:.2f} "
+                    f"({result.confidence:.0%} CI {result.ci_low:.2f}-{result.ci_high:.2f})")
+cols[1].metric("Output tok/s per GPU", f"{result.output_tokens_per_s_per_gpu or 0:,.0f}")
+cols[2].metric("$ per million output tokens", f"{result.usd_per_million_output_tokens or 0:.3f}",
+               help=f"at ${result.usd_per_gpu_hour:.2f} per GPU-hour ({result.hardware})")
+cols[3].metric("Simulations", result.num_simulations)
+if result.replicas:
+    cols = st.columns(3)
+    cols[0].metric(f"Replicas for {target:g} req/s", result.replicas)
+    cols[1].metric("GPUs", result.gpus)
+    cols[2].metric("$ per hour", f"{result.usd_per_hour:,.2f}")
+common.show_notes(result.notes)
+
+st.plotly_chart(figures.capacity_search(rec), key="cap-search")
+st.dataframe(pd.DataFrame([{"seed": s.seed, "highest rate meeting SLO": s.low,
+                            "lowest rate missing it": s.high, "note": s.note} for s in result.searches]),
+             hide_index=True)
+common.report_downloads([rec], "kvplan-capacity", "kvplan capacity report")

@@ -1,0 +1,64 @@
+"""Validation: the simulator's predictions against real measurements, read from a
+validation.json (format in docs/dashboard.md)."""
+
+from __future__ import annotations
+
+import pandas as pd
+import streamlit as st
+
+from dashboards import common
+from sim.analysis import figures
+from sim.analysis.validation import FORMAT, load_validation
+
+st.title("Validation")
+st.caption("Predicted against real, per metric: how far to trust the simulator on this hardware and model.")
+
+f = common.Fields("val.")
+c1, c2 = st.columns(2)
+with c1:
+    path = f.add("path", st.text_input, "validation.json path", value="", config_key=False,
+                 placeholder="runs/calibration/validation.json")
+with c2:
+    upload = f.add("upload", st.file_uploader, "... or upload one", type=["json"], config_key=False)
+
+source = None
+if upload is not None:
+    source, where, name = upload.getvalue(), "upload", upload.name
+elif path.strip():
+    source, where, name = path.strip(), "path", path.strip()
+
+if source is None:
+    st.info(f"Load a validation.json ({FORMAT}): per metric the real value, the simulator's "
+            f"prediction and the relative error. See docs/dashboard.md for the format.")
+    st.code('{"format": "kvplan-validation/1",\n "source": {"profile": "...", "hardware": "a100-80gb"},\n'
+            ' "metrics": [{"name": "p99_ttft_ms", "real": 120.0, "predicted": 131.0, "error": 0.092}]}',
+            language="json")
+    st.stop()
+
+try:
+    record = load_validation(source, name)
+except common.KvplanError as exc:
+    f.error(str(exc), where)
+    st.stop()
+
+cols = st.columns(3)
+cols[0].metric("Metrics", len(record["metrics"]))
+cols[1].metric("Mean absolute error", f"{record['mape']:.1%}" if record["mape"] is not None else "-")
+cols[2].metric("Largest error", f"{record['max_abs_error']:.1%}" if record["max_abs_error"] is not None else "-")
+if record["source"]:
+    st.markdown("**Source:** " + "; ".join(f"{k}: `{v}`" for k, v in record["source"].items()))
+st.dataframe(pd.DataFrame([{"metric": m["name"], "unit": m["unit"], "real": m["real"],
+                            "predicted": m["predicted"], "error": m["error"]} for m in record["metrics"]]),
+             hide_index=True, column_config={"error": st.column_config.NumberColumn(format="percent")})
+t1, t2, t3 = st.tabs(["Predicted against real", "Error per metric", "Distributions"])
+with t1:
+    st.plotly_chart(figures.validation_scatter(record), key="val-scatter")
+with t2:
+    st.plotly_chart(figures.validation_errors(record), key="val-errors")
+with t3:
+    cdf = figures.validation_cdfs(record)
+    if cdf is None:
+        st.caption("This file has no per-request samples.")
+    else:
+        st.plotly_chart(cdf, key="val-cdf")
+common.report_downloads([record], "kvplan-validation", "kvplan validation report")

@@ -1,0 +1,129 @@
+"""Every dashboard page under streamlit's AppTest: the default run works, a changed widget
+changes the result, and invalid input shows an error beside its field (never a traceback)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from sim.analysis.validation import write_validation  # noqa: E402
+
+PAGES = Path(__file__).resolve().parents[2] / "dashboards" / "pages"
+
+
+def page(name: str) -> AppTest:
+    at = AppTest.from_file(str(PAGES / name), default_timeout=180)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def metric(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label.startswith(label))
+
+
+def errors(block) -> list[str]:
+    return [e.value for e in block.error]
+
+
+def test_app_entry_point_runs_the_what_if_page():
+    at = AppTest.from_file(str(PAGES.parent / "app.py"), default_timeout=180).run()
+    assert not at.exception
+    assert at.title[0].value == "What-if"
+
+
+def test_what_if():
+    at = page("what_if.py")
+    assert metric(at, "Completed / rejected") == "300 / 0"
+    assert len(at.get("plotly_chart")) >= 3 and len(at.get("download_button")) == 2
+    before = metric(at, "TTFT p99")
+    at.sidebar.number_input(key="wi.workload.arrival.rate").set_value(20.0).run()
+    assert not at.exception and metric(at, "TTFT p99") != before
+    # invalid input: the message appears in the sidebar, where the field is
+    at.sidebar.text_area(key="wi.overrides").set_value("kv_cache.block_size=0").run()
+    assert not at.exception
+    assert any("kv_cache.block_size" in e for e in errors(at.sidebar))
+    at.sidebar.text_area(key="wi.overrides").set_value("").run()
+    at.text_input(key="wi.curve.rates").set_value("2, fast").run()
+    assert not at.exception and any("'fast' is not a number" in e for e in errors(at.main))
+
+
+def test_what_if_model_that_does_not_fit_is_explained():
+    at = page("what_if.py")
+    at.sidebar.selectbox(key="wi.model").set_value("llama-3.1-70b").run()
+    assert not at.exception
+    assert any("needs" in e and "GB" in e for e in errors(at.sidebar))
+
+
+def test_ab():
+    at = page("ab.py")
+    assert "significant" in at.success[0].value  # default: paged vs contiguous differ
+    verdicts = set(at.dataframe[0].value["verdict"])
+    assert "B worse" in verdicts
+    at.selectbox(key="abB.kv_cache.allocator").set_value("paged").run()
+    assert not at.exception
+    assert "No metric differs significantly" in at.info[0].value
+    at.selectbox(key="abA.scheduler.policy").set_value("orca").run()
+    at.number_input(key="abA.scheduler.max_num_batched_tokens").set_value(512).run()
+    assert not at.exception
+    assert any("max_num_batched_tokens" in e for e in errors(at.main))
+
+
+def test_capacity():
+    at = page("capacity.py")
+    assert "One replica sustains" in at.success[0].value
+    assert int(metric(at, "Simulations")) >= 3
+    replicas = metric(at, "Replicas for")
+    at.number_input(key="cap.target").set_value(400.0).run()  # re-planned without simulating
+    assert not at.exception and metric(at, "Replicas for") != replicas
+    at.text_input(key="cap.slo").set_value("ttft_p99_ms=500,tpot_p42_ms=50").run()
+    assert not at.exception and any("tpot_p42_ms" in e for e in errors(at.main))
+
+
+def test_sweep():
+    at = page("sweep.py")
+    assert "6 configurations" in at.success[0].value
+    at.text_area(key="sw.grid").set_value("scheduler.max_num_seqs=8,32").run()
+    assert not at.exception and "2 configurations" in at.success[0].value
+    at.text_area(key="sw.grid").set_value("scheduler.max_num_seqs=8,0").run()
+    assert not at.exception and any("--grid point scheduler.max_num_seqs=0" in e for e in errors(at.main))
+
+
+def test_validation(tmp_path):
+    at = page("validation.py")
+    assert "validation.json" in at.info[0].value
+    good = write_validation(tmp_path / "validation.json",
+                            [{"name": "p99_ttft_ms", "real": 100.0, "predicted": 120.0},
+                             {"name": "mean_tpot_ms", "real": 20.0, "predicted": 19.0}],
+                            source={"profile": "profiles/test.json"},
+                            samples={"ttft_ms": {"real": [1.0, 2.0], "predicted": [1.5, 2.5]}})
+    at.text_input(key="val.path").set_value(str(good)).run()
+    assert not at.exception
+    assert metric(at, "Mean absolute error") == "12.5%" and metric(at, "Metrics") == "2"
+    other = write_validation(tmp_path / "other.json", [{"name": "p99_ttft_ms", "real": 100.0, "predicted": 101.0}])
+    at.text_input(key="val.path").set_value(str(other)).run()
+    assert metric(at, "Mean absolute error") == "1.0%"
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"metrics": [{"name": "x", "real": "n/a", "predicted": 1}]}')
+    at.text_input(key="val.path").set_value(str(bad)).run()
+    assert not at.exception and any("metrics[0].real" in e for e in errors(at.main))
+
+
+def test_dashboard_command_runs_streamlit_on_the_app(monkeypatch):
+    import subprocess
+
+    import typer
+
+    from sim import cli_analysis
+
+    seen = {}
+    monkeypatch.setattr(subprocess, "call", lambda cmd: seen.setdefault("cmd", cmd) and 0)
+    with pytest.raises(typer.Exit):
+        cli_analysis.dashboard(port=8999, address="127.0.0.1", open_browser=False)
+    cmd = seen["cmd"]
+    assert cmd[1:4] == ["-m", "streamlit", "run"] and Path(cmd[4]) == PAGES.parent / "app.py"
+    assert "8999" in cmd and cmd[cmd.index("--server.headless") + 1] == "true"
