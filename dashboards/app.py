@@ -9,7 +9,7 @@ from pathlib import Path
 
 import streamlit as st
 
-PAGES = Path(__file__).resolve().parent / "pages"
+PAGES = Path(__file__).resolve().parent / "views"
 
 st.set_page_config(page_title="kvplan", page_icon=":material/memory:", layout="wide")
 page = st.navigation([

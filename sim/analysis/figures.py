@@ -77,8 +77,7 @@ def rate_latency(points: list[dict], slo: Optional[dict] = None, current_rate: O
                                      line=dict(dash=dash)), row=1, col=col)
         bound = (slo or {}).get(f"{metric}_ms")
         if bound:
-            fig.add_hline(y=bound, line_dash="dash", line_color="#c62828", row=1, col=col,
-                          annotation_text="SLO")
+            _bound(fig, bound, "SLO bound", row=1, col=col, legend=col == 1)
         if current_rate:
             fig.add_vline(x=current_rate, line_dash="dot", line_color="#757575", row=1, col=col)
     fig.update_xaxes(title_text="request rate (req/s)")
@@ -103,15 +102,25 @@ def capacity_search(result: dict, title: str = "Capacity search") -> go.Figure:
                 marker=dict(color=color, size=9), name=name, legendgroup=name, showlegend=i == 0,
                 text=[f"seed {e['seed']}" for e in sel]), row=1, col=i + 1)
         if key in bounds:
-            fig.add_hline(y=bounds[key], line_dash="dash", line_color="#c62828", row=1, col=i + 1,
-                          annotation_text=key)
+            _bound(fig, bounds[key], "SLO bound", row=1, col=i + 1, legend=i == 0)
         if result.get("planning_rate"):
-            fig.add_vline(x=result["planning_rate"], line_dash="dot", line_color="#1565c0",
-                          row=1, col=i + 1, annotation_text="capacity")
+            fig.add_vline(x=result["planning_rate"], line_dash="dot", line_color="#1565c0", row=1, col=i + 1)
+    if result.get("planning_rate"):
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name="capacity (planning rate)",
+                                 line=dict(dash="dot", color="#1565c0")))
     fig.update_xaxes(title_text="request rate per replica (req/s)")
     fig.update_yaxes(type="log")
     fig.update_layout(title=title, **_LAYOUT)
     return fig
+
+
+def _bound(fig: go.Figure, y: float, name: str, row: int, col: int, legend: bool) -> None:
+    """A horizontal SLO line. No annotation: on log axes plotly reads annotation positions
+    as exponents, which stretches the axis to 1e50."""
+    fig.add_hline(y=y, line_dash="dash", line_color="#c62828", row=row, col=col)
+    if legend:
+        fig.add_trace(go.Scatter(x=[None], y=[None], mode="lines", name=name,
+                                 line=dict(dash="dash", color="#c62828")))
 
 
 def ab_forest(result: dict, title: str = "B - A, relative to A (with confidence interval)") -> go.Figure:

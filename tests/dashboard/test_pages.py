@@ -12,7 +12,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 
 from sim.analysis.validation import write_validation  # noqa: E402
 
-PAGES = Path(__file__).resolve().parents[2] / "dashboards" / "pages"
+PAGES = Path(__file__).resolve().parents[2] / "dashboards" / "views"
 
 
 def page(name: str) -> AppTest:
