@@ -80,6 +80,23 @@ def simulate(
             Console().print(f"wrote {out}/summary.json, requests.csv, steps.csv")
 
 
+def _register_optional_commands() -> None:
+    """Analysis commands need only the core; runtime commands import torch lazily inside."""
+    from sim import cli_analysis
+
+    for fn in (cli_analysis.capacity, cli_analysis.sweep, cli_analysis.ab, cli_analysis.report,
+               cli_analysis.dashboard):
+        app.command()(fn)
+    try:
+        from runtime import cli as runtime_cli
+    except ImportError:  # runtime/ not installed: the light core has no generate/bench
+        return
+    app.command()(runtime_cli.generate)
+    bench_app = typer.Typer(help="Benchmarks of the real engine.", no_args_is_help=True)
+    bench_app.command("runtime")(runtime_cli.bench_runtime)
+    app.add_typer(bench_app, name="bench")
+
+
 def _progress_bar(total: int, desc: str, enabled: bool):
     if not enabled:
         return None
@@ -87,6 +104,9 @@ def _progress_bar(total: int, desc: str, enabled: bool):
 
     return tqdm(total=total or None, desc=desc, unit="req", leave=False, file=sys.stderr,
                 disable=not sys.stderr.isatty())
+
+
+_register_optional_commands()
 
 
 def main() -> None:
