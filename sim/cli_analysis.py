@@ -30,6 +30,7 @@ def capacity(
     seeds: int = typer.Option(3, "--seeds", help="Independent workloads searched; their spread is the stated uncertainty."),
     duration: float = typer.Option(60.0, "--duration", help="Seconds of arrivals per simulation (rate x duration requests); lengthened automatically when too short to reach steady state."),
     num_requests: Optional[int] = typer.Option(None, "--num-requests", help="A fixed request count per simulation instead of --duration."),
+    confirm: float = typer.Option(600.0, "--confirm", help="Seconds of arrivals of the long run that confirms the answer (near a hard limit a queue builds over minutes); 0 skips it."),
     rel_tol: float = typer.Option(0.05, "--rel-tol", help="Stop when each seed's bracket is narrower than this fraction."),
     start_rate: Optional[float] = typer.Option(None, "--start-rate", help="First rate tried (default: the config's arrival rate)."),
     price: List[str] = typer.Option([], "--price", help="$/GPU-hour override, e.g. --price a100-80gb=1.2, or a YAML/JSON file of them (repeatable)."),
@@ -48,10 +49,10 @@ def capacity(
     with _Bar("capacity search", "sim", enabled=progress and not as_json) as bar:
         result = find_capacity(
             config, spec, target_rate=target_rate, seeds=seeds, rel_tol=rel_tol, start_rate=start_rate,
-            sizing=RunSizing(duration_s=duration, num_requests=num_requests),
+            sizing=RunSizing(duration_s=duration, num_requests=num_requests, confirm_s=confirm),
             max_simulations=max_simulations, prices=price, overrides=set_,
             base_dir=config.parent if config else None,
-            on_evaluation=lambda ev, n: bar.set(n, f"{ev.rate:.3g} req/s seed {ev.seed}: "
+            on_evaluation=lambda ev, n: bar.set(n, f"{ev.stage} {ev.rate:.3g} req/s seed {ev.seed}: "
                                                   f"{'met' if ev.passed else 'missed'}"))
     _finish(result.to_dict(), capacity_section, out, as_json)
 
@@ -213,6 +214,8 @@ def _finish(record: dict, section_fn: Callable[[dict], object], out: Optional[Pa
 
 def print_section(section, console: Console) -> None:
     """A report section in the terminal: its text, tables and notes (figures are HTML-only)."""
+    from sim.analysis.report import format_cell
+
     console.print(f"[bold cyan]{section.title}[/bold cyan]")
     for t in section.text:
         console.print(t, highlight=False)
@@ -220,10 +223,8 @@ def print_section(section, console: Console) -> None:
         table = Table(show_header=True, header_style="bold", pad_edge=False)
         for h in headers:
             table.add_column(h)
-        from sim.analysis.report import _cell
-
         for row in rows:
-            table.add_row(*(_cell(c) for c in row))
+            table.add_row(*(format_cell(c) for c in row))
         console.print(table)
     for n in section.notes:
         console.print(f"[yellow]note:[/yellow] {n}", highlight=False)

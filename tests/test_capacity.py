@@ -19,7 +19,7 @@ from sim.errors import ConfigError
 
 SMALL = ["hardware=a10g", "workload.output_len.mean=64", "workload.output_len.max=256",
          "workload.input_len.max=512"]
-FAST = dict(seeds=2, rel_tol=0.1, sizing=RunSizing(duration_s=20))
+FAST = dict(seeds=2, rel_tol=0.1, sizing=RunSizing(duration_s=20, confirm_s=0))
 
 
 def search(slo: str, extra=(), **kw):
@@ -90,6 +90,29 @@ def test_tensor_parallel_counts_gpus_and_price_overrides_apply():
     assert r.usd_per_gpu_hour == 2.0
 
 
+def test_a_long_run_confirms_the_planning_rate():
+    r = search("ttft_p99_ms=1000,tpot_p99_ms=60", seeds=1, sizing=RunSizing(duration_s=10, confirm_s=60))
+    confirming = [e for e in r.evaluations if e.stage == "confirm"]
+    assert r.confirmed is True and confirming and confirming[-1].passed
+    assert confirming[-1].rate == r.planning_rate <= r.searches[0].low
+    assert confirming[-1].metrics["arrival_span_s"] > 50 > r.evaluations[0].metrics["arrival_span_s"]
+    assert r.at_planning_rate == confirming[-1].metrics
+    assert "confirmed by a 60 s run" in r.headline()
+
+
+def test_confirmation_steps_down_until_a_long_run_passes():
+    class Fake:
+        exhausted = False
+
+        def __call__(self, rate, seed, confirm=False):
+            return capacity_mod.Evaluation(round(rate, 6), seed, rate <= 10.0, [], {}, "confirm")
+
+    rate, run = capacity_mod._confirm(Fake(), 0, 12.0, 0.05)
+    assert run is not None and 9.5 < rate <= 10.0
+    rate, run = capacity_mod._confirm(Fake(), 0, 100.0, 0.05)
+    assert run is None  # gave up after MAX_CONFIRM_STEPS
+
+
 def test_unreachable_slo_is_reported_not_raised():
     r = search("tpot_p99_ms=1", seeds=1)
     assert r.planning_rate == 0 and r.replicas is None
@@ -98,7 +121,7 @@ def test_unreachable_slo_is_reported_not_raised():
 
 
 def test_short_runs_are_lengthened_until_steady():
-    r = search("ttft_p99_ms=3000", seeds=1, sizing=RunSizing(duration_s=2, min_requests=20))
+    r = search("ttft_p99_ms=3000", seeds=1, sizing=RunSizing(duration_s=2, min_requests=20, confirm_s=0))
     passing = [e for e in r.evaluations if e.passed]
     assert passing and all(e.metrics["steady"] for e in passing)
     assert r.num_simulations > len(r.evaluations)  # some runs were repeated longer
@@ -154,7 +177,7 @@ def test_price_table_overrides_and_errors(tmp_path):
 
 @pytest.mark.parametrize("kw,needle", [
     ({"seeds": 0}, "--seeds"), ({"rel_tol": 1.5}, "--rel-tol"), ({"target_rate": -1}, "--target-rate"),
-    ({"sizing": RunSizing(duration_s=0)}, "--duration"),
+    ({"sizing": RunSizing(duration_s=0)}, "--duration"), ({"sizing": RunSizing(confirm_s=-1)}, "--confirm"),
 ])
 def test_bad_arguments_are_config_errors(kw, needle):
     with pytest.raises(ConfigError, match=needle):
@@ -171,7 +194,7 @@ def test_cli_capacity_prints_the_answer_and_writes_json(tmp_path):
 
     app = typer.Typer()
     app.command()(cli_analysis.capacity)
-    args = ["--slo", "ttft_p99_ms=1000", "--seeds", "1", "--rel-tol", "0.2", "--duration", "10",
+    args = ["--slo", "ttft_p99_ms=1000", "--seeds", "1", "--rel-tol", "0.2", "--duration", "10", "--confirm", "0",
             "--target-rate", "40", "--price", "a10g=2", "--no-progress", "--out", str(tmp_path / "c.json")]
     for item in SMALL:
         args += ["--set", item]

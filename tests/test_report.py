@@ -28,7 +28,7 @@ SMALL = ["hardware=a10g", "workload.output_len.mean=48", "workload.output_len.ma
 def saved(tmp_path_factory):
     d = tmp_path_factory.mktemp("results")
     cap = find_capacity(None, parse_slo("ttft_p99_ms=1000"), seeds=1, rel_tol=0.2, target_rate=25,
-                        sizing=RunSizing(duration_s=10), overrides=SMALL).to_dict()
+                        sizing=RunSizing(duration_s=10, confirm_s=20), overrides=SMALL).to_dict()
     ab = run_ab(None, {"scheduler": {"max_num_seqs": 8}}, seeds=1, num_bootstrap=100,
                 overrides=SMALL + ["workload.num_requests=80", "workload.arrival.rate=10"]).to_dict()
     sw = run_sweep(None, parse_grid(["scheduler.max_num_seqs=8,64"]), workers=1,

@@ -32,7 +32,7 @@ with c2:
 with c3:
     price = f.add("price", st.number_input, "$ per GPU-hour (0 = catalog)", min_value=0.0, value=0.0,
                   step=0.1, config_key=False)
-c4, c5, c6 = st.columns(3)
+c4, c5, c6, c7 = st.columns(4)
 with c4:
     seeds = f.add("seeds", st.number_input, "Seeds", min_value=1, max_value=10, value=2, config_key=False)
 with c5:
@@ -40,6 +40,11 @@ with c5:
                      max_value=3600.0, value=30.0, step=5.0, config_key=False,
                      help="Runs too short for steady state are lengthened automatically.")
 with c6:
+    confirm = f.add("confirm", st.number_input, "Confirming run (s, 0 = none)", min_value=0.0,
+                    max_value=7200.0, value=300.0, step=60.0, config_key=False,
+                    help="One long run at the answer: near a hard limit a queue builds over minutes, "
+                         "so short runs can overstate capacity.")
+with c7:
     tol = f.add("tol", st.select_slider, "Bracket width", [0.02, 0.05, 0.1, 0.2], value=0.1,
                 config_key=False, format_func=lambda x: f"{x:.0%}")
 
@@ -53,15 +58,16 @@ if cfg is None or slo is None:
     st.info("Fix the setting marked in red to search.")
     st.stop()
 
-params = {"cfg": cfg, "slo": slo.to_dict(), "seeds": seeds, "duration": duration, "tol": tol}
+params = {"cfg": cfg, "slo": slo.to_dict(), "seeds": seeds, "duration": duration, "tol": tol,
+          "confirm": confirm}
 
 
 def _search(progress: common.Progress):
     def hook(ev, n):
-        progress(min(n / (8 * seeds), 0.99),
-                 f"simulation {n}: {ev.rate:.3g} req/s, seed {ev.seed}, {'met' if ev.passed else 'missed'} the SLO")
-    return find_capacity(cfg, slo, seeds=int(seeds), rel_tol=tol, sizing=RunSizing(duration_s=duration),
-                         on_evaluation=hook)
+        progress(min(n / (8 * seeds + 2), 0.99), f"simulation {n} ({ev.stage}): {ev.rate:.3g} req/s, "
+                 f"seed {ev.seed}, {'met' if ev.passed else 'missed'} the SLO")
+    return find_capacity(cfg, slo, seeds=int(seeds), rel_tol=tol, on_evaluation=hook,
+                         sizing=RunSizing(duration_s=duration, confirm_s=confirm))
 
 
 try:
@@ -75,7 +81,8 @@ rec = result.to_dict()
 (st.success if result.planning_rate > 0 else st.error)(result.headline())
 cols = st.columns(4)
 cols[0].metric("Capacity per replica (req/s)", f"{result.planning_rate:.2f}",
-               help=f"every seed met the SLO here; mean over seeds {result.capacity_rate:.2f} "
+               help=f"every seed met the SLO here{' and a long run confirmed it' if result.confirmed else ''}; "
+                    f"search estimate {result.capacity_rate:.2f} "
                     f"({result.confidence:.0%} CI {result.ci_low:.2f}-{result.ci_high:.2f})")
 cols[1].metric("Output tok/s per GPU", f"{result.output_tokens_per_s_per_gpu or 0:,.0f}")
 cols[2].metric("$ per million output tokens", f"{result.usd_per_million_output_tokens or 0:.3f}",

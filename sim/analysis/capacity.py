@@ -40,6 +40,7 @@ class Evaluation:
     passed: bool
     violations: list[str]
     metrics: dict
+    stage: str = "search"   # or "confirm": a long run that checks the planning rate
 
 
 @dataclass
@@ -61,6 +62,7 @@ class RunSizing:
     min_requests: int = 200             # enough samples for a p99 at low rates
     max_requests: int = 20000           # a cap on one simulation's cost
     warmup_fraction: float = 0.1        # the first part of the arrival span is not judged
+    confirm_s: float = 600.0            # arrivals of the confirming run (0: no confirmation)
 
 
 @dataclass
@@ -75,7 +77,7 @@ class CapacityResult:
     capacity_rate: float              # mean over seeds of each seed's highest passing rate
     ci_low: float
     ci_high: float
-    planning_rate: float              # the rate every seed sustained (min over seeds)
+    planning_rate: float              # every seed sustained it, and a long run confirmed it
     gpus_per_replica: int
     hardware: str
     usd_per_gpu_hour: float
@@ -88,8 +90,8 @@ class CapacityResult:
     gpus: Optional[int] = None
     usd_per_hour: Optional[float] = None
     notes: list[str] = field(default_factory=list)
-
     num_simulations: int = 0
+    confirmed: Optional[bool] = None  # None: no confirming run was asked for
 
     def headline(self) -> str:
         """One sentence with the uncertainty, as the CLI prints it."""
@@ -97,9 +99,12 @@ class CapacityResult:
             return f"No rate meets the SLO ({self.slo}); see the notes."
         spread = (f"{self.confidence:.0%} CI {self.ci_low:.2f}-{self.ci_high:.2f} over "
                   f"{len(self.searches)} seeds" if len(self.searches) > 1 else "one seed: no spread estimate")
-        return (f"One replica sustains {self.capacity_rate:.2f} req/s inside {self.slo} "
-                f"({spread}; each seed bracketed within {self.rel_tol:.0%}); every seed sustained "
-                f"{self.planning_rate:.2f} req/s. {self.num_simulations} simulations.")
+        short = f"{self.sizing.num_requests} requests" if self.sizing.num_requests else f"{self.sizing.duration_s:g} s"
+        confirm = (f", confirmed by a {self.sizing.confirm_s:g} s run" if self.confirmed else
+                   ", NOT confirmed by a long run (see notes)" if self.confirmed is False else "")
+        return (f"One replica sustains {self.planning_rate:.2f} req/s inside {self.slo}{confirm}. "
+                f"Search with {short} runs: {self.capacity_rate:.2f} req/s ({spread}; each seed "
+                f"bracketed within {self.rel_tol:.0%}). {self.num_simulations} simulations.")
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -114,6 +119,8 @@ OnEvaluation = Callable[[Evaluation, int], None]
 #: How often a passing run too short for steady state is repeated longer before it is judged
 #: unstable (its latency keeps growing with the run's length).
 MAX_LENGTHENINGS = 3
+#: How far the confirming long run may step the planning rate down (in bracket widths).
+MAX_CONFIRM_STEPS = 6
 
 
 def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
@@ -155,7 +162,7 @@ class _Evaluator:
                  hook: Optional[OnEvaluation]):
         self.base, self.slo, self.sizing, self.base_dir = base, slo, sizing, base_dir
         self.budget, self.hook = budget, hook
-        self.cache: dict[tuple[float, int], Evaluation] = {}
+        self.cache: dict[tuple[float, int, float], Evaluation] = {}
         self.order: list[Evaluation] = []
         self.runs = 0
         self.scenario: dict = {}
@@ -164,13 +171,15 @@ class _Evaluator:
     def exhausted(self) -> bool:
         return self.runs >= self.budget
 
-    def __call__(self, rate: float, seed: int) -> Evaluation:
-        key = (float(f"{rate:.6g}"), seed)
+    def __call__(self, rate: float, seed: int, confirm: bool = False) -> Evaluation:
+        sz = self.sizing
+        duration = sz.confirm_s if confirm else sz.duration_s
+        key = (float(f"{rate:.6g}"), seed, duration)
         if key in self.cache:
             return self.cache[key]
-        sz, duration = self.sizing, self.sizing.duration_s
         for attempt in range(MAX_LENGTHENINGS + 1):
-            n = sz.num_requests or run_length(key[0], duration, sz.min_requests, sz.max_requests)
+            fixed = None if confirm else sz.num_requests
+            n = fixed or run_length(key[0], duration, sz.min_requests, sz.max_requests)
             result = simulate(with_rate(self.base, key[0], seed, n), base_dir=self.base_dir)
             self.runs += 1
             m = window_metrics(result.requests, warmup_fraction=sz.warmup_fraction,
@@ -178,8 +187,7 @@ class _Evaluator:
             m["num_requests"] = len(result.requests)
             ok, bad = self.slo.check(m)
             # A failing run only gets worse when longer; a passing one must have been steady.
-            if (not ok or m["steady"] or sz.num_requests or n >= sz.max_requests
-                    or len(result.requests) < n):
+            if not ok or m["steady"] or fixed or n >= sz.max_requests or len(result.requests) < n:
                 break
             if attempt == MAX_LENGTHENINGS:
                 # Latency still grows with run length: the queue grows, the rate is too high.
@@ -188,7 +196,8 @@ class _Evaluator:
                 break
             duration = max(duration * 2, 1.5 * MIN_SPANS * m["mean_e2el_ms"] / 1000.0)
         self.scenario = result.summary["scenario"]
-        ev = Evaluation(key[0], seed, ok, bad, {k: m.get(k) for k in KEPT})
+        ev = Evaluation(key[0], seed, ok, bad, {k: m.get(k) for k in KEPT},
+                        "confirm" if confirm else "search")
         self.cache[key] = ev
         self.order.append(ev)
         if self.hook:
@@ -259,12 +268,26 @@ def _assemble(base: dict, slo: SLO, ev: _Evaluator, searches: list[SeedSearch], 
         notes.append(f"{len(short)} passing run(s) spanned fewer than {MIN_SPANS:g} mean end-to-end "
                      f"latencies (not steady state): raise --duration or lift --num-requests")
     at: dict = {}
+    confirmed = None
     if planning > 0:
         runs = [ev(planning, s.seed) for s in searches]
         if not all(r.passed for r in runs):
             notes.append(f"not every seed meets the SLO at {planning:.3g} req/s although each met it "
                          f"at its own bracket: pass/fail is noisy there; use more requests or seeds")
         at = _average([r.metrics for r in runs])
+    if planning > 0 and sizing.confirm_s > 0:
+        binding = min(searches, key=lambda s: s.low or 0.0).seed
+        rate, run = _confirm(ev, binding, planning, rel_tol)
+        confirmed = run is not None
+        if run is None:
+            notes.append(f"no long run ({sizing.confirm_s:g} s) met the SLO down to {rate:.3g} req/s; "
+                         f"the short-run answer is not confirmed")
+        else:
+            if rate < planning:
+                notes.append(f"the search runs overstated capacity: a {sizing.confirm_s:g} s run missed "
+                             f"the SLO at {planning:.3g} req/s (near a hard limit a queue builds over "
+                             f"minutes); a {sizing.confirm_s:g} s run met it at {rate:.3g} req/s")
+            planning, at = rate, dict(run.metrics)
     gpus_per_replica = int(ev.scenario.get("gpus_per_replica", 1))
     hardware = ev.scenario.get("hardware", base["hardware"])
     price = usd_per_gpu_hour(hardware, table)
@@ -281,8 +304,22 @@ def _assemble(base: dict, slo: SLO, ev: _Evaluator, searches: list[SeedSearch], 
         capacity_rate=mean, ci_low=lo, ci_high=hi, planning_rate=planning,
         gpus_per_replica=gpus_per_replica, hardware=hardware, usd_per_gpu_hour=price,
         at_planning_rate=at, goodput=goodput, output_tokens_per_s_per_gpu=tok_gpu,
-        usd_per_million_output_tokens=cost, notes=notes)
+        usd_per_million_output_tokens=cost, notes=notes, confirmed=confirmed)
     return plan(result, target_rate)
+
+
+def _confirm(ev: _Evaluator, seed: int, rate: float, rel_tol: float) -> tuple[float, Optional[Evaluation]]:
+    """One long run at the planning rate; step down by the bracket width until one passes.
+    Why: near a hard limit (max_num_seqs, the KV pool) a queue builds over minutes, not
+    seconds, so short runs pass rates that a deployment cannot sustain."""
+    for _ in range(MAX_CONFIRM_STEPS):
+        if ev.exhausted:
+            break
+        run = ev(rate, seed, confirm=True)
+        if run.passed:
+            return run.rate, run
+        rate = run.rate / (1.0 + rel_tol)
+    return rate, None
 
 
 def plan(result: CapacityResult, target_rate: Optional[float],
@@ -335,5 +372,7 @@ def _check_args(seeds: int, rel_tol: float, target_rate, start_rate, budget: int
         raise ConfigError(f"--duration: expected seconds > 0, got {sizing.duration_s}")
     if sizing.num_requests is not None and sizing.num_requests < 2:
         raise ConfigError(f"--num-requests: expected at least 2, got {sizing.num_requests}")
+    if sizing.confirm_s < 0:
+        raise ConfigError(f"--confirm: expected seconds >= 0 (0: no confirmation), got {sizing.confirm_s}")
     if not 0 <= sizing.warmup_fraction < 1:
         raise ConfigError(f"--warmup: expected a fraction in [0, 1), got {sizing.warmup_fraction}")

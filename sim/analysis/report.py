@@ -109,9 +109,9 @@ def capacity_section(rec: dict) -> Section:
             f"at least {sz['min_requests']}), first {sz['warmup_fraction']:.0%} not judged")
     rows = [
         ["SLO", rec["slo_text"]],
-        ["capacity per replica (mean over seeds)", f"{_f(rec['capacity_rate'])} req/s"],
-        [f"{rec['confidence']:.0%} interval", f"{_f(rec['ci_low'])} - {_f(rec['ci_high'])} req/s"],
-        ["planning rate (every seed met the SLO)", f"{_f(rec['planning_rate'])} req/s"],
+        ["search estimate (mean over seeds)", f"{_f(rec['capacity_rate'])} req/s"],
+        [f"{rec['confidence']:.0%} interval over seeds", f"{_f(rec['ci_low'])} - {_f(rec['ci_high'])} req/s"],
+        ["planning rate", f"{_f(rec['planning_rate'])} req/s ({_confirmation(rec)})"],
         ["goodput at planning rate", f"{_f(rec['goodput'])} req/s"],
         ["output tokens/s per GPU", _f(rec["output_tokens_per_s_per_gpu"], 0)],
         ["GPUs per replica / hardware", f"{rec['gpus_per_replica']} x {rec['hardware']}"],
@@ -120,6 +120,8 @@ def capacity_section(rec: dict) -> Section:
         ["simulations used", rec["num_simulations"]],
         ["run length", size],
     ]
+    if sz.get("confirm_s"):
+        rows.append(["confirming run", f"arrivals spanning {sz['confirm_s']:g} s at the planning rate"])
     if rec.get("target_rate"):
         rows += [["target rate", f"{_f(rec['target_rate'])} req/s"],
                  ["replicas / GPUs needed", f"{rec.get('replicas')} / {rec.get('gpus')}"],
@@ -129,7 +131,8 @@ def capacity_section(rec: dict) -> Section:
                      [[x["seed"], _f(x["low"]), _f(x["high"]), x["note"]] for x in rec["searches"]]))
     at = rec.get("at_planning_rate") or {}
     if at:
-        s.tables.append((["at the planning rate (mean over seeds)", "value"],
+        where = "confirming run" if rec.get("confirmed") else "mean over seeds"
+        s.tables.append(([f"at the planning rate ({where})", "value"],
                          [[k, _f(v)] for k, v in at.items() if k not in ("steady",)]))
     s.notes += rec.get("notes", [])
     s.figures.append(figures.capacity_search(rec))
@@ -334,7 +337,7 @@ def render_html(records: Sequence[dict], title: str = "kvplan report") -> str:
         for headers, rows in sec.tables:
             body.append("<table><thead><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in headers)
                         + "</tr></thead><tbody>")
-            body += ["<tr>" + "".join(f"<td>{html.escape(_cell(c))}</td>" for c in row) + "</tr>" for row in rows]
+            body += ["<tr>" + "".join(f"<td>{html.escape(format_cell(c))}</td>" for c in row) + "</tr>" for row in rows]
             body.append("</tbody></table>")
         body += [f"<p class='note'>note: {html.escape(n)}</p>" for n in sec.notes]
         body += [f"<div class='fig'>{fig.to_html(full_html=False, include_plotlyjs=False)}</div>"
@@ -381,6 +384,14 @@ def _plotlyjs() -> str:
     return _PLOTLY_JS
 
 
+def _confirmation(rec: dict) -> str:
+    if rec.get("confirmed"):
+        return f"every seed met the SLO; a {rec['sizing']['confirm_s']:g} s run confirmed it"
+    if rec.get("confirmed") is False:
+        return "not confirmed by a long run"
+    return "every seed met the SLO; no confirming run"
+
+
 def _workload_text(wl: dict) -> str:
     if wl.get("trace"):
         return f"trace {wl['trace']}, {wl.get('num_requests') or 'all'} requests"
@@ -413,12 +424,12 @@ def _pct(v: Optional[float]) -> str:
     return "n/a" if v is None else f"{v:.1%}"
 
 
-def _cell(v: Any) -> str:
+def format_cell(v: Any) -> str:
     return _f(v) if isinstance(v, (float, bool)) or v is None else str(v)
 
 
 def _md(v: Any) -> str:
-    return _cell(v).replace("|", "\\|").replace("\n", " ")
+    return format_cell(v).replace("|", "\\|").replace("\n", " ")
 
 
 def _now() -> str:
