@@ -126,3 +126,16 @@ def test_validation_format_errors_name_the_field(doc, needle):
     with pytest.raises(ValidationFileError) as exc:
         load_validation(doc)
     assert needle in str(exc.value)
+
+
+def test_reports_render_without_plotly(saved, monkeypatch):
+    import sys
+
+    import sim.analysis
+
+    monkeypatch.delattr(sim.analysis, "figures", raising=False)
+    monkeypatch.setitem(sys.modules, "sim.analysis.figures", None)  # import fails
+    records = [load_record(p) for p in saved.values()]
+    assert "## Capacity" in render_markdown(records)
+    page = render_html(records)
+    assert "Plots need plotly" in page and "Plotly.newPlot" not in page

@@ -71,7 +71,26 @@ def build_sections(records: Sequence[dict]) -> list[Section]:
         sections.append(RENDERERS[rec["kind"]](rec))
     sections.append(provenance_section(cfg, [r for r in records if r["kind"] == "validation"]))
     sections.append(assumptions_section(records))
+    for sec in sections:
+        sec.figures = [f for f in sec.figures if f is not None]
     return sections
+
+
+class _NoPlots:
+    """Stands in for ``figures`` without plotly: every figure is None (tables still render)."""
+
+    def __getattr__(self, name: str):
+        return lambda *args, **kwargs: None
+
+
+def _figures():
+    """The figure builders, or a stand-in when plotly (the dashboard extra) is missing, so
+    Markdown reports and the CLI tables never need plotly."""
+    try:
+        from sim.analysis import figures
+    except ImportError:
+        return _NoPlots()
+    return figures
 
 
 def scenario_section(cfg: dict) -> Section:
@@ -100,7 +119,7 @@ def scenario_section(cfg: dict) -> Section:
 
 
 def capacity_section(rec: dict) -> Section:
-    from sim.analysis import figures
+    figures = _figures()
 
     s = Section("Capacity", text=[rec["headline"]])
     sz = rec["sizing"]
@@ -140,7 +159,7 @@ def capacity_section(rec: dict) -> Section:
 
 
 def ab_section(rec: dict) -> Section:
-    from sim.analysis import figures
+    figures = _figures()
 
     a = "A" if rec["label_a"] == "A" else f"{rec['label_a']} (A)"
     b = "B" if rec["label_b"] == "B" else f"{rec['label_b']} (B)"
@@ -166,7 +185,7 @@ def ab_section(rec: dict) -> Section:
 
 
 def sweep_section(rec: dict) -> Section:
-    from sim.analysis import figures
+    figures = _figures()
 
     s = Section("Sweep and Pareto frontier")
     grid = "; ".join(f"{k} in {v}" for k, v in rec["grid"].items())
@@ -193,7 +212,7 @@ def sweep_section(rec: dict) -> Section:
 
 
 def simulation_section(rec: dict) -> Section:
-    from sim.analysis import figures
+    figures = _figures()
 
     sm = rec["summary"]
     title = f"Simulation{': ' + rec['label'] if rec.get('label') else ''}"
@@ -227,7 +246,7 @@ def simulation_section(rec: dict) -> Section:
 
 
 def validation_section(rec: dict) -> Section:
-    from sim.analysis import figures
+    figures = _figures()
 
     s = Section("Validation: simulator against real runs")
     if rec.get("source"):
@@ -238,9 +257,7 @@ def validation_section(rec: dict) -> Section:
     if rec.get("mape") is not None:
         s.text.append(f"Mean absolute relative error {rec['mape']:.1%}, largest {rec['max_abs_error']:.1%}.")
     s.figures += [figures.validation_scatter(rec), figures.validation_errors(rec)]
-    cdf = figures.validation_cdfs(rec)
-    if cdf is not None:
-        s.figures.append(cdf)
+    s.figures.append(figures.validation_cdfs(rec))
     return s
 
 
@@ -344,6 +361,8 @@ def render_html(records: Sequence[dict], title: str = "kvplan report") -> str:
                  for fig in sec.figures]
         body.append("</section>")
     script = f"<script type='text/javascript'>{_plotlyjs()}</script>" if any(s.figures for s in sections) else ""
+    if isinstance(_figures(), _NoPlots):
+        body.insert(2, "<p class='note'>Plots need plotly: pip install 'kvplan[dashboard]'.</p>")
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style>{script}</head><body>{''.join(body)}</body></html>")
 
