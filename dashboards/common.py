@@ -18,7 +18,7 @@ import streamlit as st
 
 from sim.catalog import list_hardware, list_models
 from sim.config import (ALLOCATORS, DEFAULTS, KV_DTYPES, POLICIES, PREEMPTIONS, QUEUE_POLICIES,
-                        RESERVES, WEIGHT_QUANT, build_config, parse_override)
+                        RESERVES, ROUTERS, WEIGHT_QUANT, build_config, parse_override)
 from sim.errors import KvplanError
 
 Progress = Callable[[float, Optional[str]], None]
@@ -101,7 +101,9 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
             f.add("dtype", st.selectbox, "Activation dtype", ["float16", "bfloat16"])
             f.add("quantization.weights", st.selectbox, "Weight quantisation", list(WEIGHT_QUANT))
             f.add("parallel.tensor_parallel_size", st.selectbox, "Tensor parallel (GPUs per replica)", [1, 2, 4, 8])
+            f.add("parallel.pipeline_parallel_size", st.selectbox, "Pipeline parallel (stages)", [1, 2, 4, 8])
             f.add("parallel.num_replicas", st.number_input, "Replicas", min_value=1, max_value=64, value=1)
+            f.add("parallel.router", st.selectbox, "Router (between replicas)", list(ROUTERS))
     if "kv" in sections:
         with st.expander("KV cache", expanded="kv" in expanded):
             f.add("kv_cache.allocator", st.selectbox, "Allocator", list(ALLOCATORS),
