@@ -12,7 +12,7 @@ from typing import Any, Optional
 
 import torch
 
-from runtime.weights import _DEFAULT_ALIASES, smollm2_gguf_path
+from runtime.weights import DEFAULT_ALIASES, smollm2_gguf_path
 from sim.errors import ConfigError
 
 
@@ -20,7 +20,7 @@ def load_hf_reference(model: Optional[str] = None, dtype: torch.dtype = torch.fl
     """A transformers ``*ForCausalLM`` (eval mode, CPU) for an HF directory or a GGUF file
     (None / "smollm2" = the packaged SmolLM2)."""
     spec = (model or "smollm2").strip()
-    if spec.lower() in _DEFAULT_ALIASES:
+    if spec.lower() in DEFAULT_ALIASES:
         spec = smollm2_gguf_path()
     if spec.endswith(".gguf"):
         return _load_gguf(spec, dtype)

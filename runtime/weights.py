@@ -30,7 +30,7 @@ from sim.errors import ConfigError, DoesNotFitError
 
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 DEFAULT_MODEL = "smollm2"
-_DEFAULT_ALIASES = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
+DEFAULT_ALIASES = ("smollm2", "smollm2-135m", "smollm2-135m-instruct")
 
 
 @dataclass
@@ -60,7 +60,7 @@ def load_model(model: Optional[str] = None, dtype: torch.dtype = torch.float32,
     """Resolve a model string (see the module docstring) and load it onto ``device``."""
     spec = (model or DEFAULT_MODEL).strip()
     device = torch.device(device)
-    if spec.lower() in _DEFAULT_ALIASES:
+    if spec.lower() in DEFAULT_ALIASES:
         return load_gguf(smollm2_gguf_path(), dtype, device, load_tokenizer)
     if spec.startswith("random:"):
         return random_model(_catalog_config(spec[len("random:"):]), dtype, device, seed, name=spec)
