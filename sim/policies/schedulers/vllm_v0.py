@@ -16,6 +16,9 @@ from sim.policies.step import ScheduledRequest, StepPlan
 
 class VllmV0Scheduler(Scheduler):
     name = "vllm_v0"
+    #: vLLM v0 keeps 1% of KV blocks free at admission so new prompts do not force an
+    #: immediate preemption of running decodes (BlockSpaceManager's watermark).
+    watermark = 0.01
 
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()
@@ -39,13 +42,25 @@ class VllmV0Scheduler(Scheduler):
             self._swap_in(plan, self.budget)
         return self._finalize(plan)
 
+    def _above_watermark(self, req, n: int, hit: PrefixHit) -> bool:
+        """Whether admitting ``req`` leaves the watermark free. With nothing running the
+        watermark is waived, or a request just under the pool size could never start."""
+        if not self.running:
+            return True
+        alloc = self.allocator
+        need = alloc.growth_slots(req, req.num_computed_tokens + hit.num_tokens + n)
+        need -= hit.num_tokens  # hit blocks are reused, not taken (approximation for free ones)
+        return alloc.num_free_slots - max(need, 0) >= self.watermark * alloc.num_slots
+
     def _schedule_prefills(self, plan: StepPlan, now: float) -> None:
         budget = self.budget
         while self.waiting and len(self.running) < self.config.max_num_seqs:
             req = self.peek_waiting()
             hit = self.allocator.lookup_prefix(req) if req.num_computed_tokens == 0 else PrefixHit()
             n = req.num_tokens - req.num_computed_tokens - hit.num_tokens
-            if n > budget or not self.allocator.allocate(req, n, hit):
+            if n > budget or not self._above_watermark(req, n, hit):
+                break
+            if not self.allocator.allocate(req, n, hit):
                 break
             self._admit(req, hit, now)
             plan.scheduled.append(ScheduledRequest(req, n, 0, is_prefill=True))
