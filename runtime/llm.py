@@ -108,7 +108,10 @@ def _normalise_prompts(prompts: Any, prompt_token_ids: Any) -> list[Prompt]:
         raise ConfigError("generate: no prompts")
     if isinstance(prompts, str):
         return [prompts]
-    return list(prompts)
+    prompts = list(prompts)
+    if prompts and all(isinstance(t, int) for t in prompts):
+        return [prompts]  # one prompt given as token ids
+    return prompts
 
 
 def _per_prompt(sp: Any, n: int) -> list[SamplingParams]:

@@ -184,3 +184,14 @@ def test_bad_input_raises_one_line_kvplan_error(gqa, bad):
         bad(gqa[0])
     assert "\n" not in str(exc.value)
 
+
+
+def test_prompt_forms(gqa, engine):
+    path, model = gqa
+    llm = LLM.from_engine(engine())
+    prompt = _prompt(5, 40)
+    ref = hf_greedy(model, prompt, 8)
+    assert [o.token_ids for o in llm.generate(prompt, GREEDY)] == [ref]  # one prompt as ids
+    assert [o.token_ids for o in llm.generate([prompt, prompt], GREEDY)] == [ref, ref]
+    with pytest.raises(KvplanError, match="not both"):
+        llm.generate([prompt], GREEDY, prompt_token_ids=[prompt])
