@@ -30,6 +30,8 @@ test-all: install
 bench: install
 	$(BIN)/python benchmarks/paged_vs_contiguous.py
 	$(BIN)/python benchmarks/sim_speed.py
+	$(BIN)/python benchmarks/cost_model_vs_vidur.py
+	$(BIN)/python benchmarks/runtime_vs_hf.py
 
 clean:
 	rm -rf $(VENV) runs .pytest_cache
