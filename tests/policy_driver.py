@@ -7,7 +7,7 @@ from __future__ import annotations
 import random
 from typing import Optional
 
-from sim.policies import Request, StepResult
+from sim.policies import Request, RequestState, StepResult
 from sim.policies.kv import PagedAllocator
 from sim.policies.schedulers.base import Scheduler
 
@@ -73,6 +73,9 @@ class ShadowDriver:
     def step(self) -> None:
         plan = self.s.schedule(self.now)
         assert not plan.is_empty, f"no progress: {self.s.waiting} {self.s.running}"
+        for s in plan.scheduled:  # a preempted request must not stay in the plan
+            assert s.request.state is RequestState.RUNNING, s.request
+            assert self.alloc.num_held_slots(s.request) >= s.request.num_computed_tokens + s.num_new_tokens
         if isinstance(self.alloc, PagedAllocator) and self.use_token_ids:
             self._swap(plan)
         self._check_hits(plan)

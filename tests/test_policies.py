@@ -39,12 +39,14 @@ def make_requests(rng: random.Random, n: int, max_prompt: int, max_out: int, voc
     prefix_caching=st.booleans(),
     preemption=st.sampled_from(["recompute", "swap"]),
     budget=st.sampled_from([None, 8, 64]),
+    queue_policy=st.sampled_from(["fcfs", "priority"]),
     max_num_seqs=st.integers(1, 12),
     stop_prob=st.sampled_from([0.0, 0.1]),
     seed=st.integers(0, 10_000),
 )
 def test_paged_schedulers_account_for_every_token_and_block(policy, block_size, num_slots, prefix_caching,
-                                                            preemption, budget, max_num_seqs, stop_prob, seed):
+                                                            preemption, budget, queue_policy, max_num_seqs, stop_prob,
+                                                            seed):
     if policy == "static":
         preemption = "recompute"
     if policy != "chunked" and budget is not None:
@@ -54,8 +56,11 @@ def test_paged_schedulers_account_for_every_token_and_block(policy, block_size, 
     alloc = PagedAllocator(num_slots, block_size=block_size, prefix_caching=prefix_caching,
                            swap_slots=num_slots // 2)
     sched = make_scheduler(policy, alloc, max_model_len=max_model_len, max_num_seqs=max_num_seqs,
-                           max_num_batched_tokens=budget, preemption=preemption)
+                           max_num_batched_tokens=budget, preemption=preemption, queue_policy=queue_policy)
     reqs = make_requests(rng, 25, 50, 30, shared_prefix=rng.choice([0, 8, 20]))
+    if queue_policy == "priority":
+        for r in reqs:
+            r.priority = rng.randint(0, 2)
     accepted = [r for r in reqs if sched.add_request(r, 0.0)]
     driver = ShadowDriver(sched, stop_prob=stop_prob, seed=seed)
     driver.run()
@@ -298,3 +303,26 @@ def test_speculative_tokens_advance_computed_by_accepted(policy):
             assert r.num_computed_tokens == r.num_tokens - 1
     assert r.num_output_tokens == 20 and r.num_spec_accepted > 0
     assert alloc.num_free_slots == 4096
+
+
+@pytest.mark.parametrize("policy", ["orca", "chunked"])  # vllm_v0 never admits high here
+def test_priority_preemption_takes_an_already_scheduled_victim_out_of_the_plan(policy):
+    """Under the priority policy the victim can be a request scheduled earlier in the same step;
+    it must leave the plan (its blocks are gone) and its tokens return to the budget."""
+    alloc = PagedAllocator(16, block_size=4)
+    sched = make_scheduler(policy, alloc, max_model_len=16, queue_policy="priority")
+    low = Request("low", 0.0, 6, 5, prompt_token_ids=[1] * 6, priority=2)
+    high = Request("high", 0.0, 8, 5, prompt_token_ids=[2] * 8, priority=0)
+    # low is admitted first, so it is not the newest: only the priority rule makes it the victim,
+    # and it sits before high in the running order, so it is scheduled before high asks for room.
+    drive = ShadowDriver(sched)
+    sched.add_request(low, 0.0)
+    drive.step()
+    sched.add_request(high, drive.now)
+    while not high.num_output_tokens:
+        drive.step()
+    assert sched.running == [low, high]
+    plan = sched.schedule(drive.now)
+    assert low in plan.preempted
+    assert [s.request for s in plan.scheduled] == [high]
+    assert all(s.request.state is RequestState.RUNNING for s in plan.scheduled)

@@ -136,6 +136,40 @@ class Scheduler(ABC):
             return max(self.running, key=lambda r: (r.priority, r.admit_seq))
         return self.running[-1]
 
+    def _allocate_or_preempt(self, req: Request, num_tokens: int, plan: StepPlan,
+                             pick=None) -> tuple[bool, int]:
+        """Allocate ``num_tokens`` more for running ``req``, preempting victims (the newest, or
+        under the priority policy the least important) until it fits. A victim already scheduled
+        this step is taken back out of the plan. Returns (whether ``req`` got its slots, tokens
+        refunded to the step's budget)."""
+        refund = 0
+        pick = pick or self._pick_victim
+        while not self.allocator.allocate(req, num_tokens):
+            victim = pick()
+            for k, s in enumerate(plan.scheduled):
+                if s.request is victim:
+                    refund += s.num_new_tokens + s.num_spec_tokens
+                    del plan.scheduled[k]
+                    break
+            self._preempt(victim, plan)
+            if victim is req:
+                return False, refund
+        return True, refund
+
+    def _schedule_running_decodes(self, plan: StepPlan, budget: int) -> int:
+        """Give every running request its decode (or rest of a recompute) in admission order,
+        preempting when memory runs out; returns the budget left. Invariant: the scheduled
+        requests are exactly ``running[:len(plan.scheduled)]``."""
+        while len(plan.scheduled) < len(self.running):
+            req = self.running[len(plan.scheduled)]
+            n, spec = self._decode_tokens(req)
+            ok, refund = self._allocate_or_preempt(req, n + spec, plan)
+            budget += refund
+            if ok:
+                plan.scheduled.append(ScheduledRequest(req, n, spec, is_prefill=n > 1))
+                budget -= n + spec
+        return budget
+
     def _preempt(self, victim: Request, plan: StepPlan) -> None:
         self.running.remove(victim)
         self.num_preemptions += 1

@@ -24,33 +24,23 @@ class ChunkedScheduler(Scheduler):
         running = self.running
         allocate = self.allocator.allocate
         scheduled = plan.scheduled
-        i = 0
-        while i < len(running) and budget > 0:
-            req = running[i]
+        # Invariant: the scheduled requests are exactly running[:len(scheduled)].
+        while len(scheduled) < len(running) and budget > 0:
+            req = running[len(scheduled)]
             n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens
-            if n == 1 and not self.config.num_speculative_tokens:
-                # Plain decode, the overwhelmingly common case.
-                if allocate(req, 1):
-                    scheduled.append(ScheduledRequest(req, 1))
-                    budget -= 1
-                    i += 1
-                    continue
-                spec = 0
-            else:
-                n, spec = self._decode_tokens(req)
-                n = min(n, budget)
-                spec = min(spec, budget - n)
-            while not allocate(req, n + spec):
-                victim = self._pick_victim()
-                self._preempt(victim, plan)
-                if victim is req:
-                    break
-            else:
+            if n == 1 and not self.config.num_speculative_tokens and allocate(req, 1):
+                # Plain decode with room to grow: the overwhelmingly common case.
+                scheduled.append(ScheduledRequest(req, 1))
+                budget -= 1
+                continue
+            n, spec = self._decode_tokens(req)
+            n = min(n, budget)
+            spec = min(spec, budget - n)
+            ok, refund = self._allocate_or_preempt(req, n + spec, plan)
+            budget += refund
+            if ok:
                 scheduled.append(ScheduledRequest(req, n, spec, is_prefill=n > 1 or req.is_prefill))
                 budget -= n + spec
-                i += 1
-                continue
-            # ``req`` itself was preempted; the next running request slid into slot i.
         if not plan.preempted and not plan.swapped_out:
             self._swap_in(plan, budget)
             budget -= sum(s.num_new_tokens for s in plan.scheduled if s.request in plan.swapped_in)

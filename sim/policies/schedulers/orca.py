@@ -20,19 +20,7 @@ class OrcaScheduler(Scheduler):
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()
         budget = self.budget
-        i = 0
-        while i < len(self.running):
-            req = self.running[i]
-            n, spec = self._decode_tokens(req)
-            while not self.allocator.allocate(req, n + spec):
-                victim = self._pick_victim()
-                self._preempt(victim, plan)
-                if victim is req:
-                    break
-            else:
-                plan.scheduled.append(ScheduledRequest(req, n, spec, is_prefill=n > 1))
-                budget -= n + spec
-                i += 1
+        budget = self._schedule_running_decodes(plan, budget)
         if not plan.preempted and not plan.swapped_out:
             self._swap_in(plan, budget)
             budget -= sum(s.num_new_tokens for s in plan.scheduled if s.request in plan.swapped_in)

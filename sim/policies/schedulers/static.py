@@ -43,12 +43,8 @@ class StaticScheduler(Scheduler):
             if req.state is not RequestState.RUNNING:
                 continue
             n, spec = self._decode_tokens(req)
-            while not self.allocator.allocate(req, n + spec):
-                victim = self._pick_active_victim()
-                self._preempt(victim, plan)
-                if victim is req:
-                    break
-            else:
+            ok, _ = self._allocate_or_preempt(req, n + spec, plan, pick=self._pick_active_victim)
+            if ok:
                 plan.scheduled.append(ScheduledRequest(req, n, spec, is_prefill=n > 1))
         return self._finalize(plan, padding=len(self._done))
 

@@ -26,18 +26,7 @@ class VllmV0Scheduler(Scheduler):
             self._schedule_prefills(plan, now)
             if plan.scheduled:
                 return self._finalize(plan)
-        i = 0
-        while i < len(self.running):
-            req = self.running[i]
-            n, spec = self._decode_tokens(req)
-            while not self.allocator.allocate(req, n + spec):
-                victim = self._pick_victim()
-                self._preempt(victim, plan)
-                if victim is req:
-                    break
-            else:
-                plan.scheduled.append(ScheduledRequest(req, n, spec, is_prefill=n > 1))
-                i += 1
+        self._schedule_running_decodes(plan, self.budget)
         if not plan.preempted and not plan.swapped_out:
             self._swap_in(plan, self.budget)
         return self._finalize(plan)
