@@ -326,3 +326,17 @@ def test_priority_preemption_takes_an_already_scheduled_victim_out_of_the_plan(p
     assert low in plan.preempted
     assert [s.request for s in plan.scheduled] == [high]
     assert all(s.request.state is RequestState.RUNNING for s in plan.scheduled)
+
+
+def test_stop_on_the_last_allowed_token_is_reported_as_stop():
+    from sim.policies import StepResult
+
+    alloc = make_allocator("paged", num_slots=64, block_size=4)
+    sched = make_scheduler("chunked", alloc, max_model_len=32)
+    r = Request("r", 0.0, 4, 2, prompt_token_ids=[1, 2, 3, 4])
+    sched.add_request(r, 0.0)
+    plan = sched.schedule(0.0)
+    sched.update(plan, StepResult(sampled_token_ids={"r": [5]}), 1.0)
+    plan = sched.schedule(1.0)
+    done = sched.update(plan, StepResult(sampled_token_ids={"r": [0]}, stopped={"r"}), 2.0)
+    assert done == [r] and r.finish_reason == "stop" and r.output_token_ids == [5, 0]

@@ -286,10 +286,11 @@ class Scheduler(ABC):
             req.num_output_tokens += n_emit
             req.token_times.extend([now] * n_emit)
             self.allocator.cache_full_blocks(req)
-            if req.num_output_tokens >= req.max_output_tokens:
-                self._on_finished(req, "length", now, finished)
-            elif rid in result.stopped:
+            # A stop condition on the last allowed token is still a stop (as vLLM reports it).
+            if rid in result.stopped:
                 self._on_finished(req, "stop", now, finished)
+            elif req.num_output_tokens >= req.max_output_tokens:
+                self._on_finished(req, "length", now, finished)
         return finished
 
     def _on_finished(self, req: Request, reason: str, now: float, out: list[Request]) -> None:
