@@ -31,20 +31,31 @@ class ShadowDriver:
         self.steps = 0
         self.now = 0.0
 
-    def _check_hits(self, plan) -> None:
-        """Every token a scheduled request already counts as computed must be in its blocks."""
-        if not isinstance(self.alloc, PagedAllocator) or not self.use_token_ids:
-            return
+    @property
+    def _tracks_tokens(self) -> bool:
+        return isinstance(self.alloc, PagedAllocator) and self.use_token_ids
+
+    def _positions(self, plan, computed: bool):
+        """(request, position, physical slot, token id) for every already-computed position
+        (``computed``) or every position this step computes."""
         bs = self.alloc.block_size
         for s in plan.scheduled:
             req = s.request
             table = self.alloc.block_table(req)
             tokens = req.all_token_ids()
-            for pos in range(req.num_computed_tokens):
-                slot = table[pos // bs] * bs + pos % bs
-                assert self.shadow.get(slot) == tokens[pos], (
-                    f"request {req.request_id} position {pos}: slot {slot} holds "
-                    f"{self.shadow.get(slot)}, expected {tokens[pos]}")
+            start = req.num_computed_tokens
+            span = range(start) if computed else range(start, start + s.num_new_tokens)
+            for pos in span:
+                yield req, pos, table[pos // bs] * bs + pos % bs, tokens[pos]
+
+    def _check_hits(self, plan) -> None:
+        """Every token a scheduled request already counts as computed must be in its blocks."""
+        if not self._tracks_tokens:
+            return
+        for req, pos, slot, token in self._positions(plan, computed=True):
+            assert self.shadow.get(slot) == token, (
+                f"request {req.request_id} position {pos}: slot {slot} holds "
+                f"{self.shadow.get(slot)}, expected {token}")
 
     def _swap(self, plan) -> None:
         """Copy KV out to 'host' and back in, the way a real executor must."""
@@ -59,16 +70,10 @@ class ShadowDriver:
                         self.shadow[b * bs + o] = data[i * bs + o]
 
     def _write(self, plan) -> None:
-        if not isinstance(self.alloc, PagedAllocator) or not self.use_token_ids:
+        if not self._tracks_tokens:
             return
-        bs = self.alloc.block_size
-        for s in plan.scheduled:
-            req = s.request
-            table = self.alloc.block_table(req)
-            tokens = req.all_token_ids()
-            start = req.num_computed_tokens
-            for pos in range(start, start + s.num_new_tokens):
-                self.shadow[table[pos // bs] * bs + pos % bs] = tokens[pos]
+        for _, _, slot, token in self._positions(plan, computed=False):
+            self.shadow[slot] = token
 
     def step(self) -> None:
         plan = self.s.schedule(self.now)
@@ -76,7 +81,7 @@ class ShadowDriver:
         for s in plan.scheduled:  # a preempted request must not stay in the plan
             assert s.request.state is RequestState.RUNNING, s.request
             assert self.alloc.num_held_slots(s.request) >= s.request.num_computed_tokens + s.num_new_tokens
-        if isinstance(self.alloc, PagedAllocator) and self.use_token_ids:
+        if self._tracks_tokens:
             self._swap(plan)
         self._check_hits(plan)
         self._write(plan)
