@@ -85,6 +85,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--max-num-batched-tokens", type=int, default=512)
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
                     help="weights, activations and KV of both engines (float32: the runtime's CPU default)")
+    ap.add_argument("--policy", default="chunked", choices=["chunked", "vllm_v0", "orca", "static"],
+                    help="the sim.policies scheduler the engine runs")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-hf", action="store_true", help="time only the runtime")
@@ -95,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict:
     budget = int(args.kv_budget_mib * 2**20)
     llm = LLM(args.model, kv_cache_bytes=budget, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
               max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=False,
-              device="cpu", dtype=args.dtype)
+              device="cpu", dtype=args.dtype, scheduling_policy=args.policy)
     budget_tokens = llm.engine.kv_cache.num_blocks * args.block_size
     work = sharegpt_like(args.num_requests, args.scale, llm.engine.config.vocab_size,
                          min(llm.engine.max_model_len, budget_tokens), args.seed, args.lengths)
