@@ -20,7 +20,8 @@ from sim.metrics import summarize
 from sim.policies.kv import make_allocator
 from sim.policies.request import Request
 from sim.policies.router import Router
-from sim.policies.schedulers import make_scheduler
+from sim.policies.schedulers import SCHEDULERS, make_scheduler
+from sim.policies.schedulers.base import step_token_budget
 from sim.policies.speculative import AcceptanceSampler
 
 REQUEST_COLUMNS = (
@@ -103,7 +104,8 @@ def resolve_deployment(cfg: dict) -> Deployment:
     weight_dtype = None if weights == "none" else weights
     kv = cfg["kv_cache"]
     sched = cfg["scheduler"]
-    budget = sched["max_num_batched_tokens"] or max(kv["max_model_len"], 2048)
+    budget = step_token_budget(SCHEDULERS[sched["policy"]].chunked_prefill,
+                               sched["max_num_batched_tokens"], kv["max_model_len"])
     memory = plan_memory(
         model, cfg["hardware"], cfg["dtype"], kv["gpu_memory_utilization"],
         tensor_parallel_size=par["tensor_parallel_size"],

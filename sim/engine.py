@@ -178,7 +178,7 @@ class Replica:
     def _record_window(self, plan: StepPlan, start: float, dts: list[float]) -> None:
         """Log rows for steps 1.. of a decode window, with the KV breakdown of each step derived
         from step 0's by the per-request growth (computed vectorised, not by walking requests)."""
-        sched, alloc = self.scheduler, self.scheduler.allocator
+        alloc = self.scheduler.allocator
         shape = plan.shape
         k = len(dts)
         base = self.log.rows[-1]

@@ -45,6 +45,16 @@ class SchedulerConfig:
             raise ValueError("num_speculative_tokens must be >= 0")
 
 
+def step_token_budget(chunked_prefill: bool, max_num_batched_tokens: Optional[int],
+                      max_model_len: int) -> int:
+    """Token budget per step. Without chunking a whole prompt must fit in one step, so the
+    budget is at least max_model_len (vLLM v0's rule); chunked prefill defaults to 2048. The
+    memory plan sizes its activation reserve from the same number."""
+    if chunked_prefill:
+        return max_num_batched_tokens if max_num_batched_tokens is not None else 2048
+    return max(max_num_batched_tokens or 0, max_model_len)
+
+
 class Scheduler(ABC):
     """Base scheduler. Public surface: ``add_request``, ``schedule``, ``update``, ``abort``,
     ``has_unfinished``; queues ``waiting``, ``running``, ``swapped`` are readable."""
@@ -65,12 +75,8 @@ class Scheduler(ABC):
         self.budget = self.resolved_budget()
 
     def resolved_budget(self) -> int:
-        """Token budget per step. Without chunking a whole prompt must fit in one step, so the
-        budget is at least max_model_len (vLLM v0's rule)."""
-        b = self.config.max_num_batched_tokens
-        if self.chunked_prefill:
-            return b if b is not None else 2048
-        return max(b if b is not None else 0, self.config.max_model_len)
+        return step_token_budget(self.chunked_prefill, self.config.max_num_batched_tokens,
+                                 self.config.max_model_len)
 
     # --- intake ---------------------------------------------------------------------------
     def validate(self, req: Request) -> Optional[str]:
@@ -197,7 +203,7 @@ class Scheduler(ABC):
 
     def _swap_in(self, plan: StepPlan, budget: int) -> int:
         """Bring swapped requests back (oldest first) while blocks and budget allow; they
-        compute their next token in this same step. Returns the tokens copied over PCIe."""
+        compute their next token in this same step. Returns the budget left."""
         tokens = 0
         while self.swapped and budget > 0 and len(self.running) < self.config.max_num_seqs:
             req = self.swapped[0]
@@ -214,7 +220,37 @@ class Scheduler(ABC):
             plan.scheduled.append(ScheduledRequest(req, n, 0, is_prefill=n > 1))
             budget -= n
         self.num_swapped_tokens += tokens
-        return tokens
+        return budget
+
+    #: Whether an admitted prompt is always priced as prefill (vLLM v0's prefill-only steps),
+    #: rather than by its length (a one-token remainder computes like a decode).
+    admission_is_prefill = False
+
+    def _may_admit(self, req: Request, num_new_tokens: int, hit: PrefixHit) -> bool:
+        """Extra admission rule of a policy (vLLM v0's watermark); memory is checked after."""
+        return True
+
+    def _admit_waiting(self, plan: StepPlan, budget: int, now: float) -> int:
+        """Admit waiting requests in queue order while the token budget, ``max_num_seqs`` and
+        KV memory allow; prompts are chunked to the budget only under chunked prefill. Nobody
+        new is admitted while swapped requests wait to come back. Returns the budget left."""
+        if self.swapped:
+            return budget
+        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
+            req = self.peek_waiting()
+            hit = self.allocator.lookup_prefix(req) if req.num_computed_tokens == 0 else PrefixHit()
+            n = req.num_tokens - req.num_computed_tokens - hit.num_tokens
+            if self.chunked_prefill:
+                n = min(n, budget)
+            elif n > budget:
+                break
+            if not self._may_admit(req, n, hit) or not self.allocator.allocate(req, n, hit):
+                break
+            self._admit(req, hit, now)
+            prefill = self.admission_is_prefill or n > 1 or req.is_prefill
+            plan.scheduled.append(ScheduledRequest(req, n, 0, is_prefill=prefill))
+            budget -= n
+        return budget
 
     def _decode_tokens(self, req: Request) -> tuple[int, int]:
         """(tokens, speculative tokens) a running request computes if it gets a full turn."""

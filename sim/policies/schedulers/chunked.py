@@ -9,7 +9,6 @@ are never stalled behind a long prompt, inter-token latency stays flat under loa
 
 from __future__ import annotations
 
-from sim.policies.kv.base import PrefixHit
 from sim.policies.schedulers.base import Scheduler
 from sim.policies.step import ScheduledRequest, StepPlan
 
@@ -42,19 +41,6 @@ class ChunkedScheduler(Scheduler):
                 scheduled.append(ScheduledRequest(req, n, spec, is_prefill=n > 1 or req.is_prefill))
                 budget -= n + spec
         if not plan.preempted and not plan.swapped_out:
-            self._swap_in(plan, budget)
-            budget -= sum(s.num_new_tokens for s in plan.scheduled if s.request in plan.swapped_in)
-            if not self.swapped:
-                self._admit_waiting(plan, budget, now)
+            budget = self._swap_in(plan, budget)
+            self._admit_waiting(plan, budget, now)
         return self._finalize(plan)
-
-    def _admit_waiting(self, plan: StepPlan, budget: int, now: float) -> None:
-        while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
-            req = self.peek_waiting()
-            hit = self.allocator.lookup_prefix(req) if req.num_computed_tokens == 0 else PrefixHit()
-            n = min(req.num_tokens - req.num_computed_tokens - hit.num_tokens, budget)
-            if not self.allocator.allocate(req, n, hit):
-                break
-            self._admit(req, hit, now)
-            plan.scheduled.append(ScheduledRequest(req, n, 0, is_prefill=n > 1 or req.is_prefill))
-            budget -= n

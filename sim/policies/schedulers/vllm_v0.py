@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from sim.policies.kv.base import PrefixHit
 from sim.policies.schedulers.base import Scheduler
-from sim.policies.step import ScheduledRequest, StepPlan
+from sim.policies.step import StepPlan
 
 
 class VllmV0Scheduler(Scheduler):
@@ -19,19 +19,19 @@ class VllmV0Scheduler(Scheduler):
     #: vLLM v0 keeps 1% of KV blocks free at admission so new prompts do not force an
     #: immediate preemption of running decodes (BlockSpaceManager's watermark).
     watermark = 0.01
+    admission_is_prefill = True
 
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()
-        if not self.swapped:
-            self._schedule_prefills(plan, now)
-            if plan.scheduled:
-                return self._finalize(plan)
+        self._admit_waiting(plan, self.budget, now)  # prefill-only step when anyone fits
+        if plan.scheduled:
+            return self._finalize(plan)
         self._schedule_running_decodes(plan, self.budget)
         if not plan.preempted and not plan.swapped_out:
             self._swap_in(plan, self.budget)
         return self._finalize(plan)
 
-    def _above_watermark(self, req, n: int, hit: PrefixHit) -> bool:
+    def _may_admit(self, req, n: int, hit: PrefixHit) -> bool:
         """Whether admitting ``req`` leaves the watermark free. With nothing running the
         watermark is waived, or a request just under the pool size could never start."""
         if not self.running:
@@ -40,17 +40,3 @@ class VllmV0Scheduler(Scheduler):
         need = alloc.growth_slots(req, req.num_computed_tokens + hit.num_tokens + n)
         need -= hit.num_tokens  # hit blocks are reused, not taken (approximation for free ones)
         return alloc.num_free_slots - max(need, 0) >= self.watermark * alloc.num_slots
-
-    def _schedule_prefills(self, plan: StepPlan, now: float) -> None:
-        budget = self.budget
-        while self.waiting and len(self.running) < self.config.max_num_seqs:
-            req = self.peek_waiting()
-            hit = self.allocator.lookup_prefix(req) if req.num_computed_tokens == 0 else PrefixHit()
-            n = req.num_tokens - req.num_computed_tokens - hit.num_tokens
-            if n > budget or not self._above_watermark(req, n, hit):
-                break
-            if not self.allocator.allocate(req, n, hit):
-                break
-            self._admit(req, hit, now)
-            plan.scheduled.append(ScheduledRequest(req, n, 0, is_prefill=True))
-            budget -= n
