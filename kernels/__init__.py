@@ -7,8 +7,9 @@ counting every token of a sequence (cached context plus this step's new tokens, 
 
 ``backend``: ``'auto'`` (default) runs Triton for CUDA tensors, the torch reference for CPU
 tensors, and the Triton code path on CPU when ``TRITON_INTERPRET=1`` is set (that is how the CPU
-tests exercise the kernels); ``'triton'`` and ``'torch'`` force one. Triton is imported lazily,
-so ``import kernels`` works where Triton is not installed.
+tests exercise the kernels); ``'triton'`` and ``'torch'`` force one, and ``'sdpa'`` gathers
+through the block table into one fused torch SDPA call (``sdpa.py``: the CPU runtime's fast
+path). Triton is imported lazily, so ``import kernels`` works where Triton is not installed.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ import torch
 from kernels import _checks
 from kernels.interpreter import interpreter_ready
 from kernels.reference import paged_decode_attention_ref, paged_prefill_attention_ref, write_kv_cache_ref
+from kernels.sdpa import paged_decode_attention_sdpa, paged_prefill_attention_sdpa
 
 __all__ = ["write_kv_cache", "paged_decode_attention", "paged_prefill_attention", "triton_available", "use_triton"]
 
-BACKENDS = ("auto", "triton", "torch")
+BACKENDS = ("auto", "triton", "torch", "sdpa")
 
 
 def triton_available() -> bool:
@@ -40,7 +42,7 @@ def use_triton(device: torch.device, backend: str = "auto") -> bool:
     """Decide the backend for tensors on ``device``; raise ValueError if ``backend`` can't run."""
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "torch":
+    if backend in ("torch", "sdpa"):
         return False
     runnable = device.type == "cuda" or (device.type == "cpu" and _interpreting())
     if backend == "auto":
@@ -89,6 +91,8 @@ def paged_decode_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torc
     if use_triton(q.device, backend):
         from kernels.triton_decode import paged_decode_attention_triton
         return paged_decode_attention_triton(q, k_cache, v_cache, block_tables, seq_lens, scale, num_splits)
+    if backend == "sdpa":
+        return paged_decode_attention_sdpa(q, k_cache, v_cache, block_tables, seq_lens, scale)
     return paged_decode_attention_ref(q, k_cache, v_cache, block_tables, seq_lens, scale, num_splits)
 
 
@@ -107,4 +111,6 @@ def paged_prefill_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
     if use_triton(q.device, backend):
         from kernels.triton_prefill import paged_prefill_attention_triton
         return paged_prefill_attention_triton(q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale)
+    if backend == "sdpa":
+        return paged_prefill_attention_sdpa(q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale)
     return paged_prefill_attention_ref(q, k_cache, v_cache, block_tables, cu_seqlens_q, seq_lens, scale)

@@ -10,6 +10,8 @@ import torch
 
 from sim.errors import ConfigError
 
+ATTENTION_BACKENDS = ("auto", "triton", "sdpa", "torch")
+
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
@@ -35,7 +37,7 @@ class EngineArgs:
     preemption_mode: str = "recompute"
     trace_path: Optional[str] = None  # JSONL step trace
     num_threads: Optional[int] = None  # torch intra-op threads on CPU
-    attention_backend: str = "auto"  # kernels backend: auto | triton | torch
+    attention_backend: str = "auto"  # auto (Triton on CUDA, sdpa on CPU) | triton | sdpa | torch
 
     @classmethod
     def from_kwargs(cls, model: Optional[str], kwargs: dict[str, Any]) -> "EngineArgs":
@@ -56,6 +58,9 @@ class EngineArgs:
             raise ConfigError(f"dtype must be auto or one of {', '.join(_DTYPES)}, got {self.dtype!r}")
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
+        if self.attention_backend not in ATTENTION_BACKENDS:
+            raise ConfigError(f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, "
+                              f"got {self.attention_backend!r}")
         if self.preemption_mode != "recompute":
             raise ConfigError("preemption_mode: the runtime supports 'recompute' only (no host swap space)")
 

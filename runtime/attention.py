@@ -5,6 +5,10 @@ chunks (prefill, chunked prefill, recompute) after, so each group goes to the ke
 it: ``paged_decode_attention`` for the first ``num_decode_tokens`` rows and
 ``paged_prefill_attention`` (causal, varlen, reading cached context through the block table)
 for the rest. ``model_runner.py`` builds the metadata; the model only passes it through.
+
+On a CPU the runtime's default backend is ``'sdpa'`` (``kernels/sdpa.py``): the gather indices
+and masks are built once per step into ``meta.sdpa`` and every layer reuses them, so a layer's
+attention is two cache gathers and one fused SDPA call per group (per prefill sequence).
 """
 
 from __future__ import annotations
@@ -13,7 +17,10 @@ from dataclasses import dataclass
 
 import torch
 
+import kernels
 from kernels import paged_decode_attention, paged_prefill_attention, write_kv_cache
+from kernels.sdpa import SDPAPlan
+from sim.errors import ConfigError
 
 
 @dataclass
@@ -33,8 +40,21 @@ class AttentionMetadata:
     prefill_cu_seqlens_q: torch.Tensor  # [num_prefills + 1] int32
     prefill_seq_lens: torch.Tensor  # [num_prefills] int32
     num_prefill_tokens: int
-    #: Kernel backend ("auto" picks Triton on CUDA, the torch reference on CPU).
-    backend: str = "auto"
+    #: Kernel backend, resolved by ``resolve_backend`` (never "auto" here).
+    backend: str = "torch"
+    #: The step's precomputed gathers and masks when ``backend == "sdpa"``.
+    sdpa: SDPAPlan | None = None
+
+
+def resolve_backend(device: torch.device, requested: str = "auto") -> str:
+    """``auto``: Triton where it runs (CUDA, or CPU under TRITON_INTERPRET=1), else ``sdpa``."""
+    if requested == "auto":
+        return "triton" if kernels.use_triton(device, "auto") else "sdpa"
+    try:
+        kernels.use_triton(device, requested)  # raises ValueError for unknown or unrunnable backends
+    except ValueError as err:
+        raise ConfigError(f"attention_backend {requested!r}: {err}") from None
+    return requested
 
 
 def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor,
@@ -44,6 +64,16 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     Attention reads only the cache (new tokens included), so cached prefixes and earlier
     chunks are seen exactly like the tokens computed now.
     """
+    if meta.sdpa is not None:
+        plan = meta.sdpa
+        plan.write(k, v, k_cache, v_cache)
+        if meta.num_prefill_tokens == 0:
+            return plan.decode(q, k_cache, v_cache, scale)
+        if meta.num_decode_tokens == 0:
+            return plan.prefill(q, k_cache, v_cache, scale)
+        nd = meta.num_decode_tokens
+        return torch.cat([plan.decode(q[:nd], k_cache, v_cache, scale),
+                          plan.prefill(q[nd:], k_cache, v_cache, scale)])
     write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping, backend=meta.backend)
     nd = meta.num_decode_tokens
     if meta.num_prefill_tokens == 0:

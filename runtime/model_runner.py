@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.attention import AttentionMetadata
+from kernels.sdpa import SDPAPlan
+from runtime.attention import AttentionMetadata, resolve_backend
 from runtime.kv_cache import KVCache
 from runtime.model import LlamaForCausalLM
 from sim.policies import ScheduledRequest, StepPlan
@@ -44,7 +45,7 @@ class ModelRunner:
         self.allocator = allocator
         self.device = device
         self.block_size = kv_cache.block_size
-        self.attention_backend = attention_backend
+        self.attention_backend = resolve_backend(device, attention_backend)
 
     def prepare(self, plan: StepPlan) -> PreparedStep:
         """Pack single-token queries first, then multi-token chunks (see ``attention.py``)."""
@@ -103,6 +104,10 @@ class ModelRunner:
             num_prefill_tokens=len(ids) - nd,
             backend=self.attention_backend,
         )
+        if self.attention_backend == "sdpa":
+            q_lens = [b - a for a, b in zip(prefill_cu[:-1], prefill_cu[1:])]
+            meta.sdpa = SDPAPlan.build(bs, meta.slot_mapping, meta.decode_block_tables, seq_lens[:nd],
+                                       meta.prefill_block_tables, q_lens, seq_lens[nd:])
         return PreparedStep(
             input_ids=torch.tensor(ids, dtype=torch.int64).to(dev),
             positions=torch.tensor(positions, dtype=torch.int64).to(dev),

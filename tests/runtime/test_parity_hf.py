@@ -50,12 +50,15 @@ def test_greedy_parity_across_shapes(hf_models, shape):
     assert llm.engine.num_leaked_blocks() == 0
 
 
+@pytest.mark.parametrize("backend", ["sdpa", "torch"])
 @pytest.mark.parametrize("case", list(ENGINE_CASES))
-def test_greedy_parity_across_engine_settings(hf_models, case):
+def test_greedy_parity_across_engine_settings(hf_models, case, backend):
+    """Both CPU attention paths: the fused SDPA one (the default) and the float32 reference."""
     path, model = hf_models["gqa"]
     prompts = _prompts(seed=1)
     ref = _reference(model, prompts)
-    llm = LLM(path, **ENGINE_CASES[case])
+    llm = LLM(path, attention_backend=backend, **ENGINE_CASES[case])
+    assert llm.engine.runner.attention_backend == backend
     outs = llm.generate(prompt_token_ids=prompts, sampling_params=GREEDY)
     assert [o.token_ids for o in outs] == ref
     assert llm.engine.num_leaked_blocks() == 0
