@@ -71,9 +71,10 @@ class Sampler:
         """One token id per row of ``logits`` ``[num_rows, vocab]`` (float32)."""
         if not logits.shape[0] == len(request_ids) == len(params):
             raise ValueError(f"{logits.shape[0]} logit rows for {len(request_ids)} requests")
-        if all(p.greedy for p in params):  # the common parity/benchmark case: one argmax
-            return logits.argmax(dim=-1).tolist()
-        out = logits.argmax(dim=-1).tolist()
+        # max(dim).indices is argmax (first maximal index on ties) at ~2x its speed on CPU.
+        out = logits.max(dim=-1).indices.tolist()
+        if all(p.greedy for p in params):  # the common parity/benchmark case
+            return out
         for i, (rid, p) in enumerate(zip(request_ids, params)):
             if p.greedy:
                 continue
