@@ -73,6 +73,22 @@ def run_hf(model, work: Workload, budget_tokens: int, pad_id: int) -> tuple[floa
     return time.perf_counter() - t0, time.process_time() - c0, len(batches)
 
 
+def machine() -> dict:
+    """Where the numbers come from: CPU model, core count, library versions."""
+    import platform
+
+    import transformers
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version()}
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", default="smollm2", help="smollm2 (default), a .gguf file or an HF directory")
@@ -112,7 +128,8 @@ def main(argv: list[str] | None = None) -> dict:
           f"({rt['num_steps']} steps, mean batch {rt['mean_batch_size']:.1f}, preemptions {rt['preemptions']})")
     result = {"model": llm.engine.loaded.name, "dtype": args.dtype, "num_requests": args.num_requests,
               "output_tokens": work.num_output_tokens, "kv_budget_tokens": budget_tokens,
-              "threads": args.threads, "runtime": rt}
+              "threads": args.threads, "machine": machine(), "policy": args.policy,
+              "attention_backend": llm.engine.runner.attention_backend, "runtime": rt}
     del llm
 
     if not args.skip_hf:
