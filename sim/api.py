@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import csv
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Optional, Sequence, Union
 
@@ -113,12 +113,20 @@ def resolve_deployment(cfg: dict) -> Deployment:
         kv_cache_dtype=kv["dtype"], weight_dtype=weight_dtype,
         max_num_batched_tokens=budget,
     )
-    cost = RooflineCostModel(
-        model, cfg["hardware"], dtype=cfg["dtype"],
-        tensor_parallel_size=par["tensor_parallel_size"],
-        pipeline_parallel_size=par["pipeline_parallel_size"],
-        kv_cache_dtype=kv["dtype"], weight_dtype=weight_dtype,
-    )
+    if kv["num_gpu_blocks"] is not None:
+        slots = kv["num_gpu_blocks"] * kv["block_size"]
+        memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
+    if cfg["cost_model"]["profile"] is not None:
+        from calibration.cost_model import ProfileCostModel
+
+        cost = ProfileCostModel(cfg["cost_model"]["profile"])
+    else:
+        cost = RooflineCostModel(
+            model, cfg["hardware"], dtype=cfg["dtype"],
+            tensor_parallel_size=par["tensor_parallel_size"],
+            pipeline_parallel_size=par["pipeline_parallel_size"],
+            kv_cache_dtype=kv["dtype"], weight_dtype=weight_dtype,
+        )
     gpus = par["tensor_parallel_size"] * par["pipeline_parallel_size"]
     return Deployment(model, hw, memory, cost, gpus)
 
@@ -216,7 +224,7 @@ def _fresh(r: Request) -> Request:
 
 def _scenario(cfg: dict, dep: Deployment) -> dict:
     m = dep.memory
-    return {
+    out = {
         "model": cfg["model"],
         "hardware": cfg["hardware"],
         "dtype": cfg["dtype"],
@@ -231,3 +239,6 @@ def _scenario(cfg: dict, dep: Deployment) -> dict:
         "weights_gb_per_gpu": m.weights_bytes / 1e9,
         "seed": cfg["seed"],
     }
+    if cfg["cost_model"]["profile"] is not None:
+        out["cost_model"] = repr(dep.cost_model)
+    return out

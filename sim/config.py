@@ -40,6 +40,9 @@ DEFAULTS: dict[str, Any] = {
         "max_model_len": 4096,
         "dtype": "auto",
         "swap_space_gb": 4.0,
+        # Exact KV pool in blocks per replica (vLLM's num_gpu_blocks_override), bypassing the
+        # memory plan's count; validation sets it to the real engine's pool.
+        "num_gpu_blocks": None,
     },
     "scheduler": {
         "policy": "chunked",
@@ -55,6 +58,8 @@ DEFAULTS: dict[str, Any] = {
         "router": "round_robin",
     },
     "quantization": {"weights": "none"},
+    # A calibration profile (kvplan calibrate) prices steps instead of the roofline when set.
+    "cost_model": {"profile": None},
     "speculative": {
         "num_tokens": 0,
         "acceptance": "constant",
@@ -205,6 +210,21 @@ def _float(cfg: dict, dotted: str, lo: float, hi: float, allow_none: bool = Fals
         raise ConfigError(f"{dotted}: {value} is outside {bound}")
 
 
+def _profile(cfg: dict, dotted: str) -> None:
+    """A calibration profile path: the file must exist and load (checked once per version)."""
+    value = get(cfg, dotted)
+    if value is None:
+        return
+    if not isinstance(value, str) or not value:
+        raise ConfigError(f"{dotted}: expected a path to a profile file, got {value!r}")
+    from calibration.profile import ProfileError, load_profile
+
+    try:
+        load_profile(value)
+    except ProfileError as exc:
+        raise ConfigError(f"{dotted}: {exc}") from None
+
+
 def get(cfg: dict, dotted: str) -> Any:
     node: Any = cfg
     for part in dotted.split("."):
@@ -229,6 +249,7 @@ def validate(cfg: dict) -> None:
     _int(cfg, "kv_cache.max_model_len", lo=2)
     _choice(cfg, "kv_cache.dtype", KV_DTYPES)
     _float(cfg, "kv_cache.swap_space_gb", 0.0, 1e6)
+    _int(cfg, "kv_cache.num_gpu_blocks", allow_none=True)
     _choice(cfg, "scheduler.policy", POLICIES)
     _int(cfg, "scheduler.max_num_seqs")
     _int(cfg, "scheduler.max_num_batched_tokens", allow_none=True)
@@ -239,6 +260,7 @@ def validate(cfg: dict) -> None:
     _int(cfg, "parallel.num_replicas")
     _choice(cfg, "parallel.router", ROUTERS)
     _choice(cfg, "quantization.weights", WEIGHT_QUANT)
+    _profile(cfg, "cost_model.profile")
     _int(cfg, "speculative.num_tokens", lo=0)
     _choice(cfg, "speculative.acceptance", ACCEPTANCE)
     _float(cfg, "speculative.acceptance_rate", 0.0, 1.0)

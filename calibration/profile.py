@@ -1,0 +1,188 @@
+"""The profile file (``kvplan-profile/1``): a fitted step-cost model and where it came from.
+
+One JSON object, written by ``kvplan calibrate`` and read by the simulator
+(``cost_model.profile``) and ``kvplan validate``::
+
+    {"format": "kvplan-profile/1",
+     "created": "2026-11-29T13:00:00+00:00",
+     "hardware": "Intel(R) Xeon(R) Processor", "device": "cpu", "num_threads": 2,
+     "model": "SmolLM2 135M Instruct", "catalog_model": "smollm2-135m", "model_spec": "smollm2",
+     "dtype": "bfloat16", "block_size": 16,
+     "software": {"python": "3.11.9", "torch": "2.13.0", "kvplan": "0.1.0"},
+     "features": ["intercept", "gemm_rows", ...],
+     "coefficients": {"intercept": 0.021, "gemm_rows": 0.0009, ...},   # seconds per unit
+     "gemm_knee": 64,                                                 # or null
+     "fit": {"heldout_mape": 0.06, "heldout_p90_ape": 0.12, "num_samples": 412, ...},
+     "source": {"kind": "grid", "grid": "full"}}
+
+Every field is checked on load; a problem raises ``ProfileError`` naming the file and field.
+No torch here: the simulator loads profiles in its light core.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import platform
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Optional, Union
+
+from calibration.features import FEATURES
+from sim.errors import KvplanError
+
+FORMAT = "kvplan-profile/1"
+
+
+class ProfileError(KvplanError):
+    """A profile file that is missing, unreadable or malformed (names the file and field)."""
+
+
+@dataclass
+class Profile:
+    hardware: str
+    device: str
+    model: str
+    dtype: str
+    block_size: int
+    features: list[str]
+    coefficients: dict[str, float]
+    gemm_knee: Optional[float]
+    fit: dict[str, Any]
+    source: dict[str, Any]
+    num_threads: Optional[int] = None
+    catalog_model: Optional[str] = None  # the simulator catalog's slug for this model's shapes
+    model_spec: Optional[str] = None  # what to pass to runtime.LLM(...) to load it again
+    software: dict[str, str] = field(default_factory=dict)
+    created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    path: Optional[str] = None  # where it was loaded from (not written)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d.pop("path")
+        return {"format": FORMAT, **d}
+
+    def save(self, path: Union[str, Path]) -> Path:
+        p = Path(path)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return p
+
+
+def software_versions() -> dict[str, str]:
+    from sim import __version__
+
+    out = {"python": platform.python_version(), "kvplan": __version__}
+    try:
+        import torch
+
+        out["torch"] = torch.__version__
+    except ImportError:
+        pass
+    return out
+
+
+def cpu_name() -> str:
+    """The CPU model name from /proc/cpuinfo (platform's guess elsewhere)."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine() or "unknown CPU"
+
+
+def load_profile(path: Union[str, Path]) -> Profile:
+    """Read and check a profile file; ``ProfileError`` (one line) on any problem."""
+    p = Path(path)
+    key = str(p.resolve()) if p.exists() else str(p)
+    mtime = p.stat().st_mtime_ns if p.is_file() else 0
+    return _load_cached(key, mtime)
+
+
+@lru_cache(maxsize=32)
+def _load_cached(path: str, mtime: int) -> Profile:
+    p = Path(path)
+    if not p.is_file():
+        raise ProfileError(f"{p}: profile file not found")
+    try:
+        data = json.loads(p.read_text())
+    except (ValueError, UnicodeDecodeError) as exc:
+        where = f" (line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise ProfileError(f"{p}: not valid JSON{where}") from None
+    prof = parse_profile(data, str(p))
+    prof.path = str(p)
+    return prof
+
+
+def parse_profile(data: Any, name: str = "profile") -> Profile:
+    """Check a parsed profile document field by field."""
+    if not isinstance(data, dict):
+        raise ProfileError(f"{name}: the top level must be a JSON object")
+    fmt = data.get("format")
+    if fmt != FORMAT:
+        raise ProfileError(f"{name}: format: {fmt!r} is not {FORMAT!r}")
+
+    def need(key: str, kind: type, what: str) -> Any:
+        v = data.get(key)
+        if isinstance(v, bool) or not isinstance(v, kind):
+            raise ProfileError(f"{name}: {key}: expected {what}, got {v!r}")
+        return v
+
+    for key in ("hardware", "device", "model", "dtype"):
+        if not need(key, str, "a non-empty string"):
+            raise ProfileError(f"{name}: {key}: expected a non-empty string, got ''")
+    if need("block_size", int, "a positive integer") < 1:
+        raise ProfileError(f"{name}: block_size: expected a positive integer, got {data['block_size']!r}")
+    feats = need("features", list, "a list of feature names")
+    if not feats:
+        raise ProfileError(f"{name}: features: expected a non-empty list of feature names")
+    for i, f in enumerate(feats):
+        if f not in FEATURES:
+            raise ProfileError(f"{name}: features[{i}]: {f!r} is not one of {', '.join(FEATURES)}")
+    coefs = need("coefficients", dict, "an object of feature -> seconds per unit")
+    for f in feats:
+        v = coefs.get(f)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ProfileError(f"{name}: coefficients.{f}: expected a finite number >= 0, got {v!r}")
+    extra = sorted(set(coefs) - set(feats))
+    if extra:
+        raise ProfileError(f"{name}: coefficients.{extra[0]}: not in features")
+    knee = data.get("gemm_knee")
+    if "gemm_rows_over_knee" in feats and (isinstance(knee, bool) or not isinstance(knee, (int, float))
+                                           or not math.isfinite(knee) or knee < 0):
+        raise ProfileError(f"{name}: gemm_knee: expected a number >= 0 (the features use it), got {knee!r}")
+    fit = need("fit", dict, "an object with the fit's error")
+    for key in ("heldout_mape", "heldout_p90_ape"):
+        v = fit.get(key)
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+            raise ProfileError(f"{name}: fit.{key}: expected a finite number >= 0, got {v!r}")
+    for key in ("num_samples", "num_heldout"):
+        v = fit.get(key)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            raise ProfileError(f"{name}: fit.{key}: expected a count, got {v!r}")
+    source = data.get("source", {})
+    if not isinstance(source, dict):
+        raise ProfileError(f"{name}: source: expected an object, got {source!r}")
+    software = data.get("software", {})
+    if not isinstance(software, dict):
+        raise ProfileError(f"{name}: software: expected an object, got {software!r}")
+    threads = data.get("num_threads")
+    if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
+        raise ProfileError(f"{name}: num_threads: expected an integer or null, got {threads!r}")
+    for key in ("catalog_model", "model_spec"):
+        v = data.get(key)
+        if v is not None and not isinstance(v, str):
+            raise ProfileError(f"{name}: {key}: expected a model name or null, got {v!r}")
+    return Profile(
+        hardware=data["hardware"], device=data["device"], model=data["model"], dtype=data["dtype"],
+        block_size=data["block_size"], features=list(feats),
+        coefficients={f: float(coefs[f]) for f in feats},
+        gemm_knee=None if knee is None else float(knee), fit=fit, source=source,
+        num_threads=threads, catalog_model=data.get("catalog_model"),
+        model_spec=data.get("model_spec"), software=software,
+        created=str(data.get("created", "")),
+    )

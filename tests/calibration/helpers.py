@@ -1,0 +1,52 @@
+"""Synthetic steps from a known linear cost model, and a profile built from it."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from calibration.features import SHAPE_FIELDS
+from calibration.fit import Samples
+from calibration.profile import Profile
+
+#: Seconds per unit, of the order SmolLM2-135M takes on a CPU; every term matters somewhere.
+TRUE = {
+    "intercept": 0.030,
+    "gemm_rows": 2e-5,
+    "gemm_rows_over_knee": 4e-4,
+    "num_prefill_seqs": 2e-3,
+    "num_decode_seqs": 5e-4,
+    "decode_context_tokens": 1e-6,
+    "prefill_context_tokens": 2e-5,
+    "prefill_attention_work": 1e-8,
+}
+KNEE = 64
+
+
+def synthetic_samples(n: int = 600, noise: float = 0.01, seed: int = 1) -> Samples:
+    """Decode, prefill and mixed steps priced by ``TRUE`` times (1 + noise x N(0, 1))."""
+    rng = np.random.default_rng(seed)
+    kind = rng.integers(0, 3, n)  # 0 prefill, 1 decode, 2 mixed
+    P = np.where(kind != 1, rng.integers(1, 2048, n), 0)
+    PS = np.where(P > 0, np.minimum(rng.integers(1, 6, n), P), 0)
+    D = np.where(kind != 0, rng.integers(1, 96, n), 0)
+    PC = np.where(P > 0, rng.integers(0, 2048, n) * (rng.random(n) < 0.5), 0)
+    cols = {k: np.zeros(n) for k in SHAPE_FIELDS}
+    cols.update(num_prefill_tokens=P, num_prefill_seqs=PS, num_decode_seqs=D,
+                decode_context_tokens=D * rng.integers(8, 2048, n), prefill_context_tokens=PC,
+                prefill_attention_work=P * PC + P * (P + 1) // 2)
+    cols = {k: np.asarray(v, dtype=float) for k, v in cols.items()}
+    rows = cols["num_prefill_tokens"] + cols["num_decode_seqs"]
+    y = TRUE["intercept"] + TRUE["gemm_rows"] * rows + TRUE["gemm_rows_over_knee"] * np.maximum(rows - KNEE, 0)
+    for f in ("num_prefill_seqs", "num_decode_seqs", "decode_context_tokens",
+              "prefill_context_tokens", "prefill_attention_work"):
+        y = y + TRUE[f] * cols[f]
+    return Samples(cols, y * (1 + noise * rng.standard_normal(n)))
+
+
+def make_profile(**changes) -> Profile:
+    fields = dict(hardware="Test CPU", device="cpu", model="SmolLM2 135M", dtype="bfloat16",
+                  block_size=16, features=list(TRUE), coefficients=dict(TRUE), gemm_knee=KNEE,
+                  fit={"heldout_mape": 0.05, "heldout_p90_ape": 0.1, "num_samples": 100, "num_heldout": 20},
+                  source={"kind": "synthetic"}, catalog_model="smollm2-135m", model_spec="smollm2")
+    fields.update(changes)
+    return Profile(**fields)
