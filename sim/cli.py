@@ -81,11 +81,13 @@ def simulate(
 
 
 def _register_optional_commands() -> None:
-    """Analysis commands need only the core; runtime commands import torch lazily inside."""
+    """Analysis commands need only the core; runtime commands import torch lazily inside
+    (calibrate and validate too: calibrate --trace fits without torch)."""
+    from calibration import cli as calibration_cli
     from sim import cli_analysis
 
     for fn in (cli_analysis.capacity, cli_analysis.sweep, cli_analysis.ab, cli_analysis.report,
-               cli_analysis.dashboard):
+               cli_analysis.dashboard, calibration_cli.calibrate, calibration_cli.validate):
         app.command()(fn)
     try:
         from runtime import cli as runtime_cli

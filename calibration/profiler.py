@@ -1,0 +1,185 @@
+"""Profile the real engine on a grid of batch shapes and fit a profile from its step trace.
+
+The engine is driven through its public loop (``add_request`` / ``step``) with random prompt
+token ids and fixed output lengths, so the grid decides the shapes:
+
+- **decode**: B sequences at context C. One leader prefills the C-token prompt, then B - 1
+  followers with the same prompt hit its cached blocks (a mixed step of B - 1 short prefills
+  with context C), then all B decode for a few steps: batch B, context B x (C + i).
+- **prefill**: one prompt of P tokens in one step (no cached context).
+- **chunked**: one long prompt through an engine whose step budget is a chunk, so chunks read a
+  growing cached context.
+- **multi-prefill**: k prompts of p tokens in one step, then one decode step of k.
+- **mixed**: B short requests decode, then a P-token prompt joins: B decodes + a P chunk.
+
+Every step of every case is a sample (the set-up steps too); a warm-up case runs first and is
+dropped. ``runtime`` (and torch) is imported only here, when profiling.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable, Optional
+
+import numpy as np
+
+from calibration.fit import Samples, samples_from_records
+from calibration.profile import cpu_name
+
+@dataclass(frozen=True)
+class Case:
+    """Batches of (prompt length, output tokens) requests, each batch submitted once the
+    previous batch's prompts are fully computed."""
+
+    name: str
+    batches: tuple[tuple[tuple[int, int], ...], ...]
+    budget: int  # max_num_batched_tokens of the engine that runs it
+    shared_prompt: bool = False  # every request of the case uses the same prompt tokens
+
+
+@dataclass(frozen=True)
+class Grid:
+    name: str
+    decode_batches: tuple[int, ...]
+    decode_contexts: tuple[int, ...]
+    decode_steps: int
+    max_decode_kv_tokens: int
+    prefill_lens: tuple[int, ...]
+    chunked: tuple[tuple[int, int], ...]  # (prompt length, chunk = step budget)
+    multi_prefill: tuple[tuple[int, int], ...]  # (sequences, prompt length)
+    mixed: tuple[tuple[int, int], ...]  # (decode batch, prefill length)
+    repeats: int = 1
+
+    @property
+    def budget(self) -> int:
+        """The main engine's step budget: the longest single prefill, at least 2048."""
+        return max((2048, *self.prefill_lens))
+
+    def cases(self) -> list[Case]:
+        b = self.budget
+        out: list[Case] = []
+        for _ in range(self.repeats):
+            for c in self.decode_contexts:
+                for n in self.decode_batches:
+                    if n * c > self.max_decode_kv_tokens:
+                        continue
+                    steps = self.decode_steps
+                    batches = (((c, steps + 2),),) + ((((c, steps + 1),) * (n - 1),) if n > 1 else ())
+                    out.append(Case(f"decode B={n} C={c}", batches, b, shared_prompt=True))
+            out += [Case(f"prefill P={p}", (((p, 1),),), b) for p in self.prefill_lens]
+            out += [Case(f"chunked L={n} chunk={k}", (((n, 1),),), k) for n, k in self.chunked]
+            out += [Case(f"prefill {k}x{p}", (((p, 2),) * k,), b) for k, p in self.multi_prefill]
+            out += [Case(f"mixed B={n} + P={p}", (((32, 6),) * n, ((p, 1),)), b) for n, p in self.mixed]
+        return out
+
+
+GRIDS: dict[str, Grid] = {
+    # About 60 steps: SmolLM2-135M in bfloat16 on a 2-core CPU profiles in ~20-30 s.
+    "quick": Grid("quick", decode_batches=(1, 8, 24), decode_contexts=(64, 384), decode_steps=3,
+                  max_decode_kv_tokens=8192, prefill_lens=(16, 128, 512), chunked=((512, 128),),
+                  multi_prefill=((4, 32),), mixed=((8, 128),)),
+    "full": Grid("full", decode_batches=(1, 2, 4, 8, 16, 32, 48, 64),
+                 decode_contexts=(32, 128, 512, 1024), decode_steps=6, max_decode_kv_tokens=32768,
+                 prefill_lens=(8, 16, 32, 64, 128, 256, 512, 1024, 2048),
+                 chunked=((2048, 256), (2048, 512), (1024, 128)),
+                 multi_prefill=((4, 16), (4, 64), (8, 32), (16, 16), (4, 256), (16, 64)),
+                 mixed=((4, 64), (4, 512), (16, 32), (16, 256), (32, 128), (32, 1024), (64, 512))),
+}
+
+WARMUP = Case("warm-up", (((64, 4),) * 4, ((256, 1),)), 2048)
+
+
+@dataclass
+class ProfileRun:
+    """What profiling measured: the samples, their raw step records, and the engine's identity."""
+
+    samples: Samples
+    records: list[dict]
+    model: str
+    catalog_model: Optional[str]
+    device: str
+    hardware: str
+    dtype: str
+    block_size: int
+    num_threads: int
+
+
+def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device: str = "auto",
+                   block_size: int = 16, num_threads: Optional[int] = None,
+                   kv_cache_bytes: Optional[int] = None, seed: int = 0,
+                   progress: Optional[Callable[[str], None]] = None) -> ProfileRun:
+    """Run ``grid`` on the real engine; one model load, one engine per step budget."""
+    import torch
+
+    from runtime import EngineArgs, LLMEngine
+    from runtime.weights import load_model
+
+    args = EngineArgs(model=model, dtype=dtype, device=device, block_size=block_size,
+                      num_threads=num_threads, kv_cache_bytes=kv_cache_bytes or _pool_bytes(grid),
+                      max_num_batched_tokens=grid.budget, enable_prefix_caching=True)
+    if num_threads:
+        torch.set_num_threads(num_threads)
+    dev = args.torch_device()
+    loaded = load_model(args.model, args.torch_dtype(dev), dev, seed=args.seed)
+    rng = np.random.default_rng(seed)
+    cases = grid.cases()
+    engines: dict[int, Any] = {}
+    parts: list[Samples] = []
+    records: list[dict] = []
+    for i, case in enumerate([WARMUP] + cases):
+        if case.budget not in engines:
+            engines.clear()  # one pool at a time
+            engines[case.budget] = LLMEngine(loaded, replace(args, max_num_batched_tokens=case.budget))
+        engine = engines[case.budget]
+        first = len(engine.tracer.records)
+        _run_case(engine, case, rng)
+        recs = engine.tracer.records[first:]
+        if i > 0:  # the warm-up case is not data
+            parts.append(samples_from_records(recs))
+            records += recs
+        if progress is not None:
+            progress(case.name)
+    eng = next(iter(engines.values()))
+    hardware = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
+    return ProfileRun(Samples.concat(parts), records, loaded.name, catalog_model_of(loaded.config),
+                      dev.type, hardware, str(eng.dtype).replace("torch.", ""), block_size,
+                      torch.get_num_threads())
+
+
+def _run_case(engine: Any, case: Case, rng: np.random.Generator) -> None:
+    from runtime import SamplingParams
+
+    vocab = engine.config.vocab_size
+    shared: dict[int, list[int]] = {}
+
+    def prompt(n: int) -> list[int]:
+        if case.shared_prompt:
+            return shared.setdefault(n, rng.integers(3, vocab, size=n).tolist())
+        return rng.integers(3, vocab, size=n).tolist()
+
+    pending = list(case.batches)
+    live: list[Any] = []
+    while pending or engine.has_unfinished():
+        if pending and all(r.is_finished or r.num_computed_tokens >= r.prompt_len for r in live):
+            live = [engine.add_request(prompt(p), SamplingParams(temperature=0.0, max_tokens=o, ignore_eos=True))
+                    for p, o in pending.pop(0)]
+        engine.step()
+
+
+def _pool_bytes(grid: Grid) -> int:
+    """KV pool for the grid: enough blocks that no case preempts (SmolLM2 bf16: 23 KB/token)."""
+    tokens = max(grid.budget * 2, 8192)
+    return tokens * 64 * 1024  # generous per-token bytes for small models
+
+
+def catalog_model_of(config: Any) -> Optional[str]:
+    """The simulator catalog's slug for a runtime model config with the same shapes, if any."""
+    from sim.catalog.models import list_models
+
+    key = (config.num_hidden_layers, config.hidden_size, config.num_attention_heads,
+           config.num_key_value_heads, config.intermediate_size, config.vocab_size)
+    for m in list_models():
+        if (m.num_layers, m.hidden_size, m.num_heads, m.num_kv_heads, m.intermediate_size,
+                m.vocab_size) == key:
+            return m.name
+    return None

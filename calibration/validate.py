@@ -1,0 +1,204 @@
+"""Validate the simulator against the real engine: one workload through both, errors side by side.
+
+The workload: Poisson arrivals at ``rate``, ShareGPT-like lengths scaled down for a CPU
+(``runtime.bench.sharegpt_like``), random prompt token ids, fixed output lengths (greedy, EOS
+ignored). The runtime replays it online (``LLM.replay``: requests arrive over wall-clock time);
+the simulator runs the same requests with the profile's cost model and the engine's own
+scheduler policy, limits, block size and KV pool (``kv_cache.num_gpu_blocks``). Both sides'
+metrics come from ``sim.metrics.summarize``, so every number has one definition.
+
+``validation.json`` (``sim.analysis.validation``) gets the metrics, per-request samples for CDFs
+and the provenance; beside it ``runtime_steps.jsonl`` (the replay's step trace) and ``sim/``
+(the simulator's summary, requests and steps).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import numpy as np
+
+from calibration.cost_model import ProfileCostModel
+from calibration.fit import samples_from_records
+from calibration.profile import load_profile, software_versions
+from sim.analysis.validation import load_validation, write_validation
+from sim.config import DTYPES
+from sim.errors import ConfigError
+from sim.policies.request import Request, RequestState
+
+LATENCIES = ("ttft", "tpot", "itl", "e2el")
+STATS = ("mean", "median", "p90", "p99")
+TOTALS = ("request_throughput", "output_throughput", "total_token_throughput", "duration_s")
+
+
+def run_validation(profile_path: Union[str, Path], rate: float, num_requests: int,
+                   out_dir: Union[str, Path], *, model: Optional[str] = None, scale: float = 0.125,
+                   seed: int = 0, max_num_seqs: int = 256,
+                   max_num_batched_tokens: Optional[int] = None,
+                   kv_cache_bytes: Optional[int] = None, num_threads: Optional[int] = None,
+                   sim_model: Optional[str] = None, progress: bool = False) -> dict:
+    """Run the validation and write ``out_dir/validation.json``; returns it as
+    ``load_validation`` reads it."""
+    if rate <= 0:
+        raise ConfigError(f"--rate must be positive, got {rate}")
+    if num_requests < 1:
+        raise ConfigError(f"--num-requests must be >= 1, got {num_requests}")
+    if scale <= 0:
+        raise ConfigError(f"--scale must be positive, got {scale}")
+    prof = load_profile(profile_path)
+    from runtime import LLM, SamplingParams, TimedRequest
+    from runtime.bench import sharegpt_like
+
+    from calibration.profiler import catalog_model_of
+    from sim.workload.arrivals import poisson_arrivals
+
+    llm = LLM(model or prof.model_spec, dtype=prof.dtype, device=prof.device,
+              block_size=prof.block_size, kv_cache_bytes=kv_cache_bytes, max_num_seqs=max_num_seqs,
+              max_num_batched_tokens=max_num_batched_tokens,
+              num_threads=num_threads or prof.num_threads)
+    engine = llm.engine
+    slug = sim_model or prof.catalog_model or catalog_model_of(engine.config)
+    if slug is None:
+        raise ConfigError("--sim-model: the model is not in the simulator's catalog by shape; "
+                          "name a catalog model with the same shapes")
+    pool = engine.kv_cache.num_blocks * engine.args.block_size
+    work = sharegpt_like(num_requests, scale, engine.config.vocab_size, min(engine.max_model_len, pool), seed)
+    arrivals = poisson_arrivals(num_requests, rate, np.random.default_rng(seed + 1))
+    # Warm-up (not measured): the first steps of a fresh process pay one-time costs.
+    llm.generate(prompt_token_ids=[p[:32] for p in work.prompts[:4]],
+                 sampling_params=SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
+    first, preempt0 = len(engine.tracer.records), engine.scheduler.num_preemptions
+    timed = [TimedRequest(float(t), p, SamplingParams(temperature=0.0, max_tokens=o, ignore_eos=True), f"r{i}")
+             for i, (t, p, o) in enumerate(zip(arrivals, work.prompts, work.output_lens))]
+    with _ReplayProgress(engine, num_requests, enabled=progress):
+        outs = llm.replay(timed)
+    steps = engine.tracer.records[first:]
+    engine.close()
+    real, real_samples = _summarize([_as_request(o) for o in outs],
+                      engine.scheduler.num_preemptions - preempt0, len(steps))
+
+    from sim.api import simulate
+
+    cfg = {
+        # With a profile and an explicit pool, hardware and dtype only feed the memory plan's
+        # fit check; the defaults stand in when the profile's dtype is not a simulator one.
+        "model": slug, "dtype": prof.dtype if prof.dtype in DTYPES else "float16", "seed": seed,
+        "kv_cache": {"block_size": engine.args.block_size, "num_gpu_blocks": engine.kv_cache.num_blocks,
+                     "max_model_len": engine.max_model_len,
+                     "prefix_caching": engine.args.enable_prefix_caching},
+        "scheduler": {"policy": engine.args.policy(), "max_num_seqs": max_num_seqs,
+                      "max_num_batched_tokens": engine.scheduler.budget},
+        "cost_model": {"profile": str(profile_path)},
+        "workload": {"num_requests": num_requests},
+    }
+    reqs = [Request(f"r{i}", float(t), len(p), o, prompt_token_ids=p)
+            for i, (t, p, o) in enumerate(zip(arrivals, work.prompts, work.output_lens))]
+    result = simulate(cfg, requests=reqs)
+    s = result.summary
+    pred, pred_samples = _summarize(result.requests, s["kv_cache"]["preemptions"],
+                                    s["simulator"]["num_steps"])
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "runtime_steps.jsonl", "w", encoding="utf-8") as fh:
+        fh.writelines(json.dumps(r) + "\n" for r in steps)
+    result.write(out / "sim")
+    step_err = _profile_error_on(steps, prof)
+    source = {
+        "profile": str(profile_path), "hardware": prof.hardware, "device": prof.device,
+        "model": prof.model, "dtype": prof.dtype, "simulator_model": slug,
+        "runtime": ", ".join(f"{k} {v}" for k, v in software_versions().items()),
+        "workload": (f"{num_requests} requests, Poisson {rate:g} req/s, ShareGPT-like lengths x {scale:g} "
+                     f"({work.describe()}), random prompt ids, fixed output lengths, seed {seed}"),
+        "engine": {"policy": engine.args.policy(), "block_size": engine.args.block_size,
+                   "num_gpu_blocks": engine.kv_cache.num_blocks, "max_num_seqs": max_num_seqs,
+                   "max_num_batched_tokens": engine.scheduler.budget,
+                   "prefix_caching": engine.args.enable_prefix_caching},
+        "profile_error_on_replay_steps": step_err,
+    }
+    metrics = [{"name": k, "real": real[k], "predicted": pred[k]} for k in real
+               if real[k] is not None and pred[k] is not None]
+    samples = {name: {"real": real_samples[name], "predicted": pred_samples[name]} for name in real_samples}
+    path = write_validation(out / "validation.json", metrics, source, samples)
+    return load_validation(path)
+
+
+def _summarize(requests: list[Request], preemptions: int, num_steps: int) -> tuple[dict, dict]:
+    """The compared numbers, through the simulator's own ``summarize``, and per-request samples
+    (in request order) for the CDFs."""
+    from sim.metrics import summarize
+
+    s = summarize(requests, {"duration_s": []}, num_preemptions=preemptions)
+    numbers: dict[str, Any] = {f"{stat}_{m}_ms": s[f"{stat}_{m}_ms"] for m in LATENCIES for stat in STATS}
+    numbers.update({k: s[k] for k in TOTALS})
+    numbers["preemptions"] = preemptions
+    numbers["num_steps"] = num_steps
+    samples = {
+        "ttft_ms": [1000 * r.ttft for r in requests if r.ttft is not None],
+        "tpot_ms": [1000 * r.tpot for r in requests if r.tpot is not None],
+        "e2el_ms": [1000 * r.e2el for r in requests if r.e2el is not None],
+    }
+    return numbers, samples
+
+
+def _as_request(out: Any) -> Request:
+    """A runtime ``RequestOutput`` as a finished policy ``Request`` (what ``summarize`` reads)."""
+    m = out.metrics
+    n = len(out.token_ids)
+    req = Request(out.request_id, m.arrival_time, len(out.prompt_token_ids), max(n, 1))
+    if out.finish_reason != "rejected":
+        req.state = RequestState.FINISHED
+        req.num_output_tokens = n
+        req.token_times = list(out.outputs[0].token_times)
+        req.finish_time = m.finish_time
+    else:
+        req.state = RequestState.REJECTED
+    return req
+
+
+def _profile_error_on(steps: list[dict], prof: Any) -> dict:
+    """How well the profile prices the replay's own steps (the cost model's share of the error,
+    apart from any difference in what the two schedulers did)."""
+    s = samples_from_records(steps)
+    if not s.n:
+        return {}
+    cm = ProfileCostModel(prof)
+    pred = cm.step_times(**s.cols)
+    rel = (pred - s.seconds) / s.seconds
+    return {"num_steps": s.n, "mape": float(np.mean(np.abs(rel))), "bias": float(np.mean(rel)),
+            "real_busy_s": float(s.seconds.sum()), "predicted_busy_s": float(pred.sum())}
+
+
+class _ReplayProgress:
+    """A progress line for the wall-clock replay (steps run, requests in flight)."""
+
+    def __init__(self, engine: Any, total: int, enabled: bool) -> None:
+        self.engine, self.total, self.enabled = engine, total, enabled
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def __enter__(self) -> "_ReplayProgress":
+        if self.enabled:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _run(self) -> None:
+        import sys
+
+        from tqdm import tqdm
+
+        start = len(self.engine.tracer.records)
+        with tqdm(desc="runtime replay", unit="step", file=sys.stderr, leave=False,
+                  disable=not sys.stderr.isatty()) as bar:
+            while not self._stop.wait(0.5):
+                bar.n = len(self.engine.tracer.records) - start
+                bar.set_postfix(in_flight=self.engine.num_unfinished, refresh=True)
