@@ -38,6 +38,11 @@ class EngineArgs:
     trace_path: Optional[str] = None  # JSONL step trace
     num_threads: Optional[int] = None  # torch intra-op threads on CPU
     attention_backend: str = "auto"  # auto (Triton on CUDA, sdpa on CPU) | triton | sdpa | torch
+    #: Speculative decoding (runtime/speculative.py): up to this many draft tokens per decode
+    #: step, proposed by n-gram prompt lookup of prompt_lookup_max..prompt_lookup_min tokens.
+    num_speculative_tokens: int = 0
+    prompt_lookup_max: int = 3
+    prompt_lookup_min: int = 1
 
     @classmethod
     def from_kwargs(cls, model: Optional[str], kwargs: dict[str, Any]) -> "EngineArgs":
@@ -61,6 +66,11 @@ class EngineArgs:
         if self.attention_backend not in ATTENTION_BACKENDS:
             raise ConfigError(f"attention_backend must be one of {', '.join(ATTENTION_BACKENDS)}, "
                               f"got {self.attention_backend!r}")
+        if self.num_speculative_tokens < 0:
+            raise ConfigError(f"num_speculative_tokens must be >= 0, got {self.num_speculative_tokens}")
+        if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
+            raise ConfigError(f"prompt_lookup_min/max must satisfy 1 <= min <= max, got "
+                              f"{self.prompt_lookup_min}/{self.prompt_lookup_max}")
         if self.preemption_mode != "recompute":
             raise ConfigError("preemption_mode: the runtime supports 'recompute' only (no host swap space)")
 

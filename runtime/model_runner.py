@@ -9,6 +9,7 @@ KV slot of every new token, block tables and sequence lengths. It decides nothin
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Mapping, Optional
 
 import torch
 
@@ -25,9 +26,11 @@ class PreparedStep:
     input_ids: torch.Tensor
     positions: torch.Tensor
     meta: AttentionMetadata
-    #: Packed row of the last token of every request that samples this step, and who it is.
+    #: Packed rows whose logits are needed: the last token of every request that samples this
+    #: step, or all ``1 + drafts`` rows of a speculative one; who they are, and how many each.
     sample_rows: torch.Tensor
     sample_requests: list[ScheduledRequest]
+    sample_counts: list[int]
 
 
 def _block_table_tensor(tables: list[list[int]], device: torch.device) -> torch.Tensor:
@@ -47,16 +50,18 @@ class ModelRunner:
         self.block_size = kv_cache.block_size
         self.attention_backend = resolve_backend(device, attention_backend)
 
-    def prepare(self, plan: StepPlan) -> PreparedStep:
-        """Pack single-token queries first, then multi-token chunks (see ``attention.py``)."""
+    def prepare(self, plan: StepPlan, drafts: Optional[Mapping[str, list[int]]] = None) -> PreparedStep:
+        """Pack single-token queries first, then multi-token ones (see ``attention.py``).
+
+        A decode verifying ``m`` draft tokens (``drafts[request_id][:m]``) is a multi-token
+        query: its last known token then the drafts, causal over its cached context.
+        """
         decodes: list[ScheduledRequest] = []
         prefills: list[ScheduledRequest] = []
         for s in plan.scheduled:
-            if s.num_spec_tokens:
-                raise NotImplementedError("the runtime does not run speculative decoding yet")
             if s.num_new_tokens < 1:
                 raise ValueError(f"request {s.request.request_id}: scheduled {s.num_new_tokens} tokens")
-            (decodes if s.num_new_tokens == 1 else prefills).append(s)
+            (decodes if s.num_new_tokens + s.num_spec_tokens == 1 else prefills).append(s)
 
         bs = self.block_size
         ids: list[int] = []
@@ -67,17 +72,26 @@ class ModelRunner:
         cu_q = [0]
         sample_rows: list[int] = []
         sample_reqs: list[ScheduledRequest] = []
+        sample_counts: list[int] = []
         for s in decodes + prefills:
             req = s.request
             start = req.num_computed_tokens
-            end = start + s.num_new_tokens
+            q_len = s.num_new_tokens + s.num_spec_tokens
+            end = start + q_len
             table = self.allocator.block_table(req)
             if len(table) * bs < end:
                 raise RuntimeError(
                     f"request {req.request_id}: {len(table)} blocks of {bs} cannot hold {end} tokens "
                     f"(allocator and plan disagree)"
                 )
-            if s.num_new_tokens == 1:
+            if s.num_spec_tokens:
+                draft = (drafts or {}).get(req.request_id, [])[:s.num_spec_tokens]
+                if len(draft) != s.num_spec_tokens:
+                    raise RuntimeError(f"request {req.request_id}: {s.num_spec_tokens} draft tokens scheduled, "
+                                       f"{len(draft)} proposed")
+                ids.append(req.token_id(start))
+                ids.extend(draft)
+            elif q_len == 1:
                 ids.append(req.token_id(start))
             else:
                 ids.extend(req.all_token_ids()[start:end])
@@ -85,10 +99,12 @@ class ModelRunner:
             slots.extend(table[p // bs] * bs + p % bs for p in range(start, end))
             tables.append(table)
             seq_lens.append(end)
-            cu_q.append(cu_q[-1] + s.num_new_tokens)
+            cu_q.append(cu_q[-1] + q_len)
             if s.samples_token:
-                sample_rows.append(len(ids) - 1)
+                count = 1 + s.num_spec_tokens
+                sample_rows.extend(range(len(ids) - count, len(ids)))
                 sample_reqs.append(s)
+                sample_counts.append(count)
 
         nd = len(decodes)
         dev = self.device
@@ -114,6 +130,7 @@ class ModelRunner:
             meta=meta,
             sample_rows=torch.tensor(sample_rows, dtype=torch.int64).to(dev),
             sample_requests=sample_reqs,
+            sample_counts=sample_counts,
         )
 
     @torch.inference_mode()

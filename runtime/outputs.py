@@ -30,6 +30,10 @@ class RequestMetrics:
     e2el: Optional[float]
     num_preemptions: int
     num_cached_tokens: int
+    #: Speculative decoding: draft tokens verified, how many were accepted, in how many steps.
+    num_spec_proposed: int = 0
+    num_spec_accepted: int = 0
+    num_spec_steps: int = 0
 
 
 @dataclass
@@ -71,6 +75,9 @@ def request_output(req: Request, prompt: Optional[str], text: str) -> RequestOut
         e2el=req.e2el,
         num_preemptions=req.num_preemptions,
         num_cached_tokens=req.num_cached_tokens,
+        num_spec_proposed=req.num_spec_proposed,
+        num_spec_accepted=req.num_spec_accepted,
+        num_spec_steps=req.num_spec_steps,
     )
     completion = CompletionOutput(0, text, list(req.output_token_ids), list(req.token_times), reason)
     return RequestOutput(

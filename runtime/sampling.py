@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 
 import torch
 
+from runtime.speculative import verify_greedy, verify_sampled
 from sim.errors import ConfigError
 
 
@@ -82,6 +83,16 @@ class Sampler:
             gen = None if p.seed is None else self._generator(rid, p.seed, logits.device)
             out[i] = int(torch.multinomial(probs, 1, generator=gen))
         return out
+
+    def verify(self, logits: torch.Tensor, request_id: str, params: SamplingParams,
+               drafts: Sequence[int]) -> list[int]:
+        """Tokens one speculative step emits for a request (accepted drafts, then one more);
+        ``logits`` ``[len(drafts) + 1, vocab]`` are the target's at the verified positions."""
+        if params.greedy:
+            return verify_greedy(logits.max(dim=-1).indices.tolist(), drafts)
+        probs = torch.stack([_filtered_probs(row, params) for row in logits])
+        gen = None if params.seed is None else self._generator(request_id, params.seed, logits.device)
+        return verify_sampled(probs, drafts, gen)
 
 
 def _filtered_probs(logits: torch.Tensor, p: SamplingParams) -> torch.Tensor:

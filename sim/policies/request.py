@@ -58,6 +58,10 @@ class Request:
     num_spec_proposed: int = 0
     num_spec_accepted: int = 0
     num_spec_steps: int = 0
+    # Draft tokens the executor's proposer has ready for the next step. None: a proposer that
+    # always fills k (the simulator's draft model); the runtime's n-gram proposer sets it,
+    # because a lookup can find fewer than k tokens or none (vLLM v1 schedules only those).
+    num_draft_tokens: Optional[int] = None
     # Set by a scheduler that admits a request: the order of admission (preemption picks newest).
     admit_seq: int = -1
     # Memo of prefix-cache block hashes (see sim.policies.kv.hashing); not part of identity.

@@ -78,5 +78,5 @@ def test_cli_generate_prints_real_text(capsys):
 
     generate(prompt=["What is the capital of France?"], model=None, chat=True, max_tokens=24, temperature=0.0,
              top_p=1.0, top_k=0, seed=None, device="cpu", dtype="auto", kv_cache_mib=16.0, block_size=16,
-             threads=None, trace=None, as_json=False)
+             threads=None, trace=None, num_speculative_tokens=2, as_json=False)
     assert "Paris" in capsys.readouterr().out

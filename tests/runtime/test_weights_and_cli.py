@@ -79,14 +79,15 @@ def test_cli_generate_needs_a_tokenizer_for_text(hf_models):
     with pytest.raises(ConfigError, match="no tokenizer"):
         generate(prompt=["hi"], model=path, chat=False, max_tokens=4, temperature=0.0, top_p=1.0, top_k=0,
                  seed=None, device="cpu", dtype="auto", kv_cache_mib=1.0, block_size=4, threads=None,
-                 trace=None, as_json=False)
+                 trace=None, num_speculative_tokens=0, as_json=False)
 
 
 def test_cli_bench_runtime(hf_models, capsys, tmp_path):
     trace = tmp_path / "steps.jsonl"
     result = bench_runtime(model=hf_models["mha_tied"][0], num_requests=6, scale=0.05, lengths=None,
                            device="cpu", dtype="auto", kv_cache_mib=0.25, block_size=4, max_num_seqs=8,
-                           max_num_batched_tokens=32, threads=None, seed=0, trace=str(trace), as_json=True)
+                           max_num_batched_tokens=32, threads=None, seed=0, trace=str(trace),
+                           num_speculative_tokens=2, as_json=True)
     printed = json.loads(capsys.readouterr().out)
     assert printed["num_requests"] == 6 and printed["output_throughput"] > 0
     assert len(trace.read_text().splitlines()) == result["num_steps"] + 2  # + the warm-up (prefill, decode)

@@ -258,7 +258,10 @@ class Scheduler(ABC):
         spec = 0
         if n == 1 and self.config.num_speculative_tokens:
             remaining = req.max_output_tokens - req.num_output_tokens
-            spec = max(0, min(self.config.num_speculative_tokens, remaining - 1))
+            k = self.config.num_speculative_tokens
+            if req.num_draft_tokens is not None:
+                k = min(k, req.num_draft_tokens)
+            spec = max(0, min(k, remaining - 1))
         return n, spec
 
     def _finalize(self, plan: StepPlan, padding: int = 0) -> StepPlan:
