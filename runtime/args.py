@@ -34,7 +34,9 @@ class EngineArgs:
     scheduling_policy: Optional[str] = None
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
+    #: "recompute" (vLLM v1) or "swap" (vLLM v0: the victim's KV goes to host memory).
     preemption_mode: str = "recompute"
+    swap_space: float = 4.0  # GiB of host memory for swapped KV (vLLM's name and default)
     trace_path: Optional[str] = None  # JSONL step trace
     num_threads: Optional[int] = None  # torch intra-op threads on CPU
     attention_backend: str = "auto"  # auto (Triton on CUDA, sdpa on CPU) | triton | sdpa | torch
@@ -71,8 +73,10 @@ class EngineArgs:
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise ConfigError(f"prompt_lookup_min/max must satisfy 1 <= min <= max, got "
                               f"{self.prompt_lookup_min}/{self.prompt_lookup_max}")
-        if self.preemption_mode != "recompute":
-            raise ConfigError("preemption_mode: the runtime supports 'recompute' only (no host swap space)")
+        if self.preemption_mode not in ("recompute", "swap"):
+            raise ConfigError(f"preemption_mode must be recompute or swap, got {self.preemption_mode!r}")
+        if self.swap_space < 0:
+            raise ConfigError(f"swap_space must be >= 0 GiB, got {self.swap_space}")
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

@@ -23,7 +23,8 @@ from typing import Optional, Sequence, Union
 import torch
 
 from runtime.args import EngineArgs
-from runtime.kv_cache import allocate_kv_cache, num_blocks_for_budget, num_blocks_for_gpu
+from runtime.kv_cache import (HostSwapSpace, allocate_kv_cache, block_bytes, num_blocks_for_budget,
+                              num_blocks_for_gpu)
 from runtime.model_runner import ModelRunner, PreparedStep
 from runtime.outputs import RequestOutput, request_output
 from runtime.sampling import Sampler, SamplingParams
@@ -67,6 +68,7 @@ class LLMEngine:
         self.allocator, self.scheduler = self._make_policy(num_blocks)
         self.runner = ModelRunner(loaded.model, self.kv_cache, self.allocator, self.device,
                                   args.attention_backend)
+        self.swap_space = HostSwapSpace(self.kv_cache)
         self.sampler = Sampler()
         self.proposer: Optional[NgramProposer] = None
         if args.num_speculative_tokens:
@@ -94,8 +96,13 @@ class LLMEngine:
     def _make_policy(self, num_blocks: int) -> tuple[KVAllocator, Scheduler]:
         """The simulator's allocator and scheduler over a pool of ``num_blocks`` blocks."""
         a = self.args
+        swap_slots = 0
+        if a.preemption_mode == "swap":
+            per_block = block_bytes(self.config, a.block_size, self.dtype)
+            swap_slots = int(a.swap_space * 2**30) // per_block * a.block_size
         allocator = make_allocator("paged", num_slots=num_blocks * a.block_size, block_size=a.block_size,
-                                   prefix_caching=a.enable_prefix_caching, max_model_len=self.max_model_len)
+                                   prefix_caching=a.enable_prefix_caching, max_model_len=self.max_model_len,
+                                   swap_slots=swap_slots)
         try:
             scheduler = make_scheduler(a.policy(), allocator, max_model_len=self.max_model_len,
                                        max_num_seqs=a.max_num_seqs,
@@ -188,6 +195,7 @@ class LLMEngine:
         req = self.scheduler.abort(request_id, self.now())
         live = self._live.pop(request_id, None)
         self._drafts.pop(request_id, None)
+        self.swap_space.drop(request_id)
         self.sampler.forget(request_id)
         if req is None or live is None:
             return None
@@ -206,6 +214,8 @@ class LLMEngine:
         t_sched = self.now()
         plan = self.scheduler.schedule(t_sched)
         start = self.now()
+        if plan.swap_out_blocks or plan.swap_in_blocks:  # before anything writes the cache
+            self.swap_space.apply(plan.swap_out_blocks, plan.swap_in_blocks)
         done: list[RequestOutput] = [self._retire(r) for r in plan.rejected]
         if not plan.scheduled:
             if self.scheduler.running or not self.has_unfinished():

@@ -75,3 +75,46 @@ def allocate_kv_cache(cfg: ModelConfig, num_blocks: int, block_size: int, dtype:
                       device: torch.device) -> KVCache:
     shape = (2, cfg.num_hidden_layers, num_blocks, block_size, cfg.num_key_value_heads, cfg.head_dim)
     return KVCache(torch.zeros(shape, dtype=dtype, device=device))
+
+
+class HostSwapSpace:
+    """Host copies of swapped-out requests' KV blocks (vLLM v0's swap preemption).
+
+    The ``sim.policies`` allocator decides who is swapped and counts host blocks; this class only
+    moves bytes. ``apply`` must run before the step's forward pass: a swapped-out request's
+    device blocks are free in the allocator already and may be handed to another request in
+    this very step, so they are copied out first; then swapped-in requests' host copies go into
+    the fresh device blocks the allocator gave them. On CUDA the host side is pinned memory.
+    """
+
+    def __init__(self, cache: KVCache) -> None:
+        self.cache = cache
+        self._copies: dict[str, torch.Tensor] = {}  # request id -> [2, layers, blocks, bs, heads, dim]
+        self._pin = cache.data.device.type == "cuda"
+
+    def __len__(self) -> int:
+        return len(self._copies)
+
+    def apply(self, swap_out: dict[str, list[int]], swap_in: dict[str, list[int]]) -> int:
+        """Copy out, then in; returns the blocks moved."""
+        moved = 0
+        for rid, blocks in swap_out.items():
+            index = torch.tensor(blocks, dtype=torch.long, device=self.cache.data.device)
+            host = self.cache.data.index_select(2, index).to("cpu")
+            self._copies[rid] = host.pin_memory() if self._pin else host
+            moved += len(blocks)
+        for rid, blocks in swap_in.items():
+            host = self._copies.pop(rid, None)
+            if host is None:
+                raise RuntimeError(f"request {rid}: swapped in, but no host copy of its KV exists")
+            if len(blocks) > host.shape[2]:
+                raise RuntimeError(f"request {rid}: {len(blocks)} blocks to restore, {host.shape[2]} saved")
+            index = torch.tensor(blocks, dtype=torch.long, device=self.cache.data.device)
+            self.cache.data.index_copy_(2, index, host[:, :, :len(blocks)].to(self.cache.data.device,
+                                                                            non_blocking=self._pin))
+            moved += len(blocks)
+        return moved
+
+    def drop(self, request_id: str) -> None:
+        """Forget a host copy (the request was aborted or finished while swapped)."""
+        self._copies.pop(request_id, None)

@@ -85,6 +85,27 @@ def test_abort_frees_blocks_running_and_waiting(engine):
     assert eng.num_leaked_blocks() == 0
 
 
+def test_swapped_request_abort_drops_its_host_copy(engine):
+    """Swap preemption moves a victim's KV to host memory; aborting it there frees that copy,
+    and the others still finish with every block back in the pool."""
+    eng = engine(block_size=2, num_kv_blocks=14, preemption_mode="swap", max_num_batched_tokens=16)
+    reqs = [eng.add_request(_prompt(6, i), SamplingParams(temperature=0, max_tokens=12)) for i in range(3)]
+    for _ in range(40):
+        eng.step()
+        if eng.scheduler.swapped:
+            break
+    victim = eng.scheduler.swapped[0]
+    assert victim.state is RequestState.SWAPPED and len(eng.swap_space) == 1
+    assert eng.abort(victim.request_id).finish_reason == "abort"
+    assert len(eng.swap_space) == 0 and not eng.allocator.host_blocks
+    finished = []
+    while eng.has_unfinished():
+        finished += eng.step()
+    assert sorted(o.request_id for o in finished) == sorted(r.request_id for r in reqs if r is not victim)
+    assert all(len(o.token_ids) == 12 for o in finished)
+    assert eng.num_leaked_blocks() == 0
+
+
 def test_stop_token_ids_and_eos(gqa):
     path, model = gqa
     prompt = _prompt(9, 4)
@@ -170,7 +191,8 @@ def test_kv_pool_sized_from_byte_budget(gqa):
 @pytest.mark.parametrize("bad", [
     lambda p: LLM(p, no_such_knob=1),
     lambda p: LLM(p, block_size=0),
-    lambda p: LLM(p, preemption_mode="swap"),
+    lambda p: LLM(p, preemption_mode="swap-to-disk"),
+    lambda p: LLM(p, preemption_mode="swap", swap_space=-1),
     lambda p: LLM(p, scheduling_policy="fastest"),
     lambda p: LLM(p, max_model_len=10**6),
     lambda p: LLM("/no/such/model"),

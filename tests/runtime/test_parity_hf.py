@@ -36,6 +36,11 @@ ENGINE_CASES = {
     # Recompute after preemption may hit the victim's own still-cached blocks (outputs included).
     "preempt_prefix_bs2": dict(block_size=2, num_kv_blocks=24, enable_prefix_caching=True,
                                enable_chunked_prefill=True, max_num_batched_tokens=12),
+    # Swap preemption: the victim's KV goes to host memory and comes back into other blocks.
+    "preempt_swap_bs2": dict(block_size=2, num_kv_blocks=24, enable_prefix_caching=False,
+                             enable_chunked_prefill=True, max_num_batched_tokens=12, preemption_mode="swap"),
+    "preempt_swap_v0_prefix_bs3": dict(block_size=3, num_kv_blocks=16, enable_prefix_caching=True,
+                                       enable_chunked_prefill=False, preemption_mode="swap"),
 }
 
 
@@ -65,6 +70,9 @@ def test_greedy_parity_across_engine_settings(hf_models, case, backend):
     if case.startswith("preempt"):
         assert llm.engine.scheduler.num_preemptions > 0, "the pool was meant to be too small"
         assert sum(o.metrics.num_preemptions for o in outs) > 0
+    if "swap" in case:
+        assert llm.engine.scheduler.num_swapped_tokens > 0, "nothing was swapped"
+        assert len(llm.engine.swap_space) == 0  # every host copy came back
 
 
 @pytest.mark.parametrize("policy", ["orca", "static", "vllm_v0", "chunked"])
