@@ -57,6 +57,7 @@ def static_batches(work: Workload, budget_tokens: int) -> list[list[int]]:
 def run_hf(model, work: Workload, budget_tokens: int, pad_id: int) -> tuple[float, float, int]:
     """transformers generate over static left-padded batches; (seconds, CPU seconds, batches)."""
     batches = static_batches(work, budget_tokens)
+    device = next(model.parameters()).device
     t0, c0 = time.perf_counter(), time.process_time()
     for batch in batches:
         width = max(len(work.prompts[i]) for i in batch)
@@ -68,8 +69,10 @@ def run_hf(model, work: Workload, budget_tokens: int, pad_id: int) -> tuple[floa
             mask[row, width - len(p):] = 1
         new = max(work.output_lens[i] for i in batch)
         with torch.inference_mode():
-            model.generate(input_ids=ids, attention_mask=mask, max_new_tokens=new, min_new_tokens=new,
-                           do_sample=False, pad_token_id=pad_id)
+            model.generate(input_ids=ids.to(device), attention_mask=mask.to(device), max_new_tokens=new,
+                           min_new_tokens=new, do_sample=False, pad_token_id=pad_id)
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
     return time.perf_counter() - t0, time.process_time() - c0, len(batches)
 
 
@@ -105,6 +108,7 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--policy", default="chunked", choices=["chunked", "vllm_v0", "orca", "static"],
                     help="the sim.policies scheduler the engine runs")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu, or cuda (Triton kernels; transformers on the same GPU)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--skip-hf", action="store_true", help="time only the runtime")
     ap.add_argument("--json", default=None, help="write the numbers here")
@@ -114,7 +118,7 @@ def main(argv: list[str] | None = None) -> dict:
     budget = int(args.kv_budget_mib * 2**20)
     llm = LLM(args.model, kv_cache_bytes=budget, block_size=args.block_size, max_num_seqs=args.max_num_seqs,
               max_num_batched_tokens=args.max_num_batched_tokens, enable_prefix_caching=False,
-              device="cpu", dtype=args.dtype, scheduling_policy=args.policy)
+              device=args.device, dtype=args.dtype, scheduling_policy=args.policy)
     budget_tokens = llm.engine.kv_cache.num_blocks * args.block_size
     work = sharegpt_like(args.num_requests, args.scale, llm.engine.config.vocab_size,
                          min(llm.engine.max_model_len, budget_tokens), args.seed, args.lengths)
@@ -133,10 +137,11 @@ def main(argv: list[str] | None = None) -> dict:
     del llm
 
     if not args.skip_hf:
-        hf = load_hf_reference(args.model, dtype=getattr(torch, args.dtype))
+        hf = load_hf_reference(args.model, dtype=getattr(torch, args.dtype)).to(args.device)
         pad = hf.config.pad_token_id if hf.config.pad_token_id is not None else 0
         with torch.inference_mode():
-            hf.generate(input_ids=torch.tensor([work.prompts[0][:4]]), max_new_tokens=2, do_sample=False,
+            hf.generate(input_ids=torch.tensor([work.prompts[0][:4]], device=args.device), max_new_tokens=2,
+                        do_sample=False,
                         pad_token_id=pad)  # warm-up
         hf_s, hf_cpu, n_batches = run_hf(hf, work, budget_tokens, pad)
         hf_tps = work.num_output_tokens / hf_s
