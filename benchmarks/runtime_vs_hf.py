@@ -31,6 +31,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
+from tqdm import tqdm  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -59,7 +60,7 @@ def run_hf(model, work: Workload, budget_tokens: int, pad_id: int) -> tuple[floa
     batches = static_batches(work, budget_tokens)
     device = next(model.parameters()).device
     t0, c0 = time.perf_counter(), time.process_time()
-    for batch in batches:
+    for batch in tqdm(batches, desc="HF static batches", unit="batch", leave=False):
         width = max(len(work.prompts[i]) for i in batch)
         ids = torch.full((len(batch), width), pad_id, dtype=torch.long)
         mask = torch.zeros((len(batch), width), dtype=torch.long)
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> dict:
           f"= {budget_tokens} tokens ({args.dtype}); {args.threads} threads")
 
     run_throughput(llm, Workload(work.prompts[:2], [2, 2]))  # warm-up
-    rt = run_throughput(llm, work)
+    rt = run_throughput(llm, work, progress=True)
     rt_tps = rt["output_throughput"]
     print(f"kvplan runtime : {rt['duration_s']:8.2f} s  {rt_tps:8.1f} output tok/s  "
           f"({rt['num_steps']} steps, mean batch {rt['mean_batch_size']:.1f}, preemptions {rt['preemptions']})")

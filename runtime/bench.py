@@ -60,14 +60,14 @@ def sharegpt_like(num_requests: int, scale: float, vocab_size: int, max_len: int
     return Workload(prompts, [int(k) for k in outs])
 
 
-def run_throughput(llm: LLM, work: Workload) -> dict[str, Any]:
+def run_throughput(llm: LLM, work: Workload, progress: bool = False) -> dict[str, Any]:
     """Generate the whole workload once; vLLM-bench-style throughput numbers."""
     params = [SamplingParams(temperature=0.0, max_tokens=o, ignore_eos=True) for o in work.output_lens]
     engine = llm.engine
     first_step = len(engine.tracer.records)
     preempt0 = engine.scheduler.num_preemptions
     t0, c0 = time.perf_counter(), time.process_time()
-    outs = llm.generate(prompt_token_ids=work.prompts, sampling_params=params)
+    outs = llm.generate(prompt_token_ids=work.prompts, sampling_params=params, use_tqdm=progress)
     seconds, cpu_seconds = time.perf_counter() - t0, time.process_time() - c0
     got = sum(len(o.token_ids) for o in outs)
     proposed = sum(o.metrics.num_spec_proposed for o in outs)

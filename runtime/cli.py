@@ -106,7 +106,7 @@ def bench_runtime(
                          seed, lengths)
     run_throughput(llm, Workload(work.prompts[:1], [2]))  # warm-up
     result = {"model": engine.loaded.name, "device": str(engine.device), "kv_pool_tokens": pool,
-              **run_throughput(llm, work)}
+              **run_throughput(llm, work, progress=not as_json)}
     engine.close()
     if as_json:
         typer.echo(json.dumps(result, indent=2))

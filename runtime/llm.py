@@ -45,12 +45,15 @@ class LLM:
     # --- offline ---------------------------------------------------------------------------
     def generate(self, prompts: Union[Prompt, Sequence[Prompt], None] = None,
                  sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None,
-                 prompt_token_ids: Optional[Sequence[Sequence[int]]] = None) -> list[RequestOutput]:
+                 prompt_token_ids: Optional[Sequence[Sequence[int]]] = None,
+                 use_tqdm: bool = False) -> list[RequestOutput]:
         """Queue every prompt now, run until all finish; outputs in input order. Rejected
-        prompts come back with ``finish_reason == "rejected"`` and a ``reject_reason``."""
+        prompts come back with ``finish_reason == "rejected"`` and a ``reject_reason``.
+        ``use_tqdm`` shows finished requests and output tokens/s on stderr."""
         items = _normalise_prompts(prompts, prompt_token_ids)
         params = _per_prompt(sampling_params, len(items))
-        return self._run([TimedRequest(0.0, p, sp) for p, sp in zip(items, params)], online=False)
+        return self._run([TimedRequest(0.0, p, sp) for p, sp in zip(items, params)], online=False,
+                         use_tqdm=use_tqdm)
 
     def chat(self, messages: Union[list[dict], list[list[dict]]],
              sampling_params: Union[SamplingParams, Sequence[SamplingParams], None] = None) -> list[RequestOutput]:
@@ -65,14 +68,18 @@ class LLM:
         return self.generate(prompt_token_ids=ids, sampling_params=sampling_params)
 
     # --- online ----------------------------------------------------------------------------
-    def replay(self, requests: Sequence[TimedRequest]) -> list[RequestOutput]:
+    def replay(self, requests: Sequence[TimedRequest], use_tqdm: bool = False) -> list[RequestOutput]:
         """Submit each request at its arrival offset (wall clock) while the engine keeps
         stepping; arrival_time is the scheduled arrival, so TTFT includes any lateness of the
         engine in picking it up, as a real server's would. Outputs in input order."""
-        return self._run(list(requests), online=True)
+        return self._run(list(requests), online=True, use_tqdm=use_tqdm)
 
-    def _run(self, requests: list[TimedRequest], online: bool) -> list[RequestOutput]:
+    def _run(self, requests: list[TimedRequest], online: bool, use_tqdm: bool = False) -> list[RequestOutput]:
+        from tqdm import tqdm
+
         engine = self.engine
+        bar = tqdm(total=len(requests), desc="requests", unit="req", disable=not use_tqdm, leave=False)
+        out_tokens = 0
         order = sorted(range(len(requests)), key=lambda i: requests[i].arrival) if online else list(range(len(requests)))
         base = engine.now()
         outputs: dict[str, RequestOutput] = {}
@@ -93,8 +100,12 @@ class LLM:
             if engine.has_unfinished():
                 for out in engine.step():
                     outputs[out.request_id] = out
+                    out_tokens += len(out.token_ids)
+                    bar.update(1)
+                    bar.set_postfix_str(f"{out_tokens / max(engine.now() - base, 1e-9):.0f} out tok/s", refresh=False)
             elif pending < len(order):
                 time.sleep(max(0.0, base + requests[order[pending]].arrival - engine.now()))
+        bar.close()
         ids = [rid_of[i] for i in range(len(requests))]
         return [outputs[r] for r in ids]
 
