@@ -15,7 +15,7 @@ and the provenance; beside it ``runtime_steps.jsonl`` (the replay's step trace) 
 from __future__ import annotations
 
 import json
-import threading
+import sys
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -73,8 +73,7 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
     first, preempt0 = len(engine.tracer.records), engine.scheduler.num_preemptions
     timed = [TimedRequest(float(t), p, SamplingParams(temperature=0.0, max_tokens=o, ignore_eos=True), f"r{i}")
              for i, (t, p, o) in enumerate(zip(arrivals, work.prompts, work.output_lens))]
-    with _ReplayProgress(engine, num_requests, enabled=progress):
-        outs = llm.replay(timed)
+    outs = llm.replay(timed, use_tqdm=progress and sys.stderr.isatty())
     steps = engine.tracer.records[first:]
     engine.close()
     real, real_samples = _summarize([_as_request(o) for o in outs],
@@ -170,35 +169,3 @@ def _profile_error_on(steps: list[dict], prof: Any) -> str:
     return (f"profile on the replay's own {s.n} steps: MAPE {100 * np.mean(np.abs(rel)):.1f}%, "
             f"bias {100 * np.mean(rel):+.1f}% (busy {s.seconds.sum():.1f} s real, "
             f"{pred.sum():.1f} s predicted)")
-
-
-class _ReplayProgress:
-    """A progress line for the wall-clock replay (steps run, requests in flight)."""
-
-    def __init__(self, engine: Any, total: int, enabled: bool) -> None:
-        self.engine, self.total, self.enabled = engine, total, enabled
-        self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
-
-    def __enter__(self) -> "_ReplayProgress":
-        if self.enabled:
-            self._thread = threading.Thread(target=self._run, daemon=True)
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-
-    def _run(self) -> None:
-        import sys
-
-        from tqdm import tqdm
-
-        start = len(self.engine.tracer.records)
-        with tqdm(desc="runtime replay", unit="step", file=sys.stderr, leave=False,
-                  disable=not sys.stderr.isatty()) as bar:
-            while not self._stop.wait(0.5):
-                bar.n = len(self.engine.tracer.records) - start
-                bar.set_postfix(in_flight=self.engine.num_unfinished, refresh=True)
