@@ -70,6 +70,10 @@ def server(chromium, tmp_path):
         log.close()
 
 
+NEEDLES = ("What-if", "A/B", "Capacity", "Sweep / Pareto", "Validation", "Output tok/s per GPU",
+           "Download report (HTML)")
+
+
 def test_dashboard_renders_in_headless_chromium(chromium, server, tmp_path):
     sync_api = chromium
     shot = tmp_path / "dashboard.png"
@@ -79,12 +83,14 @@ def test_dashboard_renders_in_headless_chromium(chromium, server, tmp_path):
             page = browser.new_page(viewport={"width": 1400, "height": 1000})
             page.goto(server, timeout=60_000)
             page.get_by_text("TTFT p99 (ms)").first.wait_for(timeout=120_000)
+            # Streamlit renders in several passes: wait for each element, not only the first.
+            for needle in NEEDLES:
+                page.get_by_text(needle).first.wait_for(timeout=60_000)
             page.screenshot(path=str(shot), full_page=True)
             text = page.inner_text("body")
         finally:
             browser.close()
-    for needle in ("What-if", "A/B", "Capacity", "Sweep / Pareto", "Validation",
-                   "Output tok/s per GPU", "Download report (HTML)"):
+    for needle in NEEDLES:
         assert needle in text, needle
     assert "Traceback" not in text
     assert shot.stat().st_size > 20_000
