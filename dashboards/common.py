@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import OrderedDict
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import streamlit as st
@@ -77,6 +78,14 @@ class Fields:
         return "overrides" if "overrides" in self.slots else None
 
 
+PROFILE_DIR = Path(__file__).resolve().parents[1] / "calibration" / "profiles"
+
+
+def calibration_profiles() -> list[str]:
+    """Profile files shipped in (or added to) calibration/profiles/, as paths to pass on."""
+    return sorted(str(p) for p in PROFILE_DIR.glob("*.json")) if PROFILE_DIR.is_dir() else []
+
+
 def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
                     sections: tuple[str, ...] = ("deployment", "kv", "scheduler", "speculative",
                                                  "workload", "slo", "overrides"),
@@ -104,6 +113,12 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
             f.add("parallel.pipeline_parallel_size", st.selectbox, "Pipeline parallel (stages)", [1, 2, 4, 8])
             f.add("parallel.num_replicas", st.number_input, "Replicas", min_value=1, max_value=64, value=1)
             f.add("parallel.router", st.selectbox, "Router (between replicas)", list(ROUTERS))
+            profiles = ["roofline"] + calibration_profiles()
+            chosen = f.add("cost_model.profile", st.selectbox, "Step-cost model", profiles,
+                           help="roofline: from the GPU and model catalogs; or a profile measured on "
+                                "real hardware by `kvplan calibrate` (calibration/profiles/)")
+            if chosen == "roofline":
+                f.values["cost_model.profile"] = None
     if "kv" in sections:
         with st.expander("KV cache", expanded="kv" in expanded):
             f.add("kv_cache.allocator", st.selectbox, "Allocator", list(ALLOCATORS),

@@ -66,6 +66,8 @@ if "goodput" in s:
     cols[3].metric("Goodput (req/s)", f"{s['goodput']:.2f}", help=f"SLO attainment {s['slo_attainment']:.1%}")
 else:
     cols[3].metric("Request throughput (req/s)", f"{s['request_throughput']:.2f}")
+if "cost_model" in s["scenario"]:
+    st.caption(f"Step times from a calibration profile: {s['scenario']['cost_model']}")
 
 tabs = st.tabs(["Latency CDFs", "KV memory", "Batch and queue", "Rate-latency curve", "Summary"])
 with tabs[0]:

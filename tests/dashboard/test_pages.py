@@ -52,6 +52,26 @@ def test_what_if():
     assert not at.exception and any("'fast' is not a number" in e for e in errors(at.main))
 
 
+def test_what_if_runs_on_a_calibrated_profile():
+    """The step-cost model can be a profile from calibration/profiles/ instead of the roofline;
+    the summary then says which one priced the steps."""
+    at = page("what_if.py")
+    box = at.sidebar.selectbox(key="wi.cost_model.profile")
+    profiles = [o for o in box.options if o != "roofline"]
+    assert any(p.endswith("smollm2-135m_bf16_cpu.json") for p in profiles)
+    at.sidebar.selectbox(key="wi.model").set_value("smollm2-135m")
+    at.sidebar.number_input(key="wi.workload.arrival.rate").set_value(1.0)
+    at.sidebar.number_input(key="wi.workload.input_len.mean").set_value(20)
+    at.sidebar.number_input(key="wi.workload.output_len.mean").set_value(40)
+    at.run()
+    on_a100 = float(metric(at, "TPOT p99").replace(",", ""))
+    box.set_value(next(p for p in profiles if p.endswith("smollm2-135m_bf16_cpu.json"))).run()
+    assert not at.exception and not errors(at.sidebar)
+    # A 2-core CPU decodes SmolLM2 far slower than the A100 roofline says an A100 would.
+    assert float(metric(at, "TPOT p99").replace(",", "")) > 5 * on_a100
+    assert any("calibration profile" in c.value and "bfloat16" in c.value for c in at.caption)
+
+
 def test_what_if_model_that_does_not_fit_is_explained():
     at = page("what_if.py")
     at.sidebar.selectbox(key="wi.model").set_value("llama-3.1-70b").run()
