@@ -26,7 +26,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from kernels.reference import write_kv_cache_ref
+from kernels.reference import _decode_chunks, write_kv_cache_ref
 
 
 def _cdiv(a: int, b: int) -> int:
@@ -48,31 +48,44 @@ class _PrefillSeq:
 
 
 @dataclass
+class _DecodeGroup:
+    """Consecutive decodes gathered together, padded to the longest of them."""
+
+    start: int
+    stop: int
+    slots: torch.Tensor  # [stop - start, max_len] int64
+    mask: Optional[torch.Tensor]  # [stop - start, 1, 1, max_len] bool, None = no padding
+
+
+@dataclass
 class SDPAPlan:
-    """Per-step indices shared by every layer: decodes first, then prefill chunks."""
+    """Per-step indices shared by every layer: decodes first, then prefill chunks.
+
+    Decodes are gathered in groups whose padded K (or V) copy stays under the reference's
+    element budget, so one 32K-token context among many short ones does not pad them all."""
 
     block_size: int
     slot_mapping: torch.Tensor  # [num_tokens] int64, where the step's new K/V go
     num_decode_tokens: int
-    decode_slots: Optional[torch.Tensor] = None  # [num_decodes, max_len] int64
-    decode_mask: Optional[torch.Tensor] = None  # [num_decodes, 1, 1, max_len] bool, None = no padding
+    decodes: list[_DecodeGroup] = field(default_factory=list)
     prefills: list[_PrefillSeq] = field(default_factory=list)
 
     @classmethod
     def build(cls, block_size: int, slot_mapping: torch.Tensor, decode_block_tables: torch.Tensor,
               decode_seq_lens: list[int], prefill_block_tables: torch.Tensor, prefill_q_lens: list[int],
-              prefill_seq_lens: list[int]) -> "SDPAPlan":
+              prefill_seq_lens: list[int], kv_row_elems: int = 1) -> "SDPAPlan":
         """Tables are int tensors ``[seqs, max_blocks]`` (padding entries may be anything in range);
-        lengths are Python lists so no device sync is needed to size the gathers."""
+        lengths are Python lists so no device sync is needed to size the gathers.
+        ``kv_row_elems`` (kv_heads * head_dim) sizes the decode groups."""
         dev = slot_mapping.device
         plan = cls(block_size, slot_mapping.long(), len(decode_seq_lens))
-        if decode_seq_lens:
-            longest = max(decode_seq_lens)
-            table = decode_block_tables[:, :_cdiv(longest, block_size)]
-            plan.decode_slots = _token_slots(table, longest, block_size)
-            if min(decode_seq_lens) < longest:
-                lens = torch.tensor(decode_seq_lens, device=dev)
-                plan.decode_mask = (torch.arange(longest, device=dev)[None, :] < lens[:, None])[:, None, None, :]
+        for start, stop, longest in _decode_chunks(decode_seq_lens, kv_row_elems):
+            table = decode_block_tables[start:stop, :_cdiv(longest, block_size)]
+            mask = None
+            if min(decode_seq_lens[start:stop]) < longest:
+                lens = torch.tensor(decode_seq_lens[start:stop], device=dev)
+                mask = (torch.arange(longest, device=dev)[None, :] < lens[:, None])[:, None, None, :]
+            plan.decodes.append(_DecodeGroup(start, stop, _token_slots(table, longest, block_size), mask))
         q_start = 0
         for i, (q_len, seq_len) in enumerate(zip(prefill_q_lens, prefill_seq_lens)):
             if q_len > 0:
@@ -98,14 +111,16 @@ class SDPAPlan:
     def decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
         """q ``[num_decodes, heads, dim]`` -> out, same shape."""
         n, heads, dim = q.shape
-        if n == 0:
-            return torch.empty_like(q)
         kv_heads = k_cache.shape[2]
-        k, v = _gather(k_cache, self.decode_slots), _gather(v_cache, self.decode_slots)  # [n, kv_heads, L, dim]
-        qg = q.reshape(n, kv_heads, heads // kv_heads, dim)
-        out = F.scaled_dot_product_attention(qg, k.to(q.dtype), v.to(q.dtype), attn_mask=self.decode_mask,
-                                             scale=scale)
-        return out.reshape(n, heads, dim)
+        outs = []
+        for g in self.decodes:
+            k, v = _gather(k_cache, g.slots), _gather(v_cache, g.slots)  # [rows, kv_heads, L, dim]
+            qg = q[g.start:g.stop].reshape(g.stop - g.start, kv_heads, heads // kv_heads, dim)
+            o = F.scaled_dot_product_attention(qg, k.to(q.dtype), v.to(q.dtype), attn_mask=g.mask, scale=scale)
+            outs.append(o.reshape(g.stop - g.start, heads, dim))
+        if len(outs) == 1:
+            return outs[0]
+        return torch.cat(outs) if outs else torch.empty_like(q)
 
     def prefill(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
         """q ``[num_prefill_tokens, heads, dim]`` (rows rebased to the prefill group) -> out."""
@@ -136,7 +151,7 @@ def paged_decode_attention_sdpa(q: torch.Tensor, k_cache: torch.Tensor, v_cache:
                                 block_tables: torch.Tensor, seq_lens: torch.Tensor, scale: float) -> torch.Tensor:
     empty = torch.empty(0, 0, dtype=torch.int32, device=q.device)
     plan = SDPAPlan.build(k_cache.shape[1], torch.empty(0, dtype=torch.int64, device=q.device), block_tables,
-                          seq_lens.tolist(), empty, [], [])
+                          seq_lens.tolist(), empty, [], [], kv_row_elems=k_cache.shape[2] * k_cache.shape[3])
     return plan.decode(q, k_cache, v_cache, scale)
 
 

@@ -122,8 +122,10 @@ class ModelRunner:
         )
         if self.attention_backend == "sdpa":
             q_lens = [b - a for a, b in zip(prefill_cu[:-1], prefill_cu[1:])]
+            _, _, _, _, kv_heads, head_dim = self.kv_cache.data.shape
             meta.sdpa = SDPAPlan.build(bs, meta.slot_mapping, meta.decode_block_tables, seq_lens[:nd],
-                                       meta.prefill_block_tables, q_lens, seq_lens[nd:])
+                                       meta.prefill_block_tables, q_lens, seq_lens[nd:],
+                                       kv_row_elems=kv_heads * head_dim)
         return PreparedStep(
             input_ids=torch.tensor(ids, dtype=torch.int64).to(dev),
             positions=torch.tensor(positions, dtype=torch.int64).to(dev),

@@ -40,12 +40,26 @@ def test_decode_sdpa_matches_reference(dtype, head_dim, block_size, num_heads, n
     close(out, paged_decode_attention_ref(*args), dtype)
 
 
+def test_decode_sdpa_groups_a_long_context_apart_from_short_ones(monkeypatch, close):
+    """Padded gathers stay under the element budget: a long context gets its own group."""
+    from kernels import reference
+    monkeypatch.setattr(reference, "_CHUNK_ELEMS", 4 * 40 * 2 * 16)
+    lens = [5, 7, 3, 150, 6, 9]
+    case = random_paged_kv(lens, 2, 16, 8, seed=20)
+    q = _q(len(lens), 4, 16, torch.float32, seed=21)
+    plan = SDPAPlan.build(8, torch.empty(0, dtype=torch.int64), case.block_tables, lens,
+                          torch.empty(0, 0, dtype=torch.int32), [], [], kv_row_elems=2 * 16)
+    assert len(plan.decodes) > 1 and max(g.slots.shape[1] for g in plan.decodes if 3 not in range(g.start, g.stop)) < 150
+    want = paged_decode_attention_ref(q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens, 0.25)
+    close(plan.decode(q, case.k_cache, case.v_cache, 0.25), want, torch.float32)
+
+
 def test_decode_sdpa_equal_lengths_need_no_mask(close):
     """All sequences the same length: the plan drops the mask; results must not change."""
     case = random_paged_kv([24, 24, 24], 2, 64, 8, seed=9)
     plan = SDPAPlan.build(8, torch.empty(0, dtype=torch.int64), case.block_tables, [24, 24, 24],
                           torch.empty(0, 0, dtype=torch.int32), [], [])
-    assert plan.decode_mask is None
+    assert len(plan.decodes) == 1 and plan.decodes[0].mask is None
     q = _q(3, 4, 64, torch.float32, seed=10)
     want = paged_decode_attention_ref(q, case.k_cache, case.v_cache, case.block_tables, case.seq_lens, 0.125)
     close(plan.decode(q, case.k_cache, case.v_cache, 0.125), want, torch.float32)
