@@ -110,7 +110,7 @@ class SDPAPlan:
 
     def decode(self, q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, scale: float) -> torch.Tensor:
         """q ``[num_decodes, heads, dim]`` -> out, same shape."""
-        n, heads, dim = q.shape
+        _, heads, dim = q.shape
         kv_heads = k_cache.shape[2]
         outs = []
         for g in self.decodes:
