@@ -132,6 +132,10 @@ def validate(
     kv_cache_mib: Optional[float] = typer.Option(None, "--kv-cache-mib", help="KV pool (default 512 MiB on CPU)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Default: the profile's."),
     seed: int = typer.Option(0, "--seed"),
+    num_speculative_tokens: int = typer.Option(
+        0, "--num-speculative-tokens", "-k",
+        help="Speculative decoding by n-gram lookup in the engine; the simulator gets the acceptance "
+             "table and draft availability the engine measured."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     as_json: bool = typer.Option(False, "--json", help="Print validation.json's metrics as JSON."),
 ) -> dict:
@@ -147,7 +151,8 @@ def validate(
         profile, rate, num_requests, out, model=model, scale=scale, seed=seed,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         kv_cache_bytes=None if kv_cache_mib is None else int(kv_cache_mib * 2**20),
-        num_threads=threads, sim_model=sim_model, progress=progress and not as_json)
+        num_threads=threads, sim_model=sim_model, progress=progress and not as_json,
+        num_speculative_tokens=num_speculative_tokens)
     if as_json:
         typer.echo(json.dumps(record["metrics"], indent=2))
     else:

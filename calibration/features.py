@@ -16,6 +16,8 @@ below, with every coefficient >= 0 (so more work never costs less):
 ``prefill_context_tokens`` cached KV tokens read by prefill chunks
 ``prefill_attention_work`` query-key pairs of causal prefill attention
 ``num_swap_tokens``        tokens whose KV crosses the host link
+``num_spec_seqs``          decodes verifying drafts: beyond the drafts' GEMM rows, each is a
+                           multi-token query (its own attention call per layer on a CPU)
 =========================  ================================================================
 
 Both ``values`` (one shape, Python floats) and ``columns`` (NumPy arrays) evaluate the features
@@ -41,6 +43,7 @@ FEATURES: tuple[str, ...] = (
     "prefill_context_tokens",
     "prefill_attention_work",
     "num_swap_tokens",
+    "num_spec_seqs",
 )
 
 #: StepShape field names, the columns of a sample table.

@@ -36,6 +36,8 @@ class Case:
     batches: tuple[tuple[tuple[int, int], ...], ...]
     budget: int  # max_num_batched_tokens of the engine that runs it
     shared_prompt: bool = False  # every request of the case uses the same prompt tokens
+    #: Draft tokens per step (n-gram speculation); prompts then repeat a motif so drafts exist.
+    speculative: int = 0
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,7 @@ class Grid:
     chunked: tuple[tuple[int, int], ...]  # (prompt length, chunk = step budget)
     multi_prefill: tuple[tuple[int, int], ...]  # (sequences, prompt length)
     mixed: tuple[tuple[int, int], ...]  # (decode batch, prefill length)
+    speculative: tuple[tuple[int, int, int], ...] = ()  # (decode batch, context, draft tokens k)
     repeats: int = 1
 
     @property
@@ -71,6 +74,8 @@ class Grid:
             out += [Case(f"chunked L={n} chunk={k}", (((n, 1),),), k) for n, k in self.chunked]
             out += [Case(f"prefill {k}x{p}", (((p, 2),) * k,), b) for k, p in self.multi_prefill]
             out += [Case(f"mixed B={n} + P={p}", (((32, 6),) * n, ((p, 1),)), b) for n, p in self.mixed]
+            out += [Case(f"speculative B={n} C={c} k={k}", (((c, 16),) * n,), b,
+                         speculative=k) for n, c, k in self.speculative]
         return out
 
 
@@ -78,13 +83,14 @@ GRIDS: dict[str, Grid] = {
     # About 40 steps: SmolLM2-135M in bfloat16 on an idle 2-core CPU profiles in ~15 s.
     "quick": Grid("quick", decode_batches=(1, 8, 24), decode_contexts=(64, 384), decode_steps=3,
                   max_decode_kv_tokens=8192, prefill_lens=(16, 128, 512), chunked=((512, 128),),
-                  multi_prefill=((4, 32),), mixed=((8, 128),)),
+                  multi_prefill=((4, 32),), mixed=((8, 128),), speculative=((8, 64, 4),)),
     "full": Grid("full", decode_batches=(1, 2, 4, 8, 16, 32, 48, 64),
                  decode_contexts=(32, 128, 512, 1024), decode_steps=6, max_decode_kv_tokens=32768,
                  prefill_lens=(8, 16, 32, 64, 128, 256, 512, 1024, 2048),
                  chunked=((2048, 256), (2048, 512), (1024, 128)),
                  multi_prefill=((4, 16), (4, 64), (8, 32), (16, 16), (4, 256), (16, 64)),
-                 mixed=((4, 64), (4, 512), (16, 32), (16, 256), (32, 128), (32, 1024), (64, 512))),
+                 mixed=((4, 64), (4, 512), (16, 32), (16, 256), (32, 128), (32, 1024), (64, 512)),
+                 speculative=((1, 64, 4), (8, 64, 2), (8, 256, 4), (24, 128, 4), (48, 64, 4))),
 }
 
 WARMUP = Case("warm-up", (((64, 4),) * 4, ((256, 1),)), 2048)
@@ -133,10 +139,12 @@ def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device
     warmup_steps = 0
     wall0, cpu0 = time.perf_counter(), time.process_time()
     for i, case in enumerate([WARMUP] + cases):
-        if case.budget not in engines:
+        key = (case.budget, case.speculative)
+        if key not in engines:
             engines.clear()  # one pool at a time
-            engines[case.budget] = LLMEngine(loaded, replace(args, max_num_batched_tokens=case.budget))
-        engine = engines[case.budget]
+            engines[key] = LLMEngine(loaded, replace(args, max_num_batched_tokens=case.budget,
+                                                     num_speculative_tokens=case.speculative))
+        engine = engines[key]
         first = len(engine.tracer.records)
         _run_case(engine, case, rng)
         recs = engine.tracer.records[first:]
@@ -164,6 +172,9 @@ def _run_case(engine: Any, case: Case, rng: np.random.Generator) -> None:
     shared: dict[int, list[int]] = {}
 
     def prompt(n: int) -> list[int]:
+        if case.speculative:  # a repeated motif: n-gram lookup finds drafts, as in quoting text
+            motif = rng.integers(3, vocab, size=8).tolist()
+            return (motif * (n // 8 + 1))[:n]
         if case.shared_prompt:
             return shared.setdefault(n, rng.integers(3, vocab, size=n).tolist())
         return rng.integers(3, vocab, size=n).tolist()

@@ -39,9 +39,15 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
                    seed: int = 0, max_num_seqs: int = 256,
                    max_num_batched_tokens: Optional[int] = None,
                    kv_cache_bytes: Optional[int] = None, num_threads: Optional[int] = None,
-                   sim_model: Optional[str] = None, progress: bool = False) -> dict:
+                   sim_model: Optional[str] = None, progress: bool = False,
+                   num_speculative_tokens: int = 0) -> dict:
     """Run the validation and write ``out_dir/validation.json``; returns it as
-    ``load_validation`` reads it."""
+    ``load_validation`` reads it.
+
+    With ``num_speculative_tokens`` the engine speculates by n-gram lookup, and the simulator is
+    given what the engine measured in this run: the per-position acceptance table and how often
+    the proposer found 0..k drafts (no draft model cost). The comparison then tests scheduling
+    and step pricing under speculation, not a prediction of the acceptance rate itself."""
     if rate <= 0:
         raise ConfigError(f"--rate must be positive, got {rate}")
     if num_requests < 1:
@@ -58,7 +64,7 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
     llm = LLM(model or prof.model_spec, dtype=prof.dtype, device=prof.device,
               block_size=prof.block_size, kv_cache_bytes=kv_cache_bytes, max_num_seqs=max_num_seqs,
               max_num_batched_tokens=max_num_batched_tokens,
-              num_threads=num_threads or prof.num_threads)
+              num_threads=num_threads or prof.num_threads, num_speculative_tokens=num_speculative_tokens)
     engine = llm.engine
     slug = sim_model or prof.catalog_model or catalog_model_of(engine.config)
     if slug is None:
@@ -70,6 +76,7 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
     # Warm-up (not measured): the first steps of a fresh process pay one-time costs.
     llm.generate(prompt_token_ids=[p[:32] for p in work.prompts[:4]],
                  sampling_params=SamplingParams(temperature=0.0, max_tokens=4, ignore_eos=True))
+    engine.reset_spec_stats()
     first, preempt0 = len(engine.tracer.records), engine.scheduler.num_preemptions
     timed = [TimedRequest(float(t), p, SamplingParams(temperature=0.0, max_tokens=o, ignore_eos=True), f"r{i}")
              for i, (t, p, o) in enumerate(zip(arrivals, work.prompts, work.output_lens))]
@@ -93,6 +100,13 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
         "cost_model": {"profile": str(profile_path)},
         "workload": {"num_requests": num_requests},
     }
+    if num_speculative_tokens:
+        avail = engine.draft_availability()
+        if not sum(avail):  # the proposer was never asked: nothing to speculate with
+            avail = [1.0] + [0.0] * num_speculative_tokens
+        cfg["speculative"] = {"num_tokens": num_speculative_tokens, "acceptance": "table",
+                              "acceptance_table": engine.acceptance_table(), "draft_cost_ratio": 0.0,
+                              "draft_availability": avail}
     reqs = [Request(f"r{i}", float(t), len(p), o, prompt_token_ids=p)
             for i, (t, p, o) in enumerate(zip(arrivals, work.prompts, work.output_lens))]
     result = simulate(cfg, requests=reqs)
@@ -115,11 +129,15 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
         "engine": (f"{engine.args.policy()} scheduler, block_size {engine.args.block_size}, "
                    f"{engine.kv_cache.num_blocks} KV blocks, max_num_seqs {max_num_seqs}, "
                    f"max_num_batched_tokens {engine.scheduler.budget}, prefix caching "
-                   f"{'on' if engine.args.enable_prefix_caching else 'off'}"),
+                   f"{'on' if engine.args.enable_prefix_caching else 'off'}"
+                   + (f", n-gram speculation k={num_speculative_tokens} (acceptance table "
+                      f"{[round(a, 3) for a in engine.acceptance_table()]}, draft availability "
+                      f"{[round(a, 3) for a in engine.draft_availability()]}, measured in this run)"
+                      if num_speculative_tokens else "")),
         "step_error": step_err,
     }
     metrics = [{"name": k, "real": real[k], "predicted": pred[k]} for k in real
-               if real[k] is not None and pred[k] is not None]
+               if real[k] is not None and pred.get(k) is not None]
     samples = {name: {"real": real_samples[name], "predicted": pred_samples[name]} for name in real_samples}
     path = write_validation(out / "validation.json", metrics, source, samples)
     return load_validation(path)
@@ -130,11 +148,14 @@ def _summarize(requests: list[Request], preemptions: int, num_steps: int) -> tup
     (in request order) for the CDFs."""
     from sim.metrics import summarize
 
-    s = summarize(requests, {"duration_s": []}, num_preemptions=preemptions)
+    s = summarize(requests, {"duration_s": [], "num_spec_tokens": []}, num_preemptions=preemptions)
     numbers: dict[str, Any] = {f"{stat}_{m}_ms": s[f"{stat}_{m}_ms"] for m in LATENCIES for stat in STATS}
     numbers.update({k: s[k] for k in TOTALS})
     numbers["preemptions"] = preemptions
     numbers["num_steps"] = num_steps
+    if "spec_decode" in s:  # speculative decoding: what a verifying step emits
+        numbers["spec_acceptance_rate"] = s["spec_decode"]["acceptance_rate"]
+        numbers["spec_tokens_per_step"] = s["spec_decode"]["mean_tokens_per_step"]
     samples = {
         "ttft_ms": [1000 * r.ttft for r in requests if r.ttft is not None],
         "tpot_ms": [1000 * r.tpot for r in requests if r.tpot is not None],
@@ -153,6 +174,9 @@ def _as_request(out: Any) -> Request:
         req.num_output_tokens = n
         req.token_times = list(out.outputs[0].token_times)
         req.finish_time = m.finish_time
+        req.num_spec_proposed = m.num_spec_proposed
+        req.num_spec_accepted = m.num_spec_accepted
+        req.num_spec_steps = m.num_spec_steps
     else:
         req.state = RequestState.REJECTED
     return req

@@ -91,4 +91,5 @@ def run_throughput(llm: LLM, work: Workload, progress: bool = False) -> dict[str
         "spec_accepted": accepted,
         "spec_acceptance_rate": accepted / proposed if proposed else None,
         "spec_acceptance_table": engine.acceptance_table() if proposed else None,
+        "spec_draft_availability": engine.draft_availability() if proposed else None,
     }

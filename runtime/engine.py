@@ -75,9 +75,7 @@ class LLMEngine:
             self.proposer = NgramProposer(args.num_speculative_tokens, args.prompt_lookup_min,
                                           args.prompt_lookup_max)
         self._drafts: dict[str, list[int]] = {}
-        # Per draft position j: how often it was judged (drafts < j all accepted) and accepted.
-        self.spec_judged = [0] * args.num_speculative_tokens
-        self.spec_accepted_at = [0] * args.num_speculative_tokens
+        self.reset_spec_stats()
         self.tracer = StepTracer(args.trace_path)
         self.eos_token_ids = self._eos_ids()
         self._live: dict[str, _Live] = {}
@@ -269,10 +267,25 @@ class LLMEngine:
             row += count
         return out
 
+    def reset_spec_stats(self) -> None:
+        """Forget speculation statistics (e.g. those of a warm-up)."""
+        k = self.args.num_speculative_tokens
+        # Per draft position j: how often it was judged (drafts < j all accepted) and accepted.
+        self.spec_judged = [0] * k
+        self.spec_accepted_at = [0] * k
+        # How many drafts the proposer found (0..k) each time a request asked for its next step.
+        self.spec_draft_counts = [0] * (k + 1)
+
     def acceptance_table(self) -> list[float]:
         """P(draft j accepted | drafts before it accepted), per position: the simulator's
         ``speculative.acceptance_table`` measured on this model and workload."""
         return [a / n if n else 0.0 for a, n in zip(self.spec_accepted_at, self.spec_judged)]
+
+    def draft_availability(self) -> list[float]:
+        """P(the proposer found exactly m drafts), m = 0..k: the simulator's
+        ``speculative.draft_availability`` (n-gram lookup often finds fewer than k)."""
+        total = sum(self.spec_draft_counts)
+        return [c / total if total else 0.0 for c in self.spec_draft_counts]
 
     def _propose(self, sampled: list[ScheduledRequest]) -> None:
         """Fresh n-gram drafts for every request that just got a token and is still running."""
@@ -283,6 +296,7 @@ class LLMEngine:
                 continue
             drafts = self.proposer.propose(req.all_token_ids())
             self._drafts[rid] = drafts
+            self.spec_draft_counts[len(drafts)] += 1
             req.num_draft_tokens = len(drafts)
 
     def _retire(self, req: Request) -> RequestOutput:

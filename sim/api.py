@@ -178,7 +178,8 @@ def simulate(config: Union[dict, str, Path, None] = None, *, overrides: Sequence
     samplers = None
     if spec["num_tokens"]:
         table = spec["acceptance_table"] if spec["acceptance"] == "table" else None
-        samplers = [AcceptanceSampler(spec["acceptance_rate"], table, seed=cfg["seed"] * 1000 + i)
+        samplers = [AcceptanceSampler(spec["acceptance_rate"], table, seed=cfg["seed"] * 1000 + i,
+                                      draft_availability=spec["draft_availability"])
                     for i in range(n)]
     replica_of: dict[str, int] = {}
     router = _RecordingRouter(cfg["parallel"]["router"], replica_of)

@@ -66,6 +66,8 @@ DEFAULTS: dict[str, Any] = {
         "acceptance_rate": 0.7,
         "acceptance_table": None,
         "draft_cost_ratio": 0.05,
+        # P(proposer has exactly m drafts), m = 0..num_tokens; None: always num_tokens (a draft model)
+        "draft_availability": None,
     },
     "slo": {"ttft_ms": None, "tpot_ms": None},
     "workload": {
@@ -79,7 +81,7 @@ DEFAULTS: dict[str, Any] = {
 }
 
 # Leaves whose value may be a dict/list (not descended into by the key check).
-_OPAQUE = {"workload", "speculative.acceptance_table"}
+_OPAQUE = {"workload", "speculative.acceptance_table", "speculative.draft_availability"}
 
 
 def deep_merge(base: dict, override: dict, prefix: str = "") -> dict:
@@ -285,6 +287,14 @@ def validate(cfg: dict) -> None:
                 isinstance(x, (int, float)) and 0 <= x <= 1 for x in table):
             raise ConfigError("speculative.acceptance_table: expected a list of per-position "
                               "acceptance probabilities in [0, 1]")
+    avail = cfg["speculative"]["draft_availability"]
+    if avail is not None:
+        k = cfg["speculative"]["num_tokens"]
+        if (not isinstance(avail, list) or len(avail) != k + 1
+                or not all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in avail)
+                or abs(sum(avail) - 1.0) > 1e-6):
+            raise ConfigError(f"speculative.draft_availability: expected {k + 1} probabilities "
+                              f"(0..{k} drafts found) summing to 1, got {avail!r}")
     if not isinstance(cfg["workload"], dict):
         raise ConfigError("workload: expected a mapping")
 

@@ -609,10 +609,11 @@ class RooflineCostModel:
 
     def step_times(self, num_prefill_tokens=0, num_prefill_seqs=0, num_decode_seqs=0,
                    num_spec_tokens=0, decode_context_tokens=0, prefill_context_tokens=0,
-                   prefill_attention_work=0, num_swap_tokens=0, num_padding_tokens=0
-                   ) -> np.ndarray:
+                   prefill_attention_work=0, num_swap_tokens=0, num_padding_tokens=0,
+                   num_spec_seqs=0) -> np.ndarray:
         """Vectorised ``step_time``: each argument an array (or scalar) of the StepShape
-        field of the same name; returns seconds per element."""
+        field of the same name; returns seconds per element. (``num_spec_seqs`` is accepted
+        and not priced: the roofline prices verification by its tokens.)"""
         P = np.asarray(num_prefill_tokens, dtype=float)
         PS = np.asarray(num_prefill_seqs, dtype=float)
         D = np.asarray(num_decode_seqs, dtype=float)

@@ -99,6 +99,8 @@ class Replica:
         Between such events decode steps are predictable, so they are taken in one go; the
         simulated clock still advances step by step with the same float arithmetic, so the result
         is identical to the step-by-step path (tests/test_engine.py checks it)."""
+        if self.spec is not None and self.spec.draft_availability:
+            return [dt0]  # drafts are drawn anew every step: no two steps are known to repeat
         limit = self.scheduler.decode_window_limit(plan)
         if limit < 2:
             return [dt0]
@@ -125,6 +127,10 @@ class Replica:
     def run(self):
         env, sched = self.env, self.scheduler
         while True:
+            if self.spec is not None and self.spec.draft_availability:
+                for req in sched.running:  # what the proposer found for each decode (n-gram lookup)
+                    if req.num_uncomputed_tokens == 1:
+                        req.num_draft_tokens = self.spec.sample_drafts()
             plan = sched.schedule(env.now)
             if plan.is_empty:
                 if sched.has_unfinished():

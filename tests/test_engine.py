@@ -75,3 +75,39 @@ def test_tpot_follows_vllm_definition():
     for r in res.requests:
         if r.num_output_tokens > 1:
             assert math.isclose(r.tpot, (r.e2el - r.ttft) / (r.num_output_tokens - 1))
+
+
+# --- speculative decoding with a proposer that may find fewer than k drafts (n-gram lookup) ---
+
+SPEC = SMALL + ["speculative.num_tokens=2", "speculative.draft_cost_ratio=0"]
+
+
+def test_a_proposer_that_never_finds_drafts_is_plain_decoding():
+    plain = simulate(None, overrides=SMALL, seed=5)
+    never = simulate(None, overrides=SPEC + ["speculative.draft_availability=[1, 0, 0]"], seed=5)
+    assert sum(never.steps["num_spec_tokens"]) == 0
+    assert [r.token_times for r in never.requests] == [r.token_times for r in plain.requests]
+
+
+def test_draft_availability_sets_how_many_drafts_each_decode_verifies():
+    always = simulate(None, overrides=SPEC + ["speculative.draft_availability=[0, 0, 1]"], seed=5)
+    half = simulate(None, overrides=SPEC + ["speculative.draft_availability=[0.5, 0, 0.5]"], seed=5)
+    for run in (always, half):
+        assert all(r.state is RequestState.FINISHED and r.num_output_tokens == r.max_output_tokens
+                   for r in run.requests)
+    spec_reqs = [r for r in always.requests if r.num_spec_steps]
+    # k drafts every decode step (one fewer only when a single token is left to verify)
+    assert spec_reqs and all(2 * r.num_spec_steps - 1 <= r.num_spec_proposed <= 2 * r.num_spec_steps
+                             for r in spec_reqs)
+    # Half of the decode steps find no draft: about half as many verifications per output token.
+    per_token = [sum(r.num_spec_steps for r in run.requests) / sum(r.num_output_tokens for r in run.requests)
+                 for run in (always, half)]
+    assert 0.35 < per_token[1] / per_token[0] < 0.75
+    assert all(2 * r.num_spec_steps - 1 <= r.num_spec_proposed <= 2 * r.num_spec_steps for r in half.requests)
+
+
+@pytest.mark.parametrize("bad", ["[0.5, 0.5]", "[0.5, 0.2, 0.2]", "[1.2, -0.2, 0]", "fast"])
+def test_bad_draft_availability_is_a_config_error(bad):
+    from sim.errors import ConfigError
+    with pytest.raises(ConfigError, match="speculative.draft_availability"):
+        simulate(None, overrides=SPEC + [f"speculative.draft_availability={bad}"], seed=5)

@@ -19,15 +19,30 @@ def expected_tokens_per_step(alpha: float, k: int) -> float:
 
 
 class AcceptanceSampler:
-    """Draws the number of accepted draft tokens, reproducibly from one seeded generator."""
+    """Draws the number of accepted draft tokens, reproducibly from one seeded generator.
+
+    ``draft_availability`` (optional) models a proposer that may find fewer than k drafts, such
+    as n-gram prompt lookup: entry m is the probability that it has exactly m drafts ready for a
+    decode step (m = 0..k). Without it the proposer is a draft model that always fills k.
+    """
 
     def __init__(self, alpha: float = 0.7, table: Optional[Sequence[float]] = None,
-                 seed: int = 0) -> None:
+                 seed: int = 0, draft_availability: Optional[Sequence[float]] = None) -> None:
         if not 0.0 <= alpha <= 1.0:
             raise ValueError(f"acceptance rate must be in [0, 1], got {alpha}")
         self.alpha = alpha
         self.table = list(table) if table else None
         self.rng = random.Random(seed)
+        self.draft_availability = list(draft_availability) if draft_availability else None
+
+    def sample_drafts(self) -> int:
+        """How many drafts the proposer has ready for one request's next decode step."""
+        u, acc = self.rng.random(), 0.0
+        for m, p in enumerate(self.draft_availability):
+            acc += p
+            if u < acc:
+                return m
+        return len(self.draft_availability) - 1
 
     def position_prob(self, j: int) -> float:
         if self.table is None:

@@ -28,6 +28,8 @@ class StepShape:
       sum over chunks of n * context_before + n * (n + 1) / 2.
     - ``num_swap_tokens``: tokens whose KV crosses PCIe this step (swap out + swap in).
     - ``num_padding_tokens``: wasted slots a padded (static) batch computes anyway.
+    - ``num_spec_seqs``: decodes that verify drafts this step (each is a multi-token query,
+      whose attention an engine may run as its own call: calibration prices it).
     """
 
     num_prefill_tokens: int = 0
@@ -39,6 +41,7 @@ class StepShape:
     prefill_attention_work: int = 0
     num_swap_tokens: int = 0
     num_padding_tokens: int = 0
+    num_spec_seqs: int = 0
 
     @property
     def batch_size(self) -> int:
@@ -126,7 +129,7 @@ class StepResult:
 def shape_of(scheduled: list[ScheduledRequest], num_swap_tokens: int = 0,
              num_padding_tokens: int = 0) -> StepShape:
     """Summarise scheduled work into the ``StepShape`` the cost model prices."""
-    prefill_tokens = prefill_seqs = decode_seqs = spec = 0
+    prefill_tokens = prefill_seqs = decode_seqs = spec = spec_seqs = 0
     decode_ctx = prefill_ctx = prefill_work = 0
     for s in scheduled:
         ctx = s.request.num_computed_tokens
@@ -139,6 +142,7 @@ def shape_of(scheduled: list[ScheduledRequest], num_swap_tokens: int = 0,
         else:
             decode_seqs += 1
             spec += s.num_spec_tokens
+            spec_seqs += s.num_spec_tokens > 0
             decode_ctx += ctx + s.num_new_tokens + s.num_spec_tokens
     return StepShape(
         num_prefill_tokens=prefill_tokens,
@@ -150,4 +154,5 @@ def shape_of(scheduled: list[ScheduledRequest], num_swap_tokens: int = 0,
         prefill_attention_work=prefill_work,
         num_swap_tokens=num_swap_tokens,
         num_padding_tokens=num_padding_tokens,
+        num_spec_seqs=spec_seqs,
     )

@@ -19,7 +19,7 @@ from sim.analysis.validation import load_validation  # noqa: E402
 
 TINY = Grid("tiny", decode_batches=(1, 4), decode_contexts=(32,), decode_steps=2,
             max_decode_kv_tokens=1024, prefill_lens=(16, 64), chunked=((64, 32),),
-            multi_prefill=((2, 16),), mixed=((2, 32),))
+            multi_prefill=((2, 16),), mixed=((2, 32),), speculative=((2, 32, 2),))
 
 
 @pytest.mark.slow  # ~20 s on a quiet 2-core CPU, minutes when the box is shared
@@ -50,3 +50,13 @@ def test_calibrate_and_validate_smollm2(tmp_path):
     steps = (tmp_path / "val" / "runtime_steps.jsonl").read_text().splitlines()
     assert len(steps) == next(m["real"] for m in record["metrics"] if m["name"] == "num_steps")
     assert json.loads((tmp_path / "val" / "sim" / "summary.json").read_text())["completed"] == 6
+    assert "num_spec_seqs" in result.features  # the grid's speculative case priced verification
+
+    # With n-gram speculation: the simulator gets the engine's measured acceptance and draft
+    # availability, so what a verifying step emits must agree closely.
+    spec = run_validation(path, rate=4.0, num_requests=6, out_dir=tmp_path / "val_spec", scale=0.08,
+                          kv_cache_bytes=16 * 2**20, num_speculative_tokens=2)
+    by_name = {m["name"]: m for m in spec["metrics"]}
+    assert 0 < by_name["spec_acceptance_rate"]["real"] <= 1
+    assert abs(by_name["spec_tokens_per_step"]["error"]) < 0.25
+    assert "n-gram speculation k=2" in spec["source"]["engine"]

@@ -120,6 +120,8 @@ def test_greedy_speculative_decoding_matches_transformers(hf_models, case):
     eng = llm.engine
     assert sum(eng.spec_accepted_at) == accepted and eng.spec_judged[0] == sum(o.metrics.num_spec_steps for o in outs)
     assert all(0.0 <= a <= 1.0 for a in eng.acceptance_table())
+    avail = eng.draft_availability()
+    assert len(avail) == 4 and abs(sum(avail) - 1) < 1e-9 and avail[0] < 1
     assert llm.engine.num_leaked_blocks() == 0
     if case == "preempt_prefix":
         assert llm.engine.scheduler.num_preemptions > 0
