@@ -58,6 +58,24 @@ class _DecodeGroup:
 
 
 @dataclass
+class _ShortQueryGroup:
+    """Prefill-group sequences with few queries (speculative verification, tiny chunks) batched
+    into one padded SDPA call: queries padded to the longest, keys to the longest context."""
+
+    rows: torch.Tensor  # [n, max_q] packed q rows (padding repeats a sequence's last row)
+    valid: torch.Tensor  # [n, max_q] bool: real query rows
+    slots: torch.Tensor  # [n, max_len] int64
+    mask: torch.Tensor  # [n, 1, max_q, max_len] bool: causal with each sequence's offset, padding
+
+
+#: Prefill-group sequences with at most this many queries (and this much context) share one
+#: padded SDPA call: speculative verification and tiny chunks, where a call per sequence per
+#: layer would cost more than the padding.
+SHORT_QUERY = 16
+SHORT_CONTEXT = 4096
+
+
+@dataclass
 class SDPAPlan:
     """Per-step indices shared by every layer: decodes first, then prefill chunks.
 
@@ -69,6 +87,7 @@ class SDPAPlan:
     num_decode_tokens: int
     decodes: list[_DecodeGroup] = field(default_factory=list)
     prefills: list[_PrefillSeq] = field(default_factory=list)
+    short: Optional[_ShortQueryGroup] = None
 
     @classmethod
     def build(cls, block_size: int, slot_mapping: torch.Tensor, decode_block_tables: torch.Tensor,
@@ -87,8 +106,11 @@ class SDPAPlan:
                 mask = (torch.arange(longest, device=dev)[None, :] < lens[:, None])[:, None, None, :]
             plan.decodes.append(_DecodeGroup(start, stop, _token_slots(table, longest, block_size), mask))
         q_start = 0
+        short: list[tuple[int, int, int, int]] = []  # (table row, q_start, q_len, seq_len)
         for i, (q_len, seq_len) in enumerate(zip(prefill_q_lens, prefill_seq_lens)):
-            if q_len > 0:
+            if 0 < q_len <= SHORT_QUERY and seq_len <= SHORT_CONTEXT:
+                short.append((i, q_start, q_len, seq_len))
+            elif q_len > 0:
                 context = seq_len - q_len
                 slots = _token_slots(prefill_block_tables[i, :_cdiv(seq_len, block_size)], seq_len, block_size)
                 mask = None
@@ -97,6 +119,14 @@ class SDPAPlan:
                     mask = torch.arange(seq_len, device=dev)[None, :] <= q_pos[:, None]
                 plan.prefills.append(_PrefillSeq(q_start, q_len, slots, mask))
             q_start += q_len
+        if len(short) > 1:
+            plan.short = _short_group(short, prefill_block_tables, block_size, dev)
+        elif short:  # one alone gains nothing from padding
+            i, q0, q_len, seq_len = short[0]
+            slots = _token_slots(prefill_block_tables[i, :_cdiv(seq_len, block_size)], seq_len, block_size)
+            q_pos = torch.arange(seq_len - q_len, seq_len, device=dev)
+            mask = torch.arange(seq_len, device=dev)[None, :] <= q_pos[:, None]
+            plan.prefills.append(_PrefillSeq(q0, q_len, slots, mask if seq_len > q_len else None))
         return plan
 
     def write(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
@@ -134,7 +164,35 @@ class SDPAPlan:
             o = F.scaled_dot_product_attention(qs, k, v, attn_mask=seq.mask, is_causal=seq.mask is None,
                                                scale=scale, enable_gqa=gqa)
             out[rows] = o[0].transpose(0, 1)
+        if self.short is not None:
+            g = self.short
+            n, max_q = g.rows.shape
+            qs = q.index_select(0, g.rows.reshape(-1)).view(n, max_q, q.shape[1], q.shape[2]).transpose(1, 2)
+            k, v = _gather(k_cache, g.slots).to(q.dtype), _gather(v_cache, g.slots).to(q.dtype)
+            o = F.scaled_dot_product_attention(qs, k, v, attn_mask=g.mask, scale=scale, enable_gqa=gqa)
+            o = o.transpose(1, 2)[g.valid]  # [real queries, heads, dim], row-major = g.rows order
+            out[g.rows[g.valid]] = o
         return out
+
+
+def _short_group(seqs: list[tuple[int, int, int, int]], tables: torch.Tensor, block_size: int,
+                 dev: torch.device) -> _ShortQueryGroup:
+    """Pad the short-query sequences ``(table row, q_start, q_len, seq_len)`` to one batch."""
+    max_q = max(q for _, _, q, _ in seqs)
+    max_len = max(n for _, _, _, n in seqs)
+    idx = torch.tensor([i for i, _, _, _ in seqs], device=dev)
+    table = tables.index_select(0, idx)[:, :_cdiv(max_len, block_size)]
+    slots = _token_slots(table, max_len, block_size)
+    j = torch.arange(max_q, device=dev)
+    q0 = torch.tensor([q for _, q, _, _ in seqs], device=dev)[:, None]
+    q_len = torch.tensor([q for _, _, q, _ in seqs], device=dev)[:, None]
+    seq_len = torch.tensor([n for _, _, _, n in seqs], device=dev)[:, None]
+    valid = j[None, :] < q_len
+    rows = q0 + torch.minimum(j[None, :], q_len - 1)  # padding rows repeat the last real query
+    q_pos = (seq_len - q_len + torch.minimum(j[None, :], q_len - 1))[:, :, None]  # [n, max_q, 1]
+    keys = torch.arange(max_len, device=dev)[None, None, :]
+    mask = (keys <= q_pos)[:, None]  # causal from each query's own position; past seq_len is masked
+    return _ShortQueryGroup(rows, valid, slots, mask)
 
 
 def _gather(cache: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:

@@ -111,3 +111,20 @@ def test_one_plan_serves_a_mixed_step_like_the_runtime(close):
                                          case.seq_lens[nd:], 0.25)
     close(plan.decode(q[:nd], case.k_cache, case.v_cache, 0.25), want_d, torch.float32)
     close(plan.prefill(q[nd:], case.k_cache, case.v_cache, 0.25), want_p, torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_short_queries_share_one_padded_call(dtype, close):
+    """Speculative verification (a few queries over a long context) and tiny chunks are batched
+    into one SDPA call with per-sequence causal offsets; a long chunk keeps its own call."""
+    # (seq_len, q_len): verifications of 5, 3 and 2 tokens, a 1-token chunk, a whole 4-token
+    # prompt, and a 20-token chunk (over SHORT_QUERY: its own call).
+    shapes = [(37, 5), (12, 3), (64, 2), (9, 1), (4, 4), (50, 20)]
+    case = random_paged_kv([n for n, _ in shapes], 2, 32, 8, dtype=dtype, seed=22)
+    cu = torch.tensor([0] + [sum(q for _, q in shapes[:i + 1]) for i in range(len(shapes))], dtype=torch.int32)
+    q = _q(int(cu[-1]), 6, 32, dtype, seed=23)
+    plan = SDPAPlan.build(8, torch.empty(0, dtype=torch.int64), torch.empty(0, 0, dtype=torch.int32), [],
+                          case.block_tables, [q for _, q in shapes], [n for n, _ in shapes])
+    assert plan.short is not None and plan.short.rows.shape == (5, 5) and len(plan.prefills) == 1
+    want = paged_prefill_attention_ref(q, case.k_cache, case.v_cache, case.block_tables, cu, case.seq_lens, 0.2)
+    close(plan.prefill(q, case.k_cache, case.v_cache, 0.2), want, dtype)
