@@ -111,22 +111,13 @@ class SDPAPlan:
             if 0 < q_len <= SHORT_QUERY and seq_len <= SHORT_CONTEXT:
                 short.append((i, q_start, q_len, seq_len))
             elif q_len > 0:
-                context = seq_len - q_len
-                slots = _token_slots(prefill_block_tables[i, :_cdiv(seq_len, block_size)], seq_len, block_size)
-                mask = None
-                if context > 0:
-                    q_pos = torch.arange(context, seq_len, device=dev)
-                    mask = torch.arange(seq_len, device=dev)[None, :] <= q_pos[:, None]
-                plan.prefills.append(_PrefillSeq(q_start, q_len, slots, mask))
+                plan.prefills.append(_prefill_seq(prefill_block_tables[i], q_start, q_len, seq_len, block_size))
             q_start += q_len
         if len(short) > 1:
             plan.short = _short_group(short, prefill_block_tables, block_size, dev)
         elif short:  # one alone gains nothing from padding
             i, q0, q_len, seq_len = short[0]
-            slots = _token_slots(prefill_block_tables[i, :_cdiv(seq_len, block_size)], seq_len, block_size)
-            q_pos = torch.arange(seq_len - q_len, seq_len, device=dev)
-            mask = torch.arange(seq_len, device=dev)[None, :] <= q_pos[:, None]
-            plan.prefills.append(_PrefillSeq(q0, q_len, slots, mask if seq_len > q_len else None))
+            plan.prefills.append(_prefill_seq(prefill_block_tables[i], q0, q_len, seq_len, block_size))
         return plan
 
     def write(self, k: torch.Tensor, v: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor) -> None:
@@ -173,6 +164,16 @@ class SDPAPlan:
             o = o.transpose(1, 2)[g.valid]  # [real queries, heads, dim], row-major = g.rows order
             out[g.rows[g.valid]] = o
         return out
+
+
+def _prefill_seq(table: torch.Tensor, q_start: int, q_len: int, seq_len: int, block_size: int) -> _PrefillSeq:
+    """One sequence's own SDPA call: its last ``q_len`` of ``seq_len`` positions as queries."""
+    slots = _token_slots(table[:_cdiv(seq_len, block_size)], seq_len, block_size)
+    mask = None
+    if seq_len > q_len:  # cached context: causal from each query's own position
+        q_pos = torch.arange(seq_len - q_len, seq_len, device=table.device)
+        mask = torch.arange(seq_len, device=table.device)[None, :] <= q_pos[:, None]
+    return _PrefillSeq(q_start, q_len, slots, mask)
 
 
 def _short_group(seqs: list[tuple[int, int, int, int]], tables: torch.Tensor, block_size: int,
