@@ -67,26 +67,29 @@ def paged_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, k_cache: 
     if meta.sdpa is not None:
         plan = meta.sdpa
         plan.write(k, v, k_cache, v_cache)
-        if meta.num_prefill_tokens == 0:
-            return plan.decode(q, k_cache, v_cache, scale)
-        if meta.num_decode_tokens == 0:
-            return plan.prefill(q, k_cache, v_cache, scale)
-        nd = meta.num_decode_tokens
-        return torch.cat([plan.decode(q[:nd], k_cache, v_cache, scale),
-                          plan.prefill(q[nd:], k_cache, v_cache, scale)])
-    write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping, backend=meta.backend)
+
+        def decode(qd: torch.Tensor) -> torch.Tensor:
+            return plan.decode(qd, k_cache, v_cache, scale)
+
+        def prefill(qp: torch.Tensor) -> torch.Tensor:
+            return plan.prefill(qp, k_cache, v_cache, scale)
+    else:
+        write_kv_cache(k, v, k_cache, v_cache, meta.slot_mapping, backend=meta.backend)
+
+        def decode(qd: torch.Tensor) -> torch.Tensor:
+            return paged_decode_attention(qd, k_cache, v_cache, meta.decode_block_tables,
+                                          meta.decode_seq_lens, scale, backend=meta.backend)
+
+        def prefill(qp: torch.Tensor) -> torch.Tensor:
+            return paged_prefill_attention(qp, k_cache, v_cache, meta.prefill_block_tables,
+                                           meta.prefill_cu_seqlens_q, meta.prefill_seq_lens, scale,
+                                           backend=meta.backend)
     nd = meta.num_decode_tokens
     if meta.num_prefill_tokens == 0:
-        return paged_decode_attention(q, k_cache, v_cache, meta.decode_block_tables,
-                                      meta.decode_seq_lens, scale, backend=meta.backend)
+        return decode(q)
     if nd == 0:
-        return paged_prefill_attention(q, k_cache, v_cache, meta.prefill_block_tables,
-                                       meta.prefill_cu_seqlens_q, meta.prefill_seq_lens, scale,
-                                       backend=meta.backend)
+        return prefill(q)
     out = torch.empty_like(q)
-    out[:nd] = paged_decode_attention(q[:nd], k_cache, v_cache, meta.decode_block_tables,
-                                      meta.decode_seq_lens, scale, backend=meta.backend)
-    out[nd:] = paged_prefill_attention(q[nd:], k_cache, v_cache, meta.prefill_block_tables,
-                                       meta.prefill_cu_seqlens_q, meta.prefill_seq_lens, scale,
-                                       backend=meta.backend)
+    out[:nd] = decode(q[:nd])
+    out[nd:] = prefill(q[nd:])
     return out
