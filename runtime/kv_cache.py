@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import torch
 
-from runtime.config import ModelConfig
+from runtime.model_config import ModelConfig
 from sim.errors import ConfigError, DoesNotFitError
 
 

@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from runtime.attention import AttentionMetadata, paged_attention
-from runtime.config import ModelConfig
+from runtime.model_config import ModelConfig
 
 
 class RMSNorm(nn.Module):

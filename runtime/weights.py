@@ -24,7 +24,7 @@ from typing import Any, Iterator, Optional
 
 import torch
 
-from runtime.config import ModelConfig
+from runtime.model_config import ModelConfig
 from runtime.model import LlamaForCausalLM, rope_inv_freq
 from sim.errors import ConfigError, DoesNotFitError
 

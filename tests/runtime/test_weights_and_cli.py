@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 
-from runtime.cli import bench_runtime, generate
-from runtime.config import ModelConfig
+from cli.engine import bench_runtime, generate
+from runtime.model_config import ModelConfig
 from runtime.model import LlamaForCausalLM
 from runtime.weights import _catalog_config, load_model, random_model, unpermute_qk
 from sim.errors import ConfigError, DoesNotFitError

@@ -3,7 +3,7 @@ GGUF metadata, a catalog entry), so ``model.py`` reads one dataclass and never a
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from sim.errors import ConfigError
@@ -67,9 +67,6 @@ class ModelConfig:
             per_layer += q + 2 * kv
         emb = self.vocab_size * h * (1 if self.tie_word_embeddings else 2)
         return L * per_layer + emb + h
-
-    def with_overrides(self, **kwargs: Any) -> "ModelConfig":
-        return replace(self, **kwargs)
 
     # --- constructors ---------------------------------------------------------------------
     @classmethod
