@@ -1,4 +1,4 @@
-"""How far is the roofline from real silicon? Compare ``sim.cost_model`` operator by operator
+"""How far is the roofline from real silicon? Compare ``sim.pricing.roofline`` operator by operator
 with Vidur's A100 kernel timings and print the error per operator family.
 
     .venv/bin/python benchmarks/cost_model_vs_vidur.py            # error table (README)
@@ -12,7 +12,7 @@ decode for Llama-2-70B at TP2, and NCCL all-reduce / send-recv on a DGX A100. Th
 from there and never copied into the repository. Errors are absolute percentage errors of
 the roofline against each row's median: APE = |predicted - measured| / measured.
 
-``tests/test_cost_model.py`` imports this module (load_profiles, compare) so the test and the
+``tests/test_roofline.py`` imports this module (load_profiles, compare) so the test and the
 README table come from one piece of code.
 """
 
@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parents[1]
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from sim.cost_model import A100_EFFICIENCY, Efficiency, RooflineCostModel  # noqa: E402
+from sim.pricing.roofline import A100_EFFICIENCY, Efficiency, RooflineCostModel  # noqa: E402
 
 DEFAULT_PROFILES = REPO_ROOT.parent / "shared" / "gpu_profiles"
 # Vidur's A100 device config is the 80 GB part (vidur/config/device_sku_config.py), and the
@@ -290,7 +290,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     eff = A100_EFFICIENCY
     if args.fit:
         eff = fit(data)
-        print("Fitted constants (sim.cost_model.A100_EFFICIENCY holds them rounded):")
+        print("Fitted constants (sim.pricing.roofline.A100_EFFICIENCY holds them rounded):")
         for f in fields(Efficiency):
             print(f"  {f.name:<22} {getattr(eff, f.name):.4g}")
         print()

@@ -16,6 +16,7 @@ the shipped coefficients are the ones fitted without those steps.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
@@ -23,8 +24,9 @@ from typing import Iterable, Optional, Sequence, Union
 import numpy as np
 from scipy.optimize import nnls
 
-from calibration import features as feat
-from sim.errors import KvplanError, TraceFormatError
+from sim.errors import KvplanError, TraceFormatError, file_error
+from sim.pricing import features as feat
+from sim.pricing.base import ShapeColumns
 
 #: Candidate GEMM knees (rows); None = no knee term. Chosen by training error.
 KNEES: tuple[Optional[int], ...] = (None, 16, 32, 64, 128, 256, 512)
@@ -80,7 +82,7 @@ def samples_from_records(records: Sequence[dict], warmup_steps: int = 0) -> Samp
     period = step_periods(records)
     keep = np.arange(len(records)) >= warmup_steps
     cols = {k: np.array([float(r.get(k, 0)) for r in records]) for k in feat.SHAPE_FIELDS}
-    keep &= feat.is_busy(cols) & (period > 0)
+    keep &= feat.is_busy(ShapeColumns(cols)) & (period > 0)
     idx = np.flatnonzero(keep)
     out = Samples(cols, period).take(idx)
     out.num_warmup_dropped = min(warmup_steps, len(records))
@@ -90,25 +92,32 @@ def samples_from_records(records: Sequence[dict], warmup_steps: int = 0) -> Samp
 def read_trace(path: Union[str, Path]) -> list[dict]:
     """Step records of a runtime trace (JSONL). Errors name the file and line."""
     p = Path(path)
+    if p.is_dir():
+        raise TraceFormatError(f"{p}: is a directory, expected a step trace file (JSONL)")
     if not p.is_file():
         raise TraceFormatError(f"{p}: trace file not found")
+    try:
+        lines = p.read_text(encoding="utf-8").split("\n")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise file_error(p, exc, TraceFormatError) from None
     records = []
-    with open(p, encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            try:
-                rec = json.loads(line)
-            except ValueError:
-                raise TraceFormatError(f"{p}:{lineno}: not a JSON object") from None
-            if not isinstance(rec, dict):
-                raise TraceFormatError(f"{p}:{lineno}: not a JSON object")
-            for key in ("seconds", "num_prefill_tokens", "num_decode_seqs"):
-                v = rec.get(key)
-                if isinstance(v, bool) or not isinstance(v, (int, float)):
-                    raise TraceFormatError(f"{p}:{lineno}: {key}: expected a number, got {v!r} "
-                                           f"(is this a runtime step trace?)")
-            records.append(rec)
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            raise TraceFormatError(f"{p}:{lineno}: not a JSON object") from None
+        if not isinstance(rec, dict):
+            raise TraceFormatError(f"{p}:{lineno}: not a JSON object")
+        for key in ("seconds", "num_prefill_tokens", "num_decode_seqs"):
+            v = rec.get(key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)):
+                raise TraceFormatError(f"{p}:{lineno}: {key}: expected a number, got {v!r} "
+                                       f"(is this a runtime step trace?)")
+            if not math.isfinite(v) or v < 0:
+                raise TraceFormatError(f"{p}:{lineno}: {key}: expected a finite number >= 0, got {v!r}")
+        records.append(rec)
     if not records:
         raise TraceFormatError(f"{p}: no step records")
     return records
@@ -122,11 +131,10 @@ class FitResult:
     error: dict
 
     def predict(self, cols: dict[str, np.ndarray]) -> np.ndarray:
-        X = feat.columns(cols, self.features, self.knee)
-        t = np.zeros(np.broadcast(*X).shape)
-        for name, col in zip(self.features, X):
-            t = t + self.coefficients[name] * col
-        return np.where(feat.is_busy(cols), t, 0.0)
+        """Seconds per step of ``cols`` (StepShape field columns), as the profile prices them."""
+        coefs = [self.coefficients[f] for f in self.features]
+        return feat.linear_time(ShapeColumns(cols, "predict"), self.features, coefs, self.knee,
+                                np.maximum)
 
 
 def fit(samples: Samples, knees: Iterable[Optional[int]] = KNEES, heldout: float = 0.2,

@@ -25,7 +25,7 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from calibration.fit import Samples, samples_from_records
-from calibration.profile import cpu_name
+from sim.pricing.machine import cpu_name, machine_fingerprint
 
 @dataclass(frozen=True)
 class Case:
@@ -112,6 +112,9 @@ class ProfileRun:
     #: CPU time of this process / (wall time x threads) over the grid: near 1 on an idle machine,
     #: well below when other jobs took the cores (then the timings include their interference).
     cpu_share: float = 1.0
+    #: ``machine_fingerprint()`` of the machine measured (the profile records it, and
+    #: ``simulate``/``validate`` warn when it differs from theirs).
+    machine: Optional[dict] = None
 
 
 def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device: str = "auto",
@@ -162,7 +165,8 @@ def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device
     samples.num_warmup_dropped = warmup_steps
     return ProfileRun(samples, records, loaded.name, catalog_model_of(loaded.config),
                       dev.type, hardware, str(eng.dtype).replace("torch.", ""), block_size,
-                      torch.get_num_threads(), round(share, 3))
+                      torch.get_num_threads(), round(share, 3),
+                      machine_fingerprint(with_gpus=dev.type == "cuda"))
 
 
 def _run_case(engine: Any, case: Case, rng: np.random.Generator) -> None:

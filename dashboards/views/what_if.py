@@ -68,6 +68,8 @@ else:
     cols[3].metric("Request throughput (req/s)", f"{s['request_throughput']:.2f}")
 if "cost_model" in s["scenario"]:
     st.caption(f"Step times from a calibration profile: {s['scenario']['cost_model']}")
+for warning in s.get("warnings", []):  # e.g. the profile was measured on another machine
+    st.warning(warning)
 
 tabs = st.tabs(["Latency CDFs", "KV memory", "Batch and queue", "Rate-latency curve", "Summary"])
 with tabs[0]:

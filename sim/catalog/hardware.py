@@ -2,7 +2,7 @@
 
 Why a table of peak numbers and not measured ones: peaks are public, stable and comparable
 across vendors; what a real kernel achieves is a fraction of them, and that fraction lives
-in one place, the efficiency constants of ``sim.cost_model`` (fitted to real A100
+in one place, the efficiency constants of ``sim.pricing.roofline`` (fitted to real A100
 measurements). All FLOP/s figures are *dense* (no 2:4 sparsity), per GPU, as printed in the
 vendor datasheets cited next to each entry.
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from calibration.features import SHAPE_FIELDS
 from calibration.fit import Samples
-from calibration.profile import Profile
+from sim.pricing.base import SHAPE_FIELDS
+from sim.pricing.profile_file import Profile
 
 #: Seconds per unit, of the order SmolLM2-135M takes on a CPU; every term matters somewhere.
 TRUE = {

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from calibration.profile import FORMAT, ProfileError, load_profile
 from sim.config import build_config
 from sim.errors import ConfigError
+from sim.pricing.machine import machine_fingerprint
+from sim.pricing.profile_file import FORMAT, ProfileError, load_profile
 from tests.calibration.helpers import TRUE, make_profile, synthetic_samples
 from tests.test_light_core import run as kvplan_light
 
@@ -22,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def kvplan(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
 
 
@@ -39,6 +40,14 @@ def test_save_load_round_trip(profile_path):
     assert prof.coefficients == TRUE and prof.gemm_knee == 64 and prof.path == str(profile_path)
     doc = json.loads(Path(profile_path).read_text())
     assert doc["format"] == FORMAT and "path" not in doc and doc["created"]
+    assert prof.machine is None  # an old profile: it loads, and the pricer warns
+
+
+def test_machine_round_trip(tmp_path):
+    here = machine_fingerprint()
+    prof = load_profile(make_profile(machine=here).save(tmp_path / "p.json"))
+    assert prof.machine == here and set(here) == {"cpu", "cpu_flags", "logical_cores",
+                                                  "torch_threads", "gpus"}
 
 
 BAD = [
@@ -52,6 +61,10 @@ BAD = [
     (lambda d: d.update(gemm_knee=None), "gemm_knee"),
     (lambda d: d["fit"].pop("heldout_mape"), "fit.heldout_mape"),
     (lambda d: d.update(fit=[]), "fit"),
+    (lambda d: d.update(machine=[]), "machine"),
+    (lambda d: d.update(machine={"cpu_flags": "avx2"}), "machine.cpu_flags"),
+    (lambda d: d.update(machine={"logical_cores": 0}), "machine.logical_cores"),
+    (lambda d: d.update(machine={"gpus": ["H100"]}), "machine.gpus"),
 ]
 
 

@@ -12,10 +12,10 @@ pytest.importorskip("torch")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from calibration.fit import fit  # noqa: E402
-from calibration.profile import Profile, load_profile  # noqa: E402
 from calibration.profiler import Grid, profile_engine  # noqa: E402
 from calibration.validate import run_validation  # noqa: E402
-from sim.analysis.validation import load_validation  # noqa: E402
+from calibration.validation_file import load_validation  # noqa: E402
+from sim.pricing.profile_file import Profile, load_profile  # noqa: E402
 
 TINY = Grid("tiny", decode_batches=(1, 4), decode_contexts=(32,), decode_steps=2,
             max_decode_kv_tokens=1024, prefill_lens=(16, 64), chunked=((64, 32),),
@@ -28,14 +28,16 @@ def test_calibrate_and_validate_smollm2(tmp_path):
                          kv_cache_bytes=16 * 2**20)
     assert run.catalog_model == "smollm2-135m" and run.dtype == "bfloat16" and run.device == "cpu"
     assert run.samples.n >= 20 and len(run.records) == run.samples.n
+    assert run.machine["logical_cores"] == os.cpu_count() and run.machine["torch_threads"] == 1
     result = fit(run.samples)
     prof = Profile(hardware=run.hardware, device=run.device, model=run.model, dtype=run.dtype,
                    block_size=run.block_size, features=result.features,
                    coefficients=result.coefficients, gemm_knee=result.knee, fit=result.error,
                    source={"kind": "grid", "grid": TINY.name}, num_threads=run.num_threads,
-                   catalog_model=run.catalog_model, model_spec="smollm2")
+                   catalog_model=run.catalog_model, model_spec="smollm2", machine=run.machine)
     path = prof.save(tmp_path / "smollm2.json")
     assert load_profile(path).coefficients == result.coefficients
+    assert load_profile(path).machine == run.machine
 
     record = run_validation(path, rate=4.0, num_requests=6, out_dir=tmp_path / "val", scale=0.08,
                             kv_cache_bytes=16 * 2**20)
@@ -47,6 +49,7 @@ def test_calibrate_and_validate_smollm2(tmp_path):
     assert len(record["samples"]["e2el_ms"]["real"]) == len(record["samples"]["e2el_ms"]["predicted"]) == 6
     assert record["source"]["simulator_model"] == "smollm2-135m"
     assert record["source"]["step_error"].startswith("profile on the replay's own")
+    assert "warnings" not in record["source"]  # validated on the machine it was measured on
     steps = (tmp_path / "val" / "runtime_steps.jsonl").read_text().splitlines()
     assert len(steps) == next(m["real"] for m in record["metrics"] if m["name"] == "num_steps")
     assert json.loads((tmp_path / "val" / "sim" / "summary.json").read_text())["completed"] == 6

@@ -16,9 +16,10 @@ import numpy as np
 import pytest
 
 from sim.catalog import get_hardware, get_model
-from sim.cost_model import (
-    A100_EFFICIENCY, BREAKDOWN_KEYS, CostModel, Efficiency, RooflineCostModel, plan_memory,
-    resolve_dtype, resolve_precision,
+from sim.catalog.dtypes import resolve_dtype, resolve_precision
+from sim.memory_plan import plan_memory
+from sim.pricing import (
+    A100_EFFICIENCY, BREAKDOWN_KEYS, Efficiency, RooflineCostModel, StepPricer,
 )
 from sim.errors import ConfigError, DoesNotFitError
 from sim.policies.step import StepShape
@@ -213,20 +214,22 @@ def test_breakdown_sums_to_step_time_and_vectorised_matches(cm):
 
 
 @pytest.mark.parametrize("cm", MODELS, ids=repr)
-def test_decode_window_times_match_step_by_step_exactly(cm):
+def test_a_decode_window_priced_at_once_matches_step_by_step_exactly(cm):
+    """The bulk-decode path may price a window of decode steps (context growing one token per
+    sequence a step) with ``price_many``: element i equals step i priced alone."""
     for shape in (decode(37, 37 * 900), decode(8, 8 * 10, spec=16), decode(256, 256 * 3000)):
-        times = cm.decode_window_times(shape, 200)
-        loop = [cm.step_time(replace(shape, decode_context_tokens=shape.decode_context_tokens
-                                     + i * shape.num_decode_seqs)) for i in range(200)]
-        np.testing.assert_array_equal(times, loop)
+        window = [replace(shape, decode_context_tokens=shape.decode_context_tokens
+                          + i * shape.num_decode_seqs) for i in range(200)]
+        times = cm.price_many(window)
+        np.testing.assert_array_equal(times, [cm.step_time(s) for s in window])
         assert all(b >= a for a, b in zip(times, times[1:]))
 
 
-def test_empty_step_is_free_and_cost_model_protocol():
+def test_empty_step_is_free_and_a_step_pricer():
     cm = MODELS[0]
     assert cm.step_time(StepShape()) == 0.0
     assert sum(cm.breakdown(StepShape()).values()) == 0.0
-    assert isinstance(cm, CostModel)
+    assert isinstance(cm, StepPricer) and cm.describe().startswith("roofline")
 
 
 def test_decode_is_weight_bound_and_prefill_compute_bound():

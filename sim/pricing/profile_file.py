@@ -1,4 +1,5 @@
-"""The profile file (``kvplan-profile/1``): a fitted step-cost model and where it came from.
+"""The calibration profile file (``kvplan-profile/1``): a fitted step-cost model and where it came
+from, including the machine it was measured on (``machine``, ``sim.pricing.machine``).
 
 One JSON object, written by ``kvplan calibrate`` and read by the simulator
 (``cost_model.profile``) and ``kvplan validate``::
@@ -9,6 +10,8 @@ One JSON object, written by ``kvplan calibrate`` and read by the simulator
      "model": "SmolLM2 135M Instruct", "catalog_model": "smollm2-135m", "model_spec": "smollm2",
      "dtype": "bfloat16", "block_size": 16,
      "software": {"python": "3.11.9", "torch": "2.13.0", "kvplan": "0.1.0"},
+     "machine": {"cpu": "Intel(R) Xeon(R) Processor", "cpu_flags": ["avx2", "avx512f", ...],
+                 "logical_cores": 2, "torch_threads": 2, "gpus": []},   # absent in old files
      "features": ["intercept", "gemm_rows", ...],
      "coefficients": {"intercept": 0.021, "gemm_rows": 0.0009, ...},   # seconds per unit
      "gemm_knee": 64,                                                 # or null
@@ -16,7 +19,8 @@ One JSON object, written by ``kvplan calibrate`` and read by the simulator
      "source": {"kind": "grid", "grid": "full"}}
 
 Every field is checked on load; a problem raises ``ProfileError`` naming the file and field.
-No torch here: the simulator loads profiles in its light core.
+No torch here: the simulator loads profiles in its light core. Why it lives in ``sim.pricing``
+(not ``calibration``): the simulator reads it to price steps; calibration only writes it.
 """
 
 from __future__ import annotations
@@ -24,14 +28,15 @@ from __future__ import annotations
 import json
 import math
 import platform
+import sys
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional, Union
 
-from calibration.features import FEATURES
 from sim.errors import KvplanError
+from sim.pricing.features import FEATURES
 
 FORMAT = "kvplan-profile/1"
 
@@ -56,6 +61,9 @@ class Profile:
     catalog_model: Optional[str] = None  # the simulator catalog's slug for this model's shapes
     model_spec: Optional[str] = None  # what to pass to runtime.LLM(...) to load it again
     software: dict[str, str] = field(default_factory=dict)
+    #: ``machine_fingerprint()`` of the machine measured; None in profiles made before it was
+    #: recorded (they load, and warn that their machine is unknown).
+    machine: Optional[dict[str, Any]] = None
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     path: Optional[str] = None  # where it was loaded from (not written)
 
@@ -71,28 +79,36 @@ class Profile:
         return p
 
 
+def _check_machine(machine: Any, where: str) -> None:
+    """Check a profile's ``machine`` object (``machine_fingerprint``), naming ``where``."""
+    if not isinstance(machine, dict):
+        raise ProfileError(f"{where}: expected an object, got {machine!r}")
+    cpu = machine.get("cpu")
+    if cpu is not None and not isinstance(cpu, str):
+        raise ProfileError(f"{where}.cpu: expected a string, got {cpu!r}")
+    flags = machine.get("cpu_flags")
+    if flags is not None and (not isinstance(flags, list) or not all(isinstance(f, str) for f in flags)):
+        raise ProfileError(f"{where}.cpu_flags: expected a list of flag names, got {flags!r}")
+    for key in ("logical_cores", "torch_threads"):
+        v = machine.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 1):
+            raise ProfileError(f"{where}.{key}: expected a positive integer or null, got {v!r}")
+    gpu_list = machine.get("gpus")
+    if gpu_list is not None and (not isinstance(gpu_list, list)
+                                 or not all(isinstance(g, dict) for g in gpu_list)):
+        raise ProfileError(f"{where}.gpus: expected a list of {{name, driver}} objects, got {gpu_list!r}")
+
+
 def software_versions() -> dict[str, str]:
+    """Versions of python, kvplan and, when this process used it (profiling, validation),
+    torch; never imports torch (a trace fit runs without it)."""
     from sim import __version__
 
     out = {"python": platform.python_version(), "kvplan": __version__}
-    try:
-        import torch
-
-        out["torch"] = torch.__version__
-    except ImportError:
-        pass
+    version = getattr(sys.modules.get("torch"), "__version__", None)
+    if version:
+        out["torch"] = str(version)
     return out
-
-
-def cpu_name() -> str:
-    """The CPU model name from /proc/cpuinfo (platform's guess elsewhere)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown CPU"
 
 
 def load_profile(path: Union[str, Path]) -> Profile:
@@ -173,6 +189,9 @@ def parse_profile(data: Any, name: str = "profile") -> Profile:
     threads = data.get("num_threads")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int)):
         raise ProfileError(f"{name}: num_threads: expected an integer or null, got {threads!r}")
+    machine = data.get("machine")
+    if machine is not None:
+        _check_machine(machine, f"{name}: machine")
     for key in ("catalog_model", "model_spec"):
         v = data.get(key)
         if v is not None and not isinstance(v, str):
@@ -183,6 +202,6 @@ def parse_profile(data: Any, name: str = "profile") -> Profile:
         coefficients={f: float(coefs[f]) for f in feats},
         gemm_knee=None if knee is None else float(knee), fit=fit, source=source,
         num_threads=threads, catalog_model=data.get("catalog_model"),
-        model_spec=data.get("model_spec"), software=software,
+        model_spec=data.get("model_spec"), software=software, machine=machine,
         created=str(data.get("created", "")),
     )

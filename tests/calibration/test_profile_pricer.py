@@ -1,4 +1,4 @@
-"""``ProfileCostModel``: scalar, vectorised and bulk-decode prices agree bit for bit, and the
+"""``ProfileCostModel``: scalar, vectorised and decode-window prices agree bit for bit, and the
 simulator's fast decode path with a profile equals its step-by-step path."""
 
 from __future__ import annotations
@@ -8,9 +8,8 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
-from calibration.cost_model import ProfileCostModel
-from calibration.features import SHAPE_FIELDS
 from sim.api import simulate
+from sim.pricing import SHAPE_FIELDS, ProfileCostModel
 from sim.policies.step import StepShape
 from tests.calibration.helpers import TRUE, make_profile
 
@@ -53,10 +52,9 @@ def test_vectorised_equals_scalar_exactly(cm):
 
 def test_decode_window_equals_step_by_step_exactly(cm):
     for shape in SHAPES[1:3] + [replace(SHAPES[2], num_spec_tokens=96)]:
-        bulk = cm.decode_window_times(shape, 300)
-        loop = [cm.step_time(replace(shape, decode_context_tokens=shape.decode_context_tokens
-                                     + i * shape.num_decode_seqs)) for i in range(300)]
-        assert bulk.tolist() == loop
+        window = [replace(shape, decode_context_tokens=shape.decode_context_tokens
+                          + i * shape.num_decode_seqs) for i in range(300)]
+        assert cm.price_many(window).tolist() == [cm.step_time(s) for s in window]
 
 
 def test_simulate_with_profile_fast_path_equals_step_by_step(profile_path):

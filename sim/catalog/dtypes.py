@@ -1,0 +1,129 @@
+"""Every dtype name kvplan accepts, defined once: activation dtypes and their aliases, bytes per
+element, weight quantisation and KV-cache dtypes.
+
+Why here (layer L0): the scenario config validates these names, the memory plan and the
+roofline price them, and the runtime maps them to torch dtypes; all of them read this module,
+so a name accepted in one place is accepted everywhere. No torch import: the runtime keeps its
+own name -> ``torch.dtype`` table keyed by ``CANONICAL_DTYPES``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Optional
+
+from sim.errors import ConfigError
+
+if TYPE_CHECKING:
+    from sim.catalog.hardware import HardwareSpec
+
+# Activation (model) dtypes: the canonical names, then the aliases a config may use.
+CANONICAL_DTYPES: tuple[str, ...] = ("float16", "bfloat16", "float32")
+DTYPE_ALIASES: dict[str, str] = {
+    "float16": "float16", "fp16": "float16", "half": "float16",
+    "bfloat16": "bfloat16", "bf16": "bfloat16",
+    "float32": "float32", "fp32": "float32", "float": "float32",
+}
+# What the scenario config's ``dtype`` key accepts (canonical names and the short aliases).
+DTYPES: tuple[str, ...] = CANONICAL_DTYPES + ("fp16", "bf16", "fp32")
+DTYPE_BYTES: dict[str, int] = {"float16": 2, "bfloat16": 2, "float32": 4}
+# Which tensor-core peak (``HardwareSpec.flops`` key) a GEMM in that dtype uses. float32 runs
+# on plain FP32 units: PyTorch leaves TF32 matmuls off by default.
+DTYPE_COMPUTE: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+# Short names for file names and tables (``smollm2-135m_bf16_cpu.json``).
+DTYPE_SHORT: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}
+
+# Weight quantisation. The config key ``quantization.weights`` takes ``WEIGHT_QUANT``
+# ("none" = weights in the activation dtype); the memory plan and the roofline take
+# ``WEIGHT_DTYPES`` ("auto" = the same thing, vLLM's spelling).
+WEIGHT_QUANT: tuple[str, ...] = ("none", "fp8", "int8", "int4")
+WEIGHT_DTYPES: tuple[str, ...] = ("auto", "int8", "int4", "fp8")
+# int4 is AWQ/GPTQ-style: 4-bit weights plus an fp16 scale and a 4-bit zero per group of 128.
+INT4_BYTES = 0.5 + (2 + 0.5) / 128
+
+# KV cache dtypes. ``KV_DTYPES`` is what the config key ``kv_cache.dtype`` accepts;
+# ``KV_CACHE_DTYPES`` adds the explicit fp8 variants vLLM's ``--kv-cache-dtype`` accepts.
+KV_DTYPES: tuple[str, ...] = ("auto", "fp8", "int8")
+KV_CACHE_DTYPES: tuple[str, ...] = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "int8")
+
+
+def resolve_dtype(dtype: str) -> str:
+    """Canonical activation dtype name; accepts fp16/bf16/fp32 aliases and ``torch.`` prefixes."""
+    key = str(dtype).strip().lower().replace("torch.", "")
+    if key not in DTYPE_ALIASES:
+        raise ConfigError(
+            f"dtype: unknown value {dtype!r}; allowed: {', '.join(CANONICAL_DTYPES)} "
+            f"(or fp16, bf16, fp32)"
+        )
+    return DTYPE_ALIASES[key]
+
+
+def dtype_bytes(dtype: str) -> int:
+    """Bytes per element of an activation dtype (any accepted spelling)."""
+    return DTYPE_BYTES[resolve_dtype(dtype)]
+
+
+@dataclass(frozen=True)
+class Precision:
+    """Bytes per element of each tensor class, and which tensor-core peak the GEMMs use.
+
+    - ``int8`` weights are W8A8 (SmoothQuant-style): int8 tensor cores.
+    - ``int4`` weights are W4A16 (AWQ/GPTQ/Marlin): dequantised in the GEMM, 16-bit compute.
+    - ``fp8`` weights are W8A8 FP8 where the GPU has FP8 tensor cores (H100, H200, L40S,
+      MI300X), else weight-only FP8 with 16-bit compute (what vLLM does on Ampere).
+    Embeddings and the LM head stay in the activation dtype (vLLM does not quantise them).
+    """
+
+    dtype: str
+    weight_dtype: str
+    kv_cache_dtype: str
+    act_bytes: int
+    weight_bytes: float
+    kv_bytes: int
+    compute: str
+
+
+def resolve_precision(hw: "HardwareSpec", dtype: str = "float16",
+                      weight_dtype: Optional[str] = None,
+                      kv_cache_dtype: str = "auto") -> Precision:
+    """The bytes and compute of one deployment's dtypes on ``hw``; ``ConfigError`` naming the
+    key when a name is unknown or the hardware lacks the dtype."""
+    dtype = resolve_dtype(dtype)
+    act_bytes = DTYPE_BYTES[dtype]
+    act_compute = DTYPE_COMPUTE[dtype]
+    if not hw.supports(act_compute):
+        raise ConfigError(f"dtype: {hw.name} has no {dtype} support")
+
+    w = "auto" if weight_dtype in (None, "", "none") else str(weight_dtype).strip().lower()
+    if w in ("auto", dtype) or DTYPE_ALIASES.get(w) == dtype:
+        w, weight_bytes, compute = "auto", float(act_bytes), act_compute
+    elif w == "int8":
+        weight_bytes, compute = 1.0, "int8" if hw.supports("int8") else act_compute
+    elif w == "int4":
+        weight_bytes, compute = INT4_BYTES, act_compute
+    elif w in ("fp8", "fp8_e4m3"):
+        w, weight_bytes, compute = "fp8", 1.0, "fp8" if hw.supports("fp8") else act_compute
+    else:
+        raise ConfigError(
+            f"weight_dtype: unknown value {weight_dtype!r}; allowed: {', '.join(WEIGHT_DTYPES)}"
+        )
+
+    kv = str(kv_cache_dtype or "auto").strip().lower()
+    if kv == "auto":
+        kv_bytes = act_bytes
+    elif kv in KV_CACHE_DTYPES:
+        kv_bytes = 1
+    else:
+        raise ConfigError(
+            f"kv_cache_dtype: unknown value {kv_cache_dtype!r}; allowed: "
+            f"{', '.join(KV_CACHE_DTYPES)}"
+        )
+    return Precision(dtype=dtype, weight_dtype=w, kv_cache_dtype=kv, act_bytes=act_bytes,
+                     weight_bytes=weight_bytes, kv_bytes=kv_bytes, compute=compute)
+
+
+__all__ = [
+    "CANONICAL_DTYPES", "DTYPE_ALIASES", "DTYPES", "DTYPE_BYTES", "DTYPE_COMPUTE", "DTYPE_SHORT",
+    "WEIGHT_QUANT", "WEIGHT_DTYPES", "INT4_BYTES", "KV_DTYPES", "KV_CACHE_DTYPES",
+    "resolve_dtype", "dtype_bytes", "Precision", "resolve_precision",
+]

@@ -1,0 +1,187 @@
+"""The memory plan: how one GPU's memory splits into weights, activation reserve and the KV
+pool, and so how many KV tokens (slots) a replica holds.
+
+Why its own module: the simulator sizes its KV pool from it whatever prices the steps (the
+roofline or a calibration profile), and capacity search reads it to rule out deployments
+that do not fit. Sized as vLLM sizes its KV cache (``docs/cost_model.md`` has the formulas).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from typing import Optional, Union
+
+from sim.catalog.dtypes import Precision, resolve_precision
+from sim.catalog.hardware import HardwareSpec, get_hardware
+from sim.catalog.models import ModelSpec, get_model
+from sim.errors import ConfigError, DoesNotFitError
+
+GB = 1e9
+GiB = 1 << 30
+
+def check_parallel(model: ModelSpec, tp: int, pp: int) -> None:
+    """Reject a tensor/pipeline split the model cannot take (shared with the roofline)."""
+    if not isinstance(tp, int) or tp < 1:
+        raise ConfigError(f"tensor_parallel_size: must be a positive integer, got {tp!r}")
+    if not isinstance(pp, int) or pp < 1:
+        raise ConfigError(f"pipeline_parallel_size: must be a positive integer, got {pp!r}")
+    if model.num_heads % tp:
+        raise ConfigError(
+            f"tensor_parallel_size: {tp} does not divide {model.name}'s {model.num_heads} "
+            f"attention heads"
+        )
+    if pp > model.num_layers:
+        raise ConfigError(
+            f"pipeline_parallel_size: {pp} exceeds {model.name}'s {model.num_layers} layers"
+        )
+
+
+def kv_heads_per_gpu(model: ModelSpec, tp: int) -> int:
+    """KV heads each rank stores: vLLM replicates KV heads when tp exceeds their number."""
+    return max(1, model.num_kv_heads // tp)
+
+
+# What the KV pool must leave besides weights and activations, per GPU: CUDA context and
+# cuBLAS/cuDNN workspaces (~0.5 GiB) plus captured CUDA graphs (~0.3-0.5 GiB in vLLM for the
+# default 67 batch sizes); NCCL and custom all-reduce buffers add ~0.5 GiB once GPUs talk.
+FIXED_RESERVE_BYTES = 1 * GiB
+PARALLEL_RESERVE_BYTES = GiB // 2
+
+
+@dataclass(frozen=True)
+class MemoryPlan:
+    """Per-GPU memory split. ``kv_pool_bytes`` = memory x gpu_memory_utilization - weights -
+    activation reserve, as vLLM sizes its KV cache; ``num_kv_slots`` tokens fit in it."""
+
+    model: str
+    hardware: str
+    dtype: str
+    weight_dtype: str
+    kv_cache_dtype: str
+    tensor_parallel_size: int
+    pipeline_parallel_size: int
+    gpu_memory_utilization: float
+    memory_bytes: int
+    budget_bytes: float
+    weights_bytes: float
+    activation_reserve_bytes: float
+    kv_pool_bytes: float
+    kv_bytes_per_token: int
+    num_kv_slots: int
+
+    def num_blocks(self, block_size: int) -> int:
+        """Whole KV blocks of ``block_size`` tokens the pool holds."""
+        if block_size < 1:
+            raise ConfigError(f"block_size: must be a positive integer, got {block_size!r}")
+        return self.num_kv_slots // block_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1) -> float:
+    """Weight bytes on the fullest GPU: linear layers, embeddings and LM head are sharded
+    over ``tp`` (Megatron column/row and vocab parallel), norms and biases replicated;
+    pipeline stages take ``ceil(layers / pp)`` layers, the first the embedding, the last the
+    LM head (and the embedding again when tied)."""
+    layers = math.ceil(model.num_layers / pp)
+    per_layer = (model.linear_params_per_layer * prec.weight_bytes / tp
+                 + model.other_params_per_layer * prec.act_bytes)
+    embed = model.embedding_params * prec.act_bytes / tp
+    head_params = model.vocab_size * model.hidden_size if (
+        model.tie_word_embeddings and pp > 1) else model.lm_head_params
+    head = head_params * prec.act_bytes / tp + model.final_norm_params * prec.act_bytes
+    extra = embed + head if pp == 1 else max(embed, head)
+    return layers * per_layer + extra
+
+
+def activation_reserve_bytes(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1,
+                             max_num_batched_tokens: int = 2048, max_num_seqs: int = 256
+                             ) -> float:
+    """Peak memory of the profiling forward pass vLLM runs before sizing the KV cache.
+
+    One layer's live tensors at its peak, for ``max_num_batched_tokens`` rows: the residual
+    stream and the normed hidden state (2h), plus the larger of attention's (q,k,v output and
+    attention output) or the MLP's (gate+up output and activation output) shards. Logits for
+    ``max_num_seqs`` sampled rows in fp32, twice (logits and probabilities). Plus the fixed
+    reserve for CUDA context, workspaces and CUDA graphs (and NCCL buffers when parallel).
+    """
+    t = max_num_batched_tokens
+    attn = (model.qkv_size + model.q_size) / tp
+    mlp = (model.mlp_in_size + model.intermediate_size) / tp
+    layer_peak = t * prec.act_bytes * (2 * model.hidden_size + max(attn, mlp))
+    logits = min(max_num_seqs, t) * model.vocab_size * 4 * 2
+    fixed = FIXED_RESERVE_BYTES + (PARALLEL_RESERVE_BYTES if tp * pp > 1 else 0)
+    return layer_peak + logits + fixed
+
+
+def kv_bytes_per_token(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1) -> int:
+    """K and V of one token, all layers of this GPU's pipeline stage, its KV-head shard."""
+    layers = math.ceil(model.num_layers / pp)
+    return 2 * layers * kv_heads_per_gpu(model, tp) * model.head_dim * prec.kv_bytes
+
+
+def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
+                dtype: str = "float16", gpu_memory_utilization: float = 0.9,
+                tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
+                kv_cache_dtype: str = "auto", weight_dtype: Optional[str] = None,
+                max_num_batched_tokens: int = 2048, max_num_seqs: int = 256) -> MemoryPlan:
+    """Split one GPU's memory into weights, activation reserve and KV pool.
+
+    Raises DoesNotFitError (one line, with the numbers and what would fit) when weights and
+    reserve leave no room for a KV cache.
+    """
+    model, hw = get_model(model), get_hardware(hw)
+    tp, pp = tensor_parallel_size, pipeline_parallel_size
+    check_parallel(model, tp, pp)
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ConfigError(
+            f"gpu_memory_utilization: must be in (0, 1], got {gpu_memory_utilization!r}"
+        )
+    if max_num_batched_tokens < 1:
+        raise ConfigError("max_num_batched_tokens: must be a positive integer")
+    prec = resolve_precision(hw, dtype, weight_dtype, kv_cache_dtype)
+
+    budget = hw.memory_bytes * gpu_memory_utilization
+    weights = weights_bytes_per_gpu(model, prec, tp, pp)
+    reserve = activation_reserve_bytes(model, prec, tp, pp, max_num_batched_tokens,
+                                       max_num_seqs)
+    kv_token = kv_bytes_per_token(model, prec, tp, pp)
+    pool = budget - weights - reserve
+    if pool < kv_token:
+        raise DoesNotFitError(_does_not_fit_message(
+            model, hw, prec, gpu_memory_utilization, tp, pp, weights, reserve, budget,
+            max_num_batched_tokens, max_num_seqs))
+    return MemoryPlan(
+        model=model.name, hardware=hw.name, dtype=prec.dtype, weight_dtype=prec.weight_dtype,
+        kv_cache_dtype=prec.kv_cache_dtype, tensor_parallel_size=tp,
+        pipeline_parallel_size=pp, gpu_memory_utilization=gpu_memory_utilization,
+        memory_bytes=hw.memory_bytes, budget_bytes=budget, weights_bytes=weights,
+        activation_reserve_bytes=reserve, kv_pool_bytes=pool, kv_bytes_per_token=kv_token,
+        num_kv_slots=int(pool // kv_token),
+    )
+
+
+def _does_not_fit_message(model: ModelSpec, hw: HardwareSpec, prec: Precision, util: float,
+                          tp: int, pp: int, weights: float, reserve: float, budget: float,
+                          max_tokens: int, max_seqs: int) -> str:
+    what = prec.dtype if prec.weight_dtype == "auto" else f"{prec.weight_dtype} weights"
+    where = f"{hw.name} x {util:.2f} gives {budget / GB:.1f} GB"
+    if weights >= budget:
+        head = (f"{model.name} in {what} needs {weights / GB:.1f} GB of weights per GPU "
+                f"but {where}")
+    else:
+        head = (f"{model.name} in {what} needs {weights / GB:.1f} GB of weights + "
+                f"{reserve / GB:.1f} GB activation reserve per GPU but {where}, leaving no "
+                f"KV cache")
+    hint = "a quantised dtype (weight_dtype int8, int4 or fp8)"
+    for cand in (2, 4, 8, 16, 32, 64):
+        if cand <= tp or model.num_heads % cand:
+            continue
+        w = weights_bytes_per_gpu(model, prec, cand, pp)
+        r = activation_reserve_bytes(model, prec, cand, pp, max_tokens, max_seqs)
+        if w + r + kv_bytes_per_token(model, prec, cand, pp) <= budget:
+            hint = f"tensor_parallel_size >= {cand} or {hint}"
+            break
+    return f"{head}; use {hint}"

@@ -1,0 +1,28 @@
+"""Step pricing: what a scheduler step costs, behind one interface (``StepPricer``).
+
+Sources, each registered under a kind for ``make_pricer``:
+
+- ``roofline`` (``RooflineCostModel``): datasheet peaks x fitted efficiencies; any GPU, model,
+  dtype and parallelism (``docs/cost_model.md``).
+- ``profile`` (``ProfileCostModel``): a calibration profile, a linear model of step features
+  fitted to a real engine on one machine (``docs/calibration.md``); it records that machine
+  (``machine``) and warns when used on a different one.
+
+The simulator calls ``price`` per step (alias ``step_time``) and ``price_many`` for many.
+No torch here: this is the simulator's light core.
+"""
+
+from sim.pricing.base import (
+    PRICERS, SHAPE_FIELDS, ShapeColumns, StepPricer, make_pricer, register_pricer,
+)
+from sim.pricing.machine import machine_fingerprint, machine_mismatch
+from sim.pricing.profile import ProfileCostModel
+from sim.pricing.profile_file import FORMAT, Profile, ProfileError, load_profile
+from sim.pricing.roofline import A100_EFFICIENCY, BREAKDOWN_KEYS, Efficiency, RooflineCostModel
+
+__all__ = [
+    "A100_EFFICIENCY", "BREAKDOWN_KEYS", "Efficiency", "FORMAT", "PRICERS", "Profile",
+    "ProfileCostModel", "ProfileError", "RooflineCostModel", "SHAPE_FIELDS", "ShapeColumns",
+    "StepPricer", "load_profile", "machine_fingerprint", "machine_mismatch", "make_pricer",
+    "register_pricer",
+]

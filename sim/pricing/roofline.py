@@ -1,0 +1,395 @@
+"""The roofline step pricer: step latency from the hardware and model catalogs alone.
+
+Why a roofline: it needs only public numbers (datasheet peaks, model shapes), so it prices any
+GPU x model x dtype x parallelism a user asks about, and each term is a physical quantity a
+serving engineer can check. What real kernels achieve is a fraction of the peaks; those
+fractions and the fixed latencies are the few constants of ``Efficiency``, fitted once to real
+A100 operator timings (Vidur's profiles; ``benchmarks/cost_model_vs_vidur.py`` refits them
+and prints the error per operator family, ``docs/cost_model.md`` explains every formula).
+
+Every operator costs ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff)) + latency``.
+``price`` is on the simulator's hot path, so ``__init__`` folds everything that depends only
+on the number of GEMM rows into one piecewise-linear function (a breakpoint where each GEMM
+turns from memory- to compute-bound) and a step costs a bisect and a few float ops. The rest
+of a step (attention, LM head, swap, CPU overhead) is written once, in ``_formula``, and
+evaluated on Python floats (``price``) or NumPy arrays (``price_columns``) with the same
+float operations, so both give the same bits.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Optional, Union
+
+import numpy as np
+
+from sim.catalog.dtypes import DTYPE_COMPUTE, resolve_precision
+from sim.catalog.hardware import HardwareSpec, get_hardware
+from sim.catalog.models import ModelSpec, get_model
+from sim.memory_plan import check_parallel, kv_bytes_per_token, kv_heads_per_gpu
+from sim.policies.step import StepShape
+from sim.pricing.base import Max, ShapeColumns, StepPricer, register_pricer
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The fitted constants: fractions of datasheet peaks real kernels reach, and the fixed
+    latencies small kernels and collectives cannot go below.
+
+    Defaults are ``A100_EFFICIENCY`` (fitted by ``benchmarks/cost_model_vs_vidur.py --fit``
+    to Vidur's A100-80GB kernel timings); on other GPUs they are an assumption: the same
+    fractions of that GPU's own peaks (see docs/cost_model.md).
+    """
+
+    gemm_compute: float          # dense GEMM FLOP/s / peak (cuBLAS, large shapes)
+    memory: float                # streaming bytes/s / peak HBM bandwidth: GEMM weights,
+                                 # decode attention KV, residual adds, copies
+    gemm_latency_s: float        # floor of one GEMM kernel: launch, ramp-up, tail wave
+    norm_memory: float           # RMSNorm/LayerNorm (row reductions) bytes/s / peak
+    elementwise_memory: float    # math-heavy pointwise kernels: rope, SiLU*mul, softmax
+    elementwise_latency_s: float # floor of one bandwidth-bound kernel
+    attn_prefill_compute: float  # FlashAttention prefill FLOP/s / peak (causal pairs)
+    attention_latency_s: float   # floor of one attention call (kernel + reshapes)
+    allreduce_bandwidth: float   # NCCL ring bus bandwidth / link bandwidth per direction
+    allreduce_latency_s: float   # fixed cost of one NCCL all-reduce (launch + sync)
+    p2p_bandwidth: float         # NCCL send/recv bytes/s / link bandwidth per direction
+    p2p_latency_s: float         # fixed cost of one NCCL send/recv
+    pcie_efficiency: float       # host<->device copy bytes/s / PCIe per direction
+    cpu_step_s: float            # engine CPU time per step: schedule, prepare, sample
+    cpu_per_seq_s: float         # ... plus this per sequence in the batch
+
+
+# Fitted to Vidur's A100 profiles (see benchmarks/cost_model_vs_vidur.py --fit, rounded).
+# PCIe: Azure's ND A100 v4 benchmark measures 26.3 GB/s host-to-device on Gen4 x16 (0.82).
+# CPU: Vidur's cpu_overheads.csv for vLLM on A100 with Llama-2-7B, TP1 (schedule + prepare
+# inputs + sampler): ~1.0 ms per step + ~0.04 ms per sequence; output processing, which
+# newer engines overlap with the GPU, is left out.
+A100_EFFICIENCY = Efficiency(
+    gemm_compute=0.70,
+    memory=0.76,
+    gemm_latency_s=8.5e-6,
+    norm_memory=0.38,
+    elementwise_memory=0.48,
+    elementwise_latency_s=2.0e-6,
+    attn_prefill_compute=0.26,
+    attention_latency_s=16e-6,
+    allreduce_bandwidth=0.56,
+    allreduce_latency_s=47e-6,
+    p2p_bandwidth=0.96,
+    p2p_latency_s=14e-6,
+    pcie_efficiency=0.82,
+    cpu_step_s=1.0e-3,
+    cpu_per_seq_s=0.04e-3,
+)
+
+BREAKDOWN_KEYS: tuple[str, ...] = (
+    "qkv_proj", "attn_prefill", "attn_decode", "o_proj", "mlp", "norms_elementwise",
+    "lm_head", "tp_allreduce", "pp_send_recv", "swap", "overhead",
+)
+
+LAYER_GEMMS: tuple[str, ...] = ("qkv_proj", "o_proj", "mlp_up", "mlp_down")
+LAYER_ELEMENTWISE: tuple[str, ...] = (
+    "input_norm", "post_attn_norm", "rope", "residual_add", "mlp_act", "kv_cache_write",
+)
+
+
+@dataclass(frozen=True)
+class _Gemm:
+    """One GEMM on one GPU: seconds per row of compute, fixed weight-read seconds, seconds
+    per row of activation traffic."""
+
+    compute_per_row: float
+    weight_s: float
+    memory_per_row: float
+
+    def time(self, rows: float, latency: float) -> float:
+        if rows <= 0:
+            return 0.0
+        return max(self.compute_per_row * rows,
+                   self.weight_s + self.memory_per_row * rows) + latency
+
+    @property
+    def breakpoint(self) -> float:
+        """Rows at which the GEMM turns compute-bound."""
+        slope = self.compute_per_row - self.memory_per_row
+        return self.weight_s / slope if slope > 0 else math.inf
+
+
+@register_pricer
+class RooflineCostModel(StepPricer):
+    """Step time of one replica (``tensor_parallel_size x pipeline_parallel_size`` GPUs).
+
+    A step is the latency of one batch through all layers: with one batch in flight a
+    pipeline's stages run one after another, so pipeline parallelism adds send/recv time and
+    leaves ``(pp - 1) / pp`` of each GPU idle (the bubble) rather than speeding a step up.
+    """
+
+    kind = "roofline"
+
+    def __init__(self, model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
+                 dtype: str = "float16", tensor_parallel_size: int = 1,
+                 pipeline_parallel_size: int = 1, kv_cache_dtype: str = "auto",
+                 weight_dtype: Optional[str] = None,
+                 efficiency: Efficiency = A100_EFFICIENCY) -> None:
+        self.model = m = get_model(model)
+        self.hardware = h = get_hardware(hw)
+        self.tensor_parallel_size = tp = tensor_parallel_size
+        self.pipeline_parallel_size = pp = pipeline_parallel_size
+        check_parallel(m, tp, pp)
+        self.precision = p = resolve_precision(h, dtype, weight_dtype, kv_cache_dtype)
+        self.efficiency = e = efficiency
+
+        ab, hd = p.act_bytes, m.hidden_size
+        peak = h.flops(p.compute) * e.gemm_compute
+        bw = h.memory_bandwidth
+        gemm_bw = bw * e.memory
+        q = m.q_size // tp
+        kv = kv_heads_per_gpu(m, tp) * m.head_dim
+        ffn = m.intermediate_size / tp
+
+        def gemm(k: float, n: float, wbytes: float) -> _Gemm:
+            return _Gemm(2 * k * n / peak, k * n * wbytes / gemm_bw, (k + n) * ab / gemm_bw)
+
+        wb = p.weight_bytes
+        self._gemms = {
+            "qkv_proj": gemm(hd, q + 2 * kv, wb),
+            "o_proj": gemm(q, hd, wb),
+            "mlp_up": gemm(hd, m.mlp_in_size / tp, wb),
+            "mlp_down": gemm(ffn, hd, wb),
+        }
+        # LM head: 16-bit weights, 16-bit compute, vocab-parallel over tp.
+        head_peak = h.flops(DTYPE_COMPUTE[p.dtype]) * e.gemm_compute
+        vocab = m.vocab_size / tp
+        self._lm_head = _Gemm(2 * hd * vocab / head_peak, hd * vocab * ab / gemm_bw,
+                              (hd + vocab) * ab / gemm_bw)
+        # Sampling reads fp32 logits of the full vocabulary and writes probabilities.
+        self._sample_per_row = m.vocab_size * 4 * 2 / (bw * e.elementwise_memory)
+        self._head_latency = e.gemm_latency_s + e.elementwise_latency_s
+
+        # Bytes per row of the bandwidth-bound per-layer kernels.
+        norm_bw, ew_bw = bw * e.norm_memory, bw * e.elementwise_memory
+        self._elementwise = {
+            "input_norm": 2 * hd * ab / norm_bw,
+            "post_attn_norm": 2 * hd * ab / norm_bw,
+            "rope": (2 * (q + kv) * ab / ew_bw) if m.learned_position_rows == 0 else None,
+            "residual_add": 3 * hd * ab / gemm_bw,  # two per layer
+            "mlp_act": (m.mlp_in_size / tp + ffn) * ab / ew_bw,
+            "kv_cache_write": 2 * kv * (ab + p.kv_bytes) / gemm_bw,
+        }
+        self._embed_per_row = 2 * hd * ab / gemm_bw      # gather + write, once per step
+        self._final_norm_per_row = 2 * hd * ab / norm_bw  # once per step
+
+        # Attention, per layer on this GPU.
+        attn_peak = h.flops(DTYPE_COMPUTE[p.dtype]) * e.attn_prefill_compute
+        self._prefill_per_work = 4 * m.head_dim * (m.num_heads // tp) / attn_peak
+        self._prefill_mem_per_token = (2 * q * ab + 2 * kv * p.kv_bytes) / gemm_bw
+        self._prefill_mem_per_ctx = 2 * kv * p.kv_bytes / gemm_bw
+        # Decode attention streams K and V of every context token once (bandwidth-bound).
+        self._decode_per_ctx = 2 * kv * p.kv_bytes / gemm_bw
+        self._decode_per_query = 2 * q * ab / gemm_bw
+        self._decode_flops_per_ctx = 4 * m.head_dim * (m.num_heads // tp) / attn_peak
+
+        # Collectives. A group that does not fit in one node talks over the network.
+        tp_link = h.interconnect_bandwidth if tp <= h.gpus_per_node else h.network_bandwidth
+        pp_link = (h.interconnect_bandwidth if tp * pp <= h.gpus_per_node
+                   else h.network_bandwidth)
+        self._ar_fixed = e.allreduce_latency_s if tp > 1 else 0.0
+        self._ar_per_byte = (2 * (tp - 1) / tp / (tp_link * e.allreduce_bandwidth)
+                             if tp > 1 else 0.0)
+        self._p2p_per_byte = 1 / (pp_link * e.p2p_bandwidth)
+        self._swap_per_token = (kv_bytes_per_token(m, p, tp, pp)
+                                / (h.pcie_bandwidth * e.pcie_efficiency))
+
+        self._build_row_function()
+
+    # -- per-operator primitives (per layer, per GPU, seconds) ------------------------------
+    def gemm_time(self, op: str, num_tokens: float) -> float:
+        """One layer's ``qkv_proj``, ``o_proj``, ``mlp_up`` or ``mlp_down`` on ``num_tokens``
+        rows."""
+        return self._gemms[op].time(num_tokens, self.efficiency.gemm_latency_s)
+
+    def elementwise_time(self, op: str, num_tokens: float) -> float:
+        """One call of a bandwidth-bound layer kernel (``LAYER_ELEMENTWISE``)."""
+        per_row = self._elementwise[op]
+        if per_row is None or num_tokens <= 0:
+            return 0.0
+        return per_row * num_tokens + self.efficiency.elementwise_latency_s
+
+    # The terms below take ``mx`` (a max) so that ``_formula`` evaluates them on Python floats
+    # (``max``) and on NumPy arrays (``np.maximum``) with the same float operations; a
+    # condition is a 0/1 factor (``x * True == x``, ``x * False == 0.0``), never a branch.
+    def attn_prefill_time(self, num_tokens: Any, attention_work: Any, context_tokens: Any = 0,
+                          mx: Max = max) -> Any:
+        """One layer's prefill attention over query-key pairs ``attention_work`` (causal
+        pairs, ``StepShape.prefill_attention_work``) reading ``context_tokens`` cached KV."""
+        mem = (self._prefill_mem_per_token * num_tokens
+               + self._prefill_mem_per_ctx * context_tokens)
+        flops = self._prefill_per_work * attention_work
+        return (num_tokens > 0) * (mx(flops, mem) + self.efficiency.attention_latency_s)
+
+    def attn_decode_time(self, num_seqs: Any, context_tokens: Any, num_spec_tokens: Any = 0,
+                         mx: Max = max) -> Any:
+        """One layer's decode attention: streams ``context_tokens`` of KV (summed over
+        sequences) once; each of the 1 + k query tokens per sequence does the FLOPs."""
+        queries = num_seqs + num_spec_tokens
+        mem = self._decode_per_ctx * context_tokens + self._decode_per_query * queries
+        flops = self._decode_flops_per_ctx * context_tokens * queries / mx(num_seqs, 1)
+        return (num_seqs > 0) * (mx(mem, flops) + self.efficiency.attention_latency_s)
+
+    def lm_head_time(self, num_logits: Any, mx: Max = max) -> Any:
+        """The LM head GEMM (vocab-parallel, 16-bit) and sampling over the full vocabulary for
+        ``num_logits`` rows (one per sequence that samples, plus verified draft tokens)."""
+        g = self._lm_head
+        gemm = mx(g.compute_per_row * num_logits, g.weight_s + g.memory_per_row * num_logits)
+        return (num_logits > 0) * (gemm + self._sample_per_row * num_logits + self._head_latency)
+
+    def swap_time(self, num_swap_tokens: Any) -> Any:
+        """KV of ``num_swap_tokens`` tokens over the host link (one copy kernel)."""
+        return (num_swap_tokens > 0) * (self._swap_per_token * num_swap_tokens
+                                        + self.efficiency.elementwise_latency_s)
+
+    def allreduce_time(self, nbytes: float) -> float:
+        """One ring all-reduce over the tensor-parallel group."""
+        if self.tensor_parallel_size == 1 or nbytes <= 0:
+            return 0.0
+        return self._ar_fixed + self._ar_per_byte * nbytes
+
+    def send_recv_time(self, nbytes: float) -> float:
+        """One point-to-point transfer between pipeline stages."""
+        if nbytes <= 0:
+            return 0.0
+        return self.efficiency.p2p_latency_s + self._p2p_per_byte * nbytes
+
+    def overhead_time(self, batch_size: int) -> float:
+        e = self.efficiency
+        return e.cpu_step_s + e.cpu_per_seq_s * batch_size
+
+    # -- the fast path --------------------------------------------------------------------
+    def _build_row_function(self) -> None:
+        """Fold every cost that depends only on the GEMM rows T into ``A[k] + B[k] * T``
+        on segments split at the GEMMs' memory->compute breakpoints."""
+        m, e = self.model, self.efficiency
+        layers, tp, pp = m.num_layers, self.tensor_parallel_size, self.pipeline_parallel_size
+        act_bytes = self.precision.act_bytes
+        ew_lat = e.elementwise_latency_s
+
+        # Linear part: a + b * T.
+        ew = [v for v in self._elementwise.values() if v is not None]
+        n_ew_kernels = len(ew) + 1  # residual_add runs twice
+        b = layers * (sum(ew) + self._elementwise["residual_add"])
+        a = layers * n_ew_kernels * ew_lat
+        b += self._embed_per_row + self._final_norm_per_row
+        a += 2 * ew_lat
+        if tp > 1:
+            row_bytes = m.hidden_size * act_bytes
+            a += 2 * layers * self._ar_fixed
+            b += 2 * layers * self._ar_per_byte * row_bytes
+        if pp > 1:
+            # Hidden state and residual cross each stage boundary.
+            row_bytes = m.hidden_size * act_bytes
+            a += (pp - 1) * 2 * e.p2p_latency_s
+            b += (pp - 1) * 2 * self._p2p_per_byte * row_bytes
+        a += layers * len(self._gemms) * e.gemm_latency_s
+
+        gemms = sorted(self._gemms.values(), key=lambda g: g.breakpoint)
+        # Below every breakpoint all GEMMs stream weights.
+        a_k = a + layers * sum(g.weight_s for g in gemms)
+        b_k = b + layers * sum(g.memory_per_row for g in gemms)
+        breaks, A, B = [], [a_k], [b_k]
+        for g in gemms:
+            if math.isinf(g.breakpoint):
+                continue
+            a_k -= layers * g.weight_s
+            b_k += layers * (g.compute_per_row - g.memory_per_row)
+            breaks.append(g.breakpoint)
+            A.append(a_k)
+            B.append(b_k)
+        self._breaks, self._A, self._B = breaks, A, B
+        self._np_breaks, self._np_A, self._np_B = np.array(breaks), np.array(A), np.array(B)
+
+    def _rows_time(self, rows: Any) -> float:
+        """Everything that depends only on the GEMM rows (a Python number); 0 for no rows."""
+        k = bisect_right(self._breaks, rows)
+        return (rows > 0) * (self._A[k] + self._B[k] * rows)
+
+    def _rows_time_array(self, rows: np.ndarray) -> np.ndarray:
+        """``_rows_time`` of an array of row counts, with the same float operations."""
+        k = np.searchsorted(self._np_breaks, rows, side="right")
+        return (rows > 0) * (self._np_A[k] + self._np_B[k] * rows)
+
+    # -- the step price, written once -----------------------------------------------------
+    def _formula(self, s: Any, rows_time: Callable[[Any], Any], mx: Max,
+                 parts: Optional[dict] = None) -> Any:
+        """Seconds of the step(s) ``s``: a ``StepShape`` (with ``rows_time=self._rows_time``,
+        ``mx=max``) or a ``ShapeColumns`` (``self._rows_time_array``, ``np.maximum``). The sum
+        runs in one fixed order; terms that do not apply add an exact 0.0. ``parts``, when
+        given, receives the attention, LM head and swap terms (for ``breakdown``)."""
+        e = self.efficiency
+        layers = self.model.num_layers
+        prefill_tokens, decode, spec = s.num_prefill_tokens, s.num_decode_seqs, s.num_spec_tokens
+        rows = prefill_tokens + decode + spec + s.num_padding_tokens
+        prefill = layers * self.attn_prefill_time(prefill_tokens, s.prefill_attention_work,
+                                                  s.prefill_context_tokens, mx)
+        attn_decode = layers * self.attn_decode_time(decode, s.decode_context_tokens, spec, mx)
+        head = (rows > 0) * self.lm_head_time(s.num_prefill_seqs + decode + spec, mx)
+        swap = self.swap_time(s.num_swap_tokens)
+        if parts is not None:
+            parts.update(attn_prefill=prefill, attn_decode=attn_decode, lm_head=head, swap=swap)
+        busy = (rows > 0) | (s.num_swap_tokens > 0)
+        return busy * (rows_time(rows) + prefill + attn_decode + head + swap
+                       + e.cpu_step_s + e.cpu_per_seq_s * (s.num_prefill_seqs + decode))
+
+    def price(self, shape: StepShape) -> float:
+        """Seconds for one step of ``shape``, CPU overhead included (0 for an empty step)."""
+        return self._formula(shape, self._rows_time, max)
+
+    step_time = price
+
+    def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
+        """Vectorised ``price`` (see ``StepPricer.price_columns``); bit-identical to it."""
+        return self._formula(ShapeColumns(columns, "step_times"), self._rows_time_array,
+                             np.maximum)
+
+    # -- explanation ------------------------------------------------------------------------
+    def breakdown(self, shape: StepShape) -> dict[str, float]:
+        """Seconds per operator family (``BREAKDOWN_KEYS``); sums to ``price(shape)`` up to
+        rounding (the GEMM-row terms are split per family here, folded in ``price``)."""
+        s, m, e = shape, self.model, self.efficiency
+        L = m.num_layers
+        rows = s.num_tokens
+        out = dict.fromkeys(BREAKDOWN_KEYS, 0.0)
+        if s.is_empty:
+            return out
+        parts: dict = {}
+        self._formula(s, self._rows_time, max, parts)
+        out.update(parts)
+        if rows > 0:
+            out["qkv_proj"] = L * self.gemm_time("qkv_proj", rows)
+            out["o_proj"] = L * self.gemm_time("o_proj", rows)
+            out["mlp"] = L * (self.gemm_time("mlp_up", rows) + self.gemm_time("mlp_down", rows)
+                              + self.elementwise_time("mlp_act", rows))
+            ew = sum(self.elementwise_time(op, rows) for op in LAYER_ELEMENTWISE
+                     if op != "mlp_act") + self.elementwise_time("residual_add", rows)
+            out["norms_elementwise"] = (L * ew + self._embed_per_row * rows
+                                        + self._final_norm_per_row * rows
+                                        + 2 * e.elementwise_latency_s)
+            row_bytes = m.hidden_size * self.precision.act_bytes * rows
+            out["tp_allreduce"] = 2 * L * self.allreduce_time(row_bytes)
+            out["pp_send_recv"] = (self.pipeline_parallel_size - 1) * 2 * self.send_recv_time(
+                row_bytes)
+        out["overhead"] = self.overhead_time(s.batch_size)
+        return out
+
+    def describe(self) -> str:
+        p = self.precision
+        return (f"roofline ({self.model.name} on {self.hardware.name}, {p.dtype}, "
+                f"weights {p.weight_dtype}, kv {p.kv_cache_dtype}, "
+                f"tp={self.tensor_parallel_size}, pp={self.pipeline_parallel_size})")
+
+    def __repr__(self) -> str:
+        p = self.precision
+        return (f"RooflineCostModel({self.model.name}, {self.hardware.name}, {p.dtype}, "
+                f"weights={p.weight_dtype}, kv={p.kv_cache_dtype}, "
+                f"tp={self.tensor_parallel_size}, pp={self.pipeline_parallel_size})")
