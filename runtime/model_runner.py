@@ -1,9 +1,11 @@
 """Turn a scheduler's ``StepPlan`` into one packed forward pass and the logits to sample from.
 
 The plan says, per request, which token positions to compute
-(``[num_computed_tokens, num_computed_tokens + num_new_tokens)``); the allocator already holds
-the blocks for them. This module only translates that into tensors: token ids, positions, the
-KV slot of every new token, block tables and sequence lengths. It decides nothing.
+(``[num_computed_tokens, num_computed_tokens + num_new_tokens)``) and in which KV blocks they
+live (``ScheduledRequest.block_table``, filled by a scheduler made with
+``emit_block_tables=True``), so the runner never holds the allocator. This module only
+translates the plan into tensors: token ids, positions, the KV slot of every new token, block
+tables and sequence lengths. It decides nothing.
 """
 
 from __future__ import annotations
@@ -18,7 +20,6 @@ from runtime.attention import AttentionMetadata, resolve_backend
 from runtime.kv_cache import KVCache
 from runtime.model import LlamaForCausalLM
 from sim.policies import ScheduledRequest, StepPlan
-from sim.policies.kv.base import KVAllocator
 
 
 @dataclass
@@ -40,12 +41,11 @@ def _block_table_tensor(tables: list[list[int]], device: torch.device) -> torch.
 
 
 class ModelRunner:
-    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, allocator: KVAllocator,
-                 device: torch.device, attention_backend: str = "auto") -> None:
+    def __init__(self, model: LlamaForCausalLM, kv_cache: KVCache, device: torch.device,
+                 attention_backend: str = "auto") -> None:
         self.model = model
         self.kv_cache = kv_cache
         self.kv_layers = kv_cache.layers()
-        self.allocator = allocator
         self.device = device
         self.block_size = kv_cache.block_size
         self.attention_backend = resolve_backend(device, attention_backend)
@@ -78,7 +78,10 @@ class ModelRunner:
             start = req.num_computed_tokens
             q_len = s.num_new_tokens + s.num_spec_tokens
             end = start + q_len
-            table = self.allocator.block_table(req)
+            table = s.block_table
+            if table is None:
+                raise RuntimeError(f"request {req.request_id}: the plan carries no block table "
+                                   f"(make the scheduler with emit_block_tables=True)")
             if len(table) * bs < end:
                 raise RuntimeError(
                     f"request {req.request_id}: {len(table)} blocks of {bs} cannot hold {end} tokens "

@@ -1,6 +1,7 @@
 """A minimal executor for policy tests: runs a scheduler to completion on fake tokens while a
 shadow KV cache records which token id sits in every physical slot, exactly as the runtime's
-``write_kv_cache`` would. Lets tests check that prefix-cache hits hold the right tokens."""
+``write_kv_cache`` would. Like the runtime's model runner it addresses KV only through the
+block tables the plan carries. Lets tests check that prefix-cache hits hold the right tokens."""
 
 from __future__ import annotations
 
@@ -30,6 +31,8 @@ class ShadowDriver:
         self.host: dict[str, list] = {}  # swapped-out request -> its tokens' contents
         self.steps = 0
         self.now = 0.0
+        if self._tracks_tokens:
+            scheduler.emit_block_tables = True  # as the runtime builds its scheduler
 
     @property
     def _tracks_tokens(self) -> bool:
@@ -41,7 +44,7 @@ class ShadowDriver:
         bs = self.alloc.block_size
         for s in plan.scheduled:
             req = s.request
-            table = self.alloc.block_table(req)
+            table = s.block_table
             tokens = req.all_token_ids()
             start = req.num_computed_tokens
             span = range(start) if computed else range(start, start + s.num_new_tokens)
@@ -82,6 +85,8 @@ class ShadowDriver:
             assert s.request.state is RequestState.RUNNING, s.request
             assert self.alloc.num_held_slots(s.request) >= s.request.num_computed_tokens + s.num_new_tokens
         if self._tracks_tokens:
+            for s in plan.scheduled:  # the plan's snapshot is the allocator's table, whole
+                assert s.block_table == self.alloc.block_table(s.request), s.request
             self._swap(plan)
         self._check_hits(plan)
         self._write(plan)

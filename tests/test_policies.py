@@ -340,3 +340,77 @@ def test_stop_on_the_last_allowed_token_is_reported_as_stop():
     plan = sched.schedule(1.0)
     done = sched.update(plan, StepResult(sampled_token_ids={"r": [0]}, stopped={"r"}), 2.0)
     assert done == [r] and r.finish_reason == "stop" and r.output_token_ids == [5, 0]
+
+
+# --- the allocator interface: declared once, implemented by every allocator ----------------
+
+def _allocators():
+    """One of every allocator kind and capability: paged plain / with prefix cache and swap
+    space, and contiguous under each reservation policy."""
+    return [
+        PagedAllocator(256, block_size=4),
+        PagedAllocator(256, block_size=4, prefix_caching=True, swap_slots=128),
+        *(ContiguousAllocator(256, reserve=r, max_model_len=64) for r in ("max", "pow2", "oracle")),
+    ]
+
+
+def test_every_allocator_implements_every_declared_method():
+    """What a scheduler may ask of an allocator is declared on ``KVAllocator`` (with defaults for
+    capabilities it lacks) and nothing is left abstract in any implementation."""
+    from sim.policies.kv import KVAllocator
+
+    declared = [n for n in vars(KVAllocator) if not n.startswith("_")]
+    for name in ("record_prefix_query", "can_swap_out", "swap_out", "can_swap_in", "swap_in",
+                 "block_table", "caches_prefixes", "num_prefix_queries", "num_prefix_hits"):
+        assert name in declared
+        assert (getattr(KVAllocator, name).__doc__ or "").strip() or name.startswith("num_"), name
+    for alloc in _allocators():
+        assert not type(alloc).__abstractmethods__
+        for name in declared:
+            assert hasattr(alloc, name), (type(alloc).__name__, name)
+
+
+@pytest.mark.parametrize("index", range(5))
+def test_every_allocator_honours_the_declared_contract(index):
+    from sim.policies.kv import PrefixHit
+
+    alloc = _allocators()[index]
+    bs = alloc.block_size
+    req = Request("r", 0.0, 10, 5, prompt_token_ids=list(range(1, 11)))
+    hit = alloc.lookup_prefix(req)
+    assert isinstance(hit, PrefixHit) and hit.num_tokens == 0
+    assert alloc.allocate(req, 10, hit)
+    alloc.record_prefix_query(req, hit)
+    assert alloc.num_prefix_hits <= alloc.num_prefix_queries
+    assert alloc.num_prefix_queries == (10 if isinstance(alloc, PagedAllocator) else 0)
+    table = alloc.block_table(req)
+    slots = [table[p // bs] * bs + p % bs for p in range(10)]
+    assert len(set(slots)) == 10 and all(0 <= s < alloc.num_slots for s in slots)
+    req.num_computed_tokens = 10
+    alloc.cache_full_blocks(req)
+    if alloc.can_swap_out(req):
+        assert alloc.swap_out(req) == 10 and not alloc.holds(req)
+        assert alloc.can_swap_in(req, 1)
+        assert alloc.swap_in(req) == 10 and alloc.holds(req)
+    else:  # asked anyway (a scheduler never does): an invariant failure, not a silent no-op
+        with pytest.raises(RuntimeError, match="swap space"):
+            alloc.swap_out(req)
+    alloc.free(req)
+    assert alloc.num_free_slots == alloc.num_slots and alloc.block_table(req) == []
+    alloc.check_invariants()
+
+
+def test_schedulers_call_the_allocator_interface_without_probing():
+    """No ``getattr``/``hasattr`` on an allocator in the shared policies: a missing capability
+    is a declared default, not an absent attribute."""
+    import ast
+    from pathlib import Path
+
+    import sim.policies
+
+    root = Path(sim.policies.__file__).parent
+    for path in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in ("getattr", "hasattr"):
+                raise AssertionError(f"{path.name}:{node.lineno}: {ast.unparse(node)}")

@@ -10,6 +10,10 @@ from __future__ import annotations
 import random
 from typing import Optional, Sequence
 
+#: How acceptance is modelled (config key ``speculative.acceptance``): an i.i.d. constant rate,
+#: or a per-position table.
+ACCEPTANCE_MODES: tuple[str, ...] = ("constant", "table")
+
 
 def expected_tokens_per_step(alpha: float, k: int) -> float:
     """Mean tokens emitted by one verification step (accepted drafts + the bonus token)."""

@@ -69,12 +69,21 @@ class StepShape:
 class ScheduledRequest:
     """One request's share of a step: compute ``num_new_tokens`` tokens starting at
     ``request.num_computed_tokens`` (KV slots are already allocated), plus
-    ``num_spec_tokens`` draft tokens to verify."""
+    ``num_spec_tokens`` draft tokens to verify.
+
+    ``block_table`` is where its KV lives this step: physical block ids in token order,
+    covering every position it computes (token ``p`` sits in slot
+    ``block_table[p // block_size] * block_size + p % block_size``), as vLLM v1's
+    ``SchedulerOutput`` carries ``block_ids`` and nano-vllm's ``Sequence`` its ``block_table``.
+    A scheduler fills it only when made with ``emit_block_tables=True`` (the runtime); it is
+    None in the simulator, which never addresses KV memory.
+    """
 
     request: Request
     num_new_tokens: int
     num_spec_tokens: int = 0
     is_prefill: bool = False
+    block_table: Optional[list[int]] = None
 
     @property
     def context_before(self) -> int:

@@ -217,3 +217,31 @@ def test_prompt_forms(gqa, engine):
     assert [o.token_ids for o in llm.generate([prompt, prompt], GREEDY)] == [ref, ref]
     with pytest.raises(KvplanError, match="not both"):
         llm.generate([prompt], GREEDY, prompt_token_ids=[prompt])
+
+
+def test_model_runner_reads_block_tables_from_the_plan(engine):
+    """The plan carries every scheduled request's block table (as vLLM's scheduler output
+    carries block ids); the model runner holds no allocator and addresses KV only through them."""
+    from sim.policies import Request, ScheduledRequest, StepPlan
+
+    eng = engine(max_num_batched_tokens=8)
+    assert not hasattr(eng.runner, "allocator") and eng.scheduler.emit_block_tables
+    seen = []
+    schedule = eng.scheduler.schedule
+
+    def checked(now):
+        plan = schedule(now)
+        for s in plan.scheduled:  # a snapshot equal to the allocator's table at planning time
+            assert s.block_table == eng.allocator.block_table(s.request)
+            seen.append(s.request.request_id)
+        return plan
+
+    eng.scheduler.schedule = checked
+    LLM.from_engine(eng).generate(prompt_token_ids=[_prompt(n, 50 + n) for n in (3, 13)], sampling_params=GREEDY)
+    assert seen
+    # Whatever blocks the plan names are the ones written: no allocator is consulted.
+    req = Request("x", 0.0, 6, 1, prompt_token_ids=_prompt(6, 60))
+    plan = StepPlan(scheduled=[ScheduledRequest(req, 6, 0, is_prefill=True, block_table=[5, 2])])
+    assert eng.runner.prepare(plan).meta.slot_mapping.tolist() == [20, 21, 22, 23, 8, 9]
+    with pytest.raises(RuntimeError, match="no block table"):
+        eng.runner.prepare(StepPlan(scheduled=[ScheduledRequest(req, 6, 0, is_prefill=True)]))

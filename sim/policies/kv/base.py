@@ -63,19 +63,31 @@ class PrefixHit:
 class KVAllocator(ABC):
     """Allocates KV slots to requests. Every method is O(blocks touched), never O(pool).
 
+    This class is the whole interface between a scheduler and its memory manager (like vLLM
+    v1's ``KVCacheManager``): a scheduler calls only what is declared here, never probes an
+    allocator for optional methods. Capabilities an allocator lacks (prefix cache, host swap
+    space) have declared no-op or "cannot" defaults, so a scheduler asks, gets "no", and falls
+    back (recompute instead of swap, no cached prefix).
+
     Protocol used by schedulers:
       hit = alloc.lookup_prefix(req)            # only when req.num_computed_tokens == 0
       ok = alloc.allocate(req, n_new, hit)      # slots for computed + cached + n_new tokens
+      alloc.record_prefix_query(req, hit)       # on a request's first admission
       ... step runs, req.num_computed_tokens advances ...
       alloc.cache_full_blocks(req)              # publish newly full blocks to the prefix cache
       alloc.free(req)                           # on finish, abort or recompute-preemption
+      alloc.can_swap_out(req) -> alloc.swap_out(req)          # swap preemption
+      alloc.can_swap_in(req, n) -> alloc.swap_in(req)         # bringing it back
     ``allocate`` either succeeds or changes nothing.
     """
 
     #: Slot granularity: the block size for paged, 1 for contiguous.
     block_size: int = 1
-    #: True when memory is reserved up front for the whole request (no growth, no preemption).
-    reserves_upfront: bool = False
+    #: Prompt tokens looked up in the prefix cache at first admissions (``record_prefix_query``);
+    #: stays 0 without a prefix cache. Feeds ``summary.json``'s prefix-cache hit rate.
+    num_prefix_queries: int = 0
+    #: Of ``num_prefix_queries``, the tokens served from the cache.
+    num_prefix_hits: int = 0
 
     @property
     @abstractmethod
@@ -99,19 +111,103 @@ class KVAllocator(ABC):
 
     @abstractmethod
     def free(self, req: Request) -> None:
-        """Release everything ``req`` holds (cached blocks stay cached, evictable)."""
+        """Release everything ``req`` holds, device slots and any host (swap) copy; cached
+        blocks stay cached, evictable."""
+
+    # --- prefix cache (no-ops without one) --------------------------------------------------
+    @property
+    def caches_prefixes(self) -> bool:
+        """Whether ``cache_full_blocks`` can publish anything (a prefix cache is on). Lets a
+        caller skip per-block publishing work entirely when it cannot matter."""
+        return False
 
     def lookup_prefix(self, req: Request) -> PrefixHit:
         """Longest cached prefix of ``req`` in full blocks, always leaving its last prompt
         token to be computed. Allocators without a prefix cache return an empty hit."""
         return PrefixHit()
 
+    def record_prefix_query(self, req: Request, hit: PrefixHit) -> None:
+        """Count a request's first admission in the prefix-cache hit-rate statistic.
+
+        Args:
+            req: the request being admitted for the first time (``req.prompt_len`` tokens
+                were looked up).
+            hit: what ``lookup_prefix`` found for it (``hit.num_tokens`` served from cache).
+
+        Returns:
+            None. Adds to ``num_prefix_queries`` / ``num_prefix_hits``; a no-op without a
+            prefix cache.
+        """
+
     def cache_full_blocks(self, req: Request) -> None:
         """Publish ``req``'s newly completed full blocks to the prefix cache (no-op without)."""
 
+    # --- swap space (host memory; "cannot" without one) ---------------------------------------
+    def can_swap_out(self, req: Request) -> bool:
+        """Whether ``req``'s device KV fits in the free host swap space now.
+
+        Args:
+            req: a running request the scheduler wants to preempt by swapping.
+
+        Returns:
+            True if ``swap_out(req)`` would succeed; always False without swap space, so the
+            scheduler preempts by recompute instead.
+        """
+        return False
+
+    def swap_out(self, req: Request) -> int:
+        """Move ``req``'s KV to host memory, freeing its device slots.
+
+        Args:
+            req: a request for which ``can_swap_out`` just returned True.
+
+        Returns:
+            The number of tokens whose KV was copied (what crosses PCIe).
+
+        Raises:
+            RuntimeError: without swap space (a scheduler must ask ``can_swap_out`` first).
+        """
+        raise RuntimeError(f"{type(self).__name__} has no swap space")
+
+    def can_swap_in(self, req: Request, num_new_tokens: int = 1) -> bool:
+        """Whether swapped-out ``req`` can come back now and compute ``num_new_tokens`` more.
+
+        Args:
+            req: a request previously passed to ``swap_out``.
+            num_new_tokens: tokens it will compute in the step that brings it back.
+
+        Returns:
+            True if device memory holds its KV plus the new tokens; False without swap space.
+        """
+        return False
+
+    def swap_in(self, req: Request) -> int:
+        """Bring ``req``'s KV back from host memory into fresh device slots.
+
+        Args:
+            req: a swapped-out request for which ``can_swap_in`` just returned True.
+
+        Returns:
+            The number of tokens whose KV was copied back.
+
+        Raises:
+            RuntimeError: without swap space (nothing can have been swapped out).
+        """
+        raise RuntimeError(f"{type(self).__name__} has no swap space")
+
+    # --- placement ------------------------------------------------------------------------------
+    @abstractmethod
     def block_table(self, req: Request) -> list[int]:
-        """Physical block ids of ``req`` in order (paged allocators only)."""
-        raise NotImplementedError(f"{type(self).__name__} has no block table")
+        """Physical block ids ``req`` holds, in token order: token ``p`` lives in slot
+        ``table[p // block_size] * block_size + p % block_size``. An executor that reads KV by
+        address (the runtime) gets these through ``ScheduledRequest.block_table``.
+
+        Args:
+            req: any request (one holding nothing has an empty table).
+
+        Returns:
+            The live list of block ids (callers must not mutate it; copy to keep).
+        """
 
     def holds(self, req: Request) -> bool:
         """Whether ``req`` currently holds device slots."""
@@ -121,22 +217,28 @@ class KVAllocator(ABC):
     def num_held_slots(self, req: Request) -> int:
         """Device slots currently held by ``req``."""
 
-    def min_slots_for(self, req: Request) -> int:
-        """Slots the request would need to be admitted now (for external fragmentation)."""
-        return self.slots_for_tokens(req.num_tokens)
-
     def min_slots_for_final(self, req: Request) -> int:
         """Slots ``req`` holds at its last step; a request needing more than the pool can
         never finish and is rejected up front."""
         return self.slots_for_tokens(req.final_kv_len)
 
     def slots_for_tokens(self, num_tokens: int) -> int:
+        """Slots that hold ``num_tokens`` tokens (rounded up to whole blocks)."""
         b = self.block_size
         return -(-num_tokens // b) * b
 
     def growth_slots(self, req: Request, num_tokens: int) -> int:
-        """Free slots ``req`` must newly take to hold ``num_tokens`` tokens (0 if it already
-        can). Used to see how many pure-decode steps fit before memory runs out."""
+        """Free slots ``req`` must newly take to hold ``num_tokens`` tokens.
+
+        Args:
+            req: a request (holding slots or not).
+            num_tokens: the KV length it would grow to.
+
+        Returns:
+            0 if its current holding suffices; more than ``num_slots`` if it can never grow
+            that far (a contiguous reservation). Admission watermarks and the simulator's
+            bulk-decode window use it to see how far memory goes.
+        """
         return max(0, self.slots_for_tokens(num_tokens) - self.num_held_slots(req))
 
     @abstractmethod

@@ -29,7 +29,6 @@ class BlockPool:
         self.cached: dict[int, int] = {}  # block hash -> block id
         #: Sum over blocks of max(ref_cnt - 1, 0): extra holders of shared blocks.
         self.num_shared_refs = 0
-        self.num_evictions = 0
 
     @property
     def num_blocks(self) -> int:
@@ -64,7 +63,6 @@ class BlockPool:
                 if self.cached.get(block.block_hash) == block_id:
                     del self.cached[block.block_hash]
                 block.block_hash = None
-                self.num_evictions += 1
             block.ref_cnt = 1
             out.append(block_id)
         return out

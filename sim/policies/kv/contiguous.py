@@ -23,8 +23,6 @@ def _next_pow2(n: int) -> int:
 
 
 class ContiguousAllocator(KVAllocator):
-    reserves_upfront = True
-
     def __init__(self, num_slots: int, reserve: str = "max", max_model_len: int = 2048) -> None:
         if reserve not in RESERVE_POLICIES:
             raise ValueError(f"reserve must be one of {', '.join(RESERVE_POLICIES)}, got {reserve!r}")
@@ -62,11 +60,13 @@ class ContiguousAllocator(KVAllocator):
             want = final
         return max(want, final, req.num_tokens)
 
-    def min_slots_for(self, req: Request) -> int:
-        return self.reservation(req)
-
     def min_slots_for_final(self, req: Request) -> int:
         return self.reservation(req)
+
+    def block_table(self, req: Request) -> list[int]:
+        """With ``block_size`` 1 a block is a slot: the request's extent, slot by slot."""
+        ext = self.extents.get(req.request_id)
+        return list(range(ext[0], ext[0] + ext[1])) if ext else []
 
     def growth_slots(self, req: Request, num_tokens: int) -> int:
         # A reservation never grows: past it the request cannot continue at all.

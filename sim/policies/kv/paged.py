@@ -46,6 +46,10 @@ class PagedAllocator(KVAllocator):
         return self.req_blocks.get(req.request_id, [])
 
     # --- prefix cache ---------------------------------------------------------------------
+    @property
+    def caches_prefixes(self) -> bool:
+        return self.prefix_caching
+
     def lookup_prefix(self, req: Request) -> PrefixHit:
         if not self.prefix_caching or req.num_computed_tokens or req.request_id in self.req_blocks:
             return PrefixHit()
@@ -61,7 +65,6 @@ class PagedAllocator(KVAllocator):
         return hit
 
     def record_prefix_query(self, req: Request, hit: PrefixHit) -> None:
-        """Count a first admission for the hit-rate statistic (prompt tokens, hits)."""
         self.num_prefix_queries += req.prompt_len
         self.num_prefix_hits += hit.num_tokens
 
@@ -132,6 +135,7 @@ class PagedAllocator(KVAllocator):
     def free(self, req: Request) -> None:
         blocks = self.req_blocks.pop(req.request_id, None)
         self.num_published.pop(req.request_id, None)
+        self.host_blocks.pop(req.request_id, None)  # an aborted swapped request's host copy
         if blocks:
             self.pool.release(blocks)
 
@@ -144,7 +148,6 @@ class PagedAllocator(KVAllocator):
         return len(self.req_blocks.get(req.request_id, ())) <= self.host_blocks_free
 
     def swap_out(self, req: Request) -> int:
-        """Move ``req``'s KV to host memory; returns the tokens copied."""
         n = len(self.req_blocks.get(req.request_id, ()))
         if n > self.host_blocks_free:
             raise RuntimeError("swap space exhausted")
@@ -157,7 +160,6 @@ class PagedAllocator(KVAllocator):
         return need <= self.pool.num_free
 
     def swap_in(self, req: Request) -> int:
-        """Bring ``req``'s KV back into fresh device blocks; returns the tokens copied."""
         self.host_blocks.pop(req.request_id)
         need = -(-req.num_computed_tokens // self.block_size)
         self.req_blocks[req.request_id] = self.pool.allocate(need)

@@ -28,7 +28,9 @@ SCHEDULERS: dict[str, type[Scheduler]] = {
 def make_scheduler(policy: str, allocator: KVAllocator, max_model_len: int = 2048,
                    max_num_seqs: int = 256, max_num_batched_tokens: Optional[int] = None,
                    preemption: str = "recompute", queue_policy: str = "fcfs",
-                   num_speculative_tokens: int = 0) -> Scheduler:
+                   num_speculative_tokens: int = 0, emit_block_tables: bool = False) -> Scheduler:
+    """Build a scheduler from vLLM-named knobs. ``emit_block_tables``: fill every
+    ``ScheduledRequest.block_table`` (for an executor that addresses KV memory, the runtime)."""
     if policy not in SCHEDULERS:
         raise ValueError(f"scheduler policy must be one of {', '.join(SCHEDULERS)}, got {policy!r}")
     config = SchedulerConfig(
@@ -39,7 +41,7 @@ def make_scheduler(policy: str, allocator: KVAllocator, max_model_len: int = 204
         queue_policy=queue_policy,
         num_speculative_tokens=num_speculative_tokens,
     )
-    return SCHEDULERS[policy](allocator, config)
+    return SCHEDULERS[policy](allocator, config, emit_block_tables=emit_block_tables)
 
 
 __all__ = [

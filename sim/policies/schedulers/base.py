@@ -57,15 +57,24 @@ def step_token_budget(chunked_prefill: bool, max_num_batched_tokens: Optional[in
 
 class Scheduler(ABC):
     """Base scheduler. Public surface: ``add_request``, ``schedule``, ``update``, ``abort``,
-    ``has_unfinished``; queues ``waiting``, ``running``, ``swapped`` are readable."""
+    ``has_unfinished``; queues ``waiting``, ``running``, ``swapped`` are readable.
+
+    Both executors drive it the same way, one step at a time. The simulator's bulk decode
+    (``sim/fast_decode.py``) is the simulator's own code on top of this surface, not a mode of
+    the scheduler."""
 
     name = "base"
     #: Whether prompts may be split into chunks (only the chunked scheduler does).
     chunked_prefill = False
 
-    def __init__(self, allocator: KVAllocator, config: SchedulerConfig) -> None:
+    def __init__(self, allocator: KVAllocator, config: SchedulerConfig,
+                 emit_block_tables: bool = False) -> None:
         self.allocator = allocator
         self.config = config
+        #: Whether every ``ScheduledRequest`` of a plan carries its ``block_table``. An
+        #: executor that addresses KV memory (the runtime's model runner) sets it, so it never
+        #: holds the allocator; the simulator leaves it off (it only prices a step's shape).
+        self.emit_block_tables = emit_block_tables
         self.waiting: deque[Request] = deque()
         self.running: list[Request] = []
         self.swapped: deque[Request] = deque()
@@ -128,9 +137,7 @@ class Scheduler(ABC):
         if req.first_scheduled_time is None:
             req.first_scheduled_time = now
             req.num_cached_tokens = hit.num_tokens
-            record = getattr(self.allocator, "record_prefix_query", None)
-            if record is not None:
-                record(req, hit)
+            self.allocator.record_prefix_query(req, hit)
         req.num_computed_tokens += hit.num_tokens
         req.state = RequestState.RUNNING
         req.admit_seq = next(self._admit_counter)
@@ -180,11 +187,9 @@ class Scheduler(ABC):
         self.running.remove(victim)
         self.num_preemptions += 1
         victim.num_preemptions += 1
-        swap = getattr(self.allocator, "swap_out", None)
-        if (self.config.preemption == "swap" and swap is not None
-                and self.allocator.can_swap_out(victim)):
+        if self.config.preemption == "swap" and self.allocator.can_swap_out(victim):
             plan.swap_out_blocks[victim.request_id] = list(self.allocator.block_table(victim))
-            self.num_swapped_tokens += swap(victim)
+            self.num_swapped_tokens += self.allocator.swap_out(victim)
             victim.state = RequestState.SWAPPED
             self.swapped.append(victim)
             plan.swapped_out.append(victim)
@@ -269,6 +274,10 @@ class Scheduler(ABC):
         swap = sum(r.num_computed_tokens for r in plan.swapped_in)
         swap += sum(r.num_computed_tokens for r in plan.swapped_out)
         plan.shape = shape_of(plan.scheduled, num_swap_tokens=swap, num_padding_tokens=padding)
+        if self.emit_block_tables:
+            table = self.allocator.block_table
+            for s in plan.scheduled:
+                s.block_table = list(table(s.request))
         return plan
 
     @abstractmethod
@@ -340,75 +349,13 @@ class Scheduler(ABC):
         self.allocator.free(req)
         out.append(req)
 
-    # --- bulk decode (the simulator's exact fast path) -------------------------------------
-    def decode_window_limit(self, plan: StepPlan) -> int:
-        """How many consecutive steps, starting with ``plan``, are certain to repeat ``plan``'s
-        batch as pure decode: nobody finishes before the last of them, memory suffices for all
-        of them, and (because free memory only shrinks while nobody finishes) no waiting or
-        swapped request can be admitted meanwhile. Arrivals are the executor's business.
-        Returns 1 when the plan is not a plain decode step."""
-        if (plan.preempted or plan.swapped_out or plan.swapped_in or not plan.scheduled
-                or plan.shape.num_prefill_tokens or plan.shape.num_spec_tokens):
-            return 1
-        limit = None
-        for s in plan.scheduled:
-            req = s.request
-            if s.num_new_tokens != 1 or req.prompt_token_ids is not None:
-                return 1  # real tokens: the runtime decides stops, never bulk-advanced
-            left = req.max_output_tokens - req.num_output_tokens - 1
-            limit = left if limit is None or left < limit else limit
-        if limit is None or limit < 2:
-            return 1
-        alloc = self.allocator
-        free = alloc.num_free_slots
-
-        def fits(k: int) -> bool:
-            need = 0
-            for s in plan.scheduled:
-                r = s.request
-                need += alloc.growth_slots(r, r.num_computed_tokens + k)
-                if need > free:
-                    return False
-            return True
-
-        if fits(limit):
-            return limit
-        lo, hi = 1, limit  # fits(lo) holds (step 0 is allocated), fits(hi) does not
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if fits(mid):
-                lo = mid
-            else:
-                hi = mid
-        return lo
-
-    def reserve_decode_window(self, plan: StepPlan, num_steps: int) -> None:
-        """Allocate KV for ``num_steps`` decode steps of ``plan``'s batch at once."""
-        for s in plan.scheduled:
-            if not self.allocator.allocate(s.request, num_steps):
-                raise RuntimeError("decode window allocation failed after decode_window_limit")
-
-    def advance_decode_window(self, plan: StepPlan, step_end_times: list[float]) -> None:
-        """Apply ``len(step_end_times)`` pure-decode steps to ``plan``'s batch exactly as that
-        many ``update`` calls would (nobody finishes inside a window)."""
-        k = len(step_end_times)
-        for s in plan.scheduled:
-            req = s.request
-            req.num_computed_tokens += k
-            req.num_output_tokens += k
-            req.token_times.extend(step_end_times)
-            self.allocator.cache_full_blocks(req)
-
     def abort(self, request_id: str, now: float) -> Optional[Request]:
         """Stop a request wherever it is and free its memory."""
         for queue in (self.running, self.waiting, self.swapped):
             for req in queue:
                 if req.request_id == request_id:
                     queue.remove(req)
-                    self.allocator.free(req)
-                    host = getattr(self.allocator, "host_blocks", None)
-                    if host is not None:
-                        host.pop(request_id, None)
+                    self.allocator.free(req)  # a swapped request's host copy too
                     req.state = RequestState.FINISHED
                     req.finish_reason = "abort"
                     req.finish_time = now

@@ -9,12 +9,12 @@ reproducible from the config's seed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
-import numpy as np
 import simpy
 
+from sim.fast_decode import BulkDecode
 from sim.policies.request import Request
 from sim.policies.router import Router
 from sim.policies.schedulers.base import Scheduler
@@ -27,6 +27,13 @@ STEP_COLUMNS = (
     "kv_token_states", "kv_reserved", "kv_internal_fragmentation", "kv_external_fragmentation",
     "kv_free",
 )
+#: Column positions in a step-log row (rows are plain tuples: cheap to append every step).
+COL = {name: i for i, name in enumerate(STEP_COLUMNS)}
+_REPLICA, _START = COL["replica"], COL["start_s"]
+_RUNNING, _WAITING = COL["num_running"], COL["num_waiting"]
+_KV_TOKENS, _KV_RESERVED = COL["kv_token_states"], COL["kv_reserved"]
+_KV_INTERNAL, _KV_EXTERNAL, _KV_FREE = (COL["kv_internal_fragmentation"],
+                                        COL["kv_external_fragmentation"], COL["kv_free"])
 
 
 @dataclass
@@ -37,18 +44,21 @@ class StepLog:
 
     def columns(self) -> dict[str, list]:
         """Columns in time order (a bulk decode window logs ahead of other replicas' steps)."""
-        rows = sorted(self.rows, key=lambda r: (r[1], r[0]))
+        rows = sorted(self.rows, key=lambda r: (r[_START], r[_REPLICA]))
         cols = list(zip(*rows)) if rows else [[] for _ in STEP_COLUMNS]
         return {name: list(col) for name, col in zip(STEP_COLUMNS, cols)}
 
 
 class Replica:
-    """One serving instance (a model copy over tp x pp GPUs) executing its scheduler's steps."""
+    """One serving instance (a model copy over tp x pp GPUs) executing its scheduler's steps.
+
+    With ``fast_decode`` the replica takes predictable runs of pure-decode steps in one go
+    (``sim.fast_decode.BulkDecode``); the result is identical to one step at a time."""
 
     def __init__(self, env: simpy.Environment, index: int, scheduler: Scheduler,
                  step_time: Callable, log: StepLog, on_finish: Callable[[Request], None],
                  spec: Optional[AcceptanceSampler] = None, draft_cost_ratio: float = 0.0,
-                 record_usage: bool = True, fast_decode: bool = True,
+                 fast_decode: bool = True,
                  next_arrival: Callable[[], float] = lambda: math.inf) -> None:
         self.env = env
         self.index = index
@@ -58,12 +68,12 @@ class Replica:
         self.on_finish = on_finish
         self.spec = spec
         self.draft_cost_ratio = draft_cost_ratio
-        self.record_usage = record_usage
-        self.fast_decode = fast_decode
+        # Drafts drawn anew every step (draft_availability) make no two steps known to repeat.
+        self.bulk: Optional[BulkDecode] = None
+        if fast_decode and not (spec is not None and spec.draft_availability):
+            self.bulk = BulkDecode(scheduler, step_time)
         self.next_arrival = next_arrival
-        self.num_bulk_steps = 0
         self._wakeup: Optional[simpy.Event] = None
-        self.busy_time = 0.0
         self.num_steps = 0
         self.num_wakeups = 0
         self.process = env.process(self.run())
@@ -92,31 +102,6 @@ class Replica:
             dt += k * self.draft_cost_ratio * dt
         return dt
 
-    def _decode_window(self, plan: StepPlan, dt0: float) -> list[float]:
-        """Durations of the steps, starting with ``plan``, that repeat its batch as pure decode
-        before anything can change it (a finish, memory running out, the next arrival).
-
-        Between such events decode steps are predictable, so they are taken in one go; the
-        simulated clock still advances step by step with the same float arithmetic, so the result
-        is identical to the step-by-step path (tests/test_engine.py checks it)."""
-        if self.spec is not None and self.spec.draft_availability:
-            return [dt0]  # drafts are drawn anew every step: no two steps are known to repeat
-        limit = self.scheduler.decode_window_limit(plan)
-        if limit < 2:
-            return [dt0]
-        arrival = self.next_arrival()
-        shape = plan.shape
-        batch = shape.num_decode_seqs
-        dts = [dt0]
-        t = self.env.now + dt0
-        for i in range(1, limit):
-            if t >= arrival:
-                break
-            dt = self.step_time(replace(shape, decode_context_tokens=shape.decode_context_tokens + i * batch))
-            dts.append(dt)
-            t += dt
-        return dts
-
     def _result(self, plan: StepPlan) -> StepResult:
         if not plan.shape.num_spec_tokens or self.spec is None:
             return StepResult()
@@ -125,7 +110,7 @@ class Replica:
         return StepResult(num_accepted=accepted)
 
     def run(self):
-        env, sched = self.env, self.scheduler
+        env, sched, bulk = self.env, self.scheduler, self.bulk
         while True:
             if self.spec is not None and self.spec.draft_availability:
                 for req in sched.running:  # what the proposer found for each decode (n-gram lookup)
@@ -145,21 +130,18 @@ class Replica:
             dt = self._price(plan)
             start = env.now
             self._record(plan, start, dt)
-            dts = self._decode_window(plan, dt) if self.fast_decode else [dt]
+            dts = bulk.durations(plan, dt, start, self.next_arrival()) if bulk is not None else [dt]
             if len(dts) > 1:
                 self._record_window(plan, start, dts)  # reads step 0's holdings: before reserving
-                sched.reserve_decode_window(plan, len(dts))
+                bulk.reserve(plan, len(dts))
                 ends = []
                 for d in dts:
                     yield env.timeout(d)
                     ends.append(env.now)
-                sched.advance_decode_window(plan, ends)
-                self.busy_time += sum(dts)
+                bulk.advance(plan, ends)
                 self.num_steps += len(dts)
-                self.num_bulk_steps += len(dts)
                 continue
             yield env.timeout(dt)
-            self.busy_time += dt
             self.num_steps += 1
             for req in sched.update(plan, self._result(plan), env.now):
                 self.on_finish(req)
@@ -168,51 +150,30 @@ class Replica:
         sched = self.scheduler
         shape = plan.shape
         waiting = len(sched.waiting) + len(sched.swapped)
-        if self.record_usage:
-            u = sched.allocator.usage(sched.holders(), sched.peek_waiting())
-            kv = (u.token_states, u.reserved, u.internal_fragmentation,
-                  u.external_fragmentation, u.free)
-        else:
-            kv = (0, 0, 0, 0, 0)
+        u = sched.allocator.usage(sched.holders(), sched.peek_waiting())
         self.log.rows.append((
             self.index, start, dt, shape.batch_size, shape.num_prefill_tokens,
             shape.num_decode_seqs, shape.num_spec_tokens, shape.decode_context_tokens,
-            len(sched.running), waiting, len(plan.preempted) + len(plan.swapped_out), *kv,
+            len(sched.running), waiting, len(plan.preempted) + len(plan.swapped_out),
+            u.token_states, u.reserved, u.internal_fragmentation, u.external_fragmentation, u.free,
         ))
-
 
     def _record_window(self, plan: StepPlan, start: float, dts: list[float]) -> None:
         """Log rows for steps 1.. of a decode window, with the KV breakdown of each step derived
-        from step 0's by the per-request growth (computed vectorised, not by walking requests)."""
-        alloc = self.scheduler.allocator
+        from step 0's row by the batch's growth (``BulkDecode.kv_deltas``, vectorised)."""
         shape = plan.shape
         k = len(dts)
         base = self.log.rows[-1]
-        reqs = [s.request for s in plan.scheduled]
-        if self.record_usage:
-            bs = alloc.block_size
-            c = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, len(reqs))[:, None]
-            held0 = np.fromiter((alloc.num_held_slots(r) for r in reqs), np.int64, len(reqs))[:, None]
-            final = np.fromiter((r.final_kv_len for r in reqs), np.int64, len(reqs))[:, None]
-            i = np.arange(k, dtype=np.int64)[None, :]
-            held = np.maximum(held0, -(-(c + i + 1) // bs) * bs)
-            wu = np.minimum(held, final)
-            tok = np.minimum(c + i, wu)
-            d_tok = (tok - tok[:, :1]).sum(axis=0)
-            d_res = ((wu - tok) - (wu - tok)[:, :1]).sum(axis=0)
-            d_int = ((held - wu) - (held - wu)[:, :1]).sum(axis=0)
-            d_held = (held - held[:, :1]).sum(axis=0)
+        d_tok, d_res, d_int, d_held = self.bulk.kv_deltas(plan, k)
         t = start + dts[0]
         rows = self.log.rows
         for j in range(1, k):
-            if self.record_usage:
-                kv = (base[11] + int(d_tok[j]), base[12] + int(d_res[j]), base[13] + int(d_int[j]),
-                      base[14], base[15] - int(d_held[j]))
-            else:
-                kv = base[11:16]
             rows.append((self.index, t, dts[j], shape.batch_size, 0, shape.num_decode_seqs, 0,
                          shape.decode_context_tokens + j * shape.num_decode_seqs,
-                         base[8], base[9], 0, *kv))
+                         base[_RUNNING], base[_WAITING], 0,
+                         base[_KV_TOKENS] + int(d_tok[j]), base[_KV_RESERVED] + int(d_res[j]),
+                         base[_KV_INTERNAL] + int(d_int[j]), base[_KV_EXTERNAL],
+                         base[_KV_FREE] - int(d_held[j])))
             t += dts[j]
 
 

@@ -1,0 +1,170 @@
+"""The simulator's bulk-decode fast path: between events that change a batch (an arrival, a
+finish, memory running out) decode steps are predictable, so the simulator takes them in one go.
+
+This is the simulator's own code on the executor side of the seam. It drives a scheduler only
+through its public queues and the allocator's declared interface (``num_free_slots``,
+``growth_slots``, ``allocate``, ``caches_prefixes``, ``cache_full_blocks``), and applies ``k``
+pure-decode steps exactly as ``k`` calls of ``Scheduler.update`` would, so results are
+bit-identical to the step-by-step path (``tests/test_simulation.py`` checks it on random scenarios).
+
+The simulator opts in (``sim.simulation.Replica(fast_decode=True)``). The runtime never can: its
+tokens come from a model one step at a time (sampled ids, stop conditions), and ``BulkDecode``
+refuses a scheduler built for an executor that addresses KV memory (``emit_block_tables``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Callable
+
+import numpy as np
+
+from sim.policies.request import Request
+from sim.policies.schedulers.base import Scheduler
+from sim.policies.step import StepPlan, StepShape
+
+
+class BulkDecode:
+    """Plans, reserves and applies windows of pure-decode steps for one replica's scheduler."""
+
+    def __init__(self, scheduler: Scheduler, step_time: Callable[[StepShape], float]) -> None:
+        if scheduler.emit_block_tables:
+            raise RuntimeError("bulk decode is the simulator's fast path; a scheduler that emits "
+                             "block tables serves a real executor, which runs every step")
+        self.scheduler = scheduler
+        self.step_time = step_time
+
+    def limit(self, plan: StepPlan) -> int:
+        """How many consecutive steps, starting with ``plan``, are certain to repeat ``plan``'s
+        batch as pure decode: nobody finishes before the last of them, memory suffices for all
+        of them, and (because free memory only shrinks while nobody finishes, and simulated
+        output tokens carry no content a waiting prompt could hit in the prefix cache) no
+        waiting or swapped request can be admitted meanwhile. Arrivals are the caller's
+        business (``durations``). Returns 1 when the plan is not a plain decode step."""
+        if (plan.preempted or plan.swapped_out or plan.swapped_in or not plan.scheduled
+                or plan.shape.num_prefill_tokens or plan.shape.num_spec_tokens):
+            return 1
+        if self.scheduler.config.num_speculative_tokens:
+            # A decode without drafts under speculative decoding (one just admitted, or short of
+            # budget) gets drafts in the next step: its batch does not repeat.
+            return 1
+        limit = None
+        for s in plan.scheduled:
+            if s.num_new_tokens != 1:
+                return 1
+            req = s.request
+            left = req.max_output_tokens - req.num_output_tokens - 1
+            limit = left if limit is None or left < limit else limit
+        if limit is None or limit < 2:
+            return 1
+        alloc = self.scheduler.allocator
+        free = alloc.num_free_slots
+
+        def fits(k: int) -> bool:
+            need = 0
+            for s in plan.scheduled:
+                r = s.request
+                need += alloc.growth_slots(r, r.num_computed_tokens + k)
+                if need > free:
+                    return False
+            return True
+
+        if fits(limit):
+            return limit
+        lo, hi = 1, limit  # fits(lo) holds (step 0 is allocated), fits(hi) does not
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if fits(mid):
+                lo = mid
+            else:
+                hi = mid
+        return lo
+
+    def durations(self, plan: StepPlan, dt0: float, now: float, next_arrival: float) -> list[float]:
+        """Durations of the steps, starting with ``plan`` (priced ``dt0``, starting at ``now``),
+        that repeat its batch as pure decode before anything can change it: at most ``limit``
+        steps, and none starting at or after ``next_arrival``. Each step is priced on its own
+        shape and the clock is summed step by step, the same float arithmetic as the slow path."""
+        limit = self.limit(plan)
+        if limit < 2:
+            return [dt0]
+        shape = plan.shape
+        batch = shape.num_decode_seqs
+        dts = [dt0]
+        t = now + dt0
+        for i in range(1, limit):
+            if t >= next_arrival:
+                break
+            dt = self.step_time(replace(shape, decode_context_tokens=shape.decode_context_tokens + i * batch))
+            dts.append(dt)
+            t += dt
+        return dts
+
+    def reserve(self, plan: StepPlan, num_steps: int) -> None:
+        """Allocate KV for ``num_steps`` decode steps of ``plan``'s batch at once."""
+        alloc = self.scheduler.allocator
+        for s in plan.scheduled:
+            if not alloc.allocate(s.request, num_steps):
+                raise RuntimeError("decode window allocation failed after BulkDecode.limit")
+
+    def advance(self, plan: StepPlan, step_end_times: list[float]) -> None:
+        """Apply ``len(step_end_times)`` pure-decode steps to ``plan``'s batch exactly as that
+        many ``Scheduler.update`` calls would (nobody finishes inside a window). With a prefix
+        cache, blocks are published in the order the step-by-step path would publish them
+        (step by step, batch order within a step), since the first to publish a hash owns it."""
+        k = len(step_end_times)
+        reqs = [s.request for s in plan.scheduled]
+        alloc = self.scheduler.allocator
+        if alloc.caches_prefixes:
+            self._publish_in_step_order(reqs, k)
+        for req in reqs:
+            req.num_computed_tokens += k
+            req.num_output_tokens += k
+            req.token_times.extend(step_end_times)
+            alloc.cache_full_blocks(req)
+
+    def _publish_in_step_order(self, reqs: list[Request], k: int) -> None:
+        """Call ``cache_full_blocks`` at each step where one of ``reqs`` fills a block, with the
+        request's counters as they would be after that step; counters are restored after."""
+        bs = self.scheduler.allocator.block_size
+        events: list[tuple[int, int]] = []  # (step 1..k after which a block is full, batch index)
+        for j, req in enumerate(reqs):
+            c = req.num_computed_tokens
+            m = (c // bs + 1) * bs  # the next block boundary past c
+            while m <= c + k:
+                events.append((m - c, j))
+                m += bs
+        events.sort()
+        cache = self.scheduler.allocator.cache_full_blocks
+        for i, j in events:
+            req = reqs[j]
+            req.num_computed_tokens += i
+            req.num_output_tokens += i
+            cache(req)
+            req.num_computed_tokens -= i
+            req.num_output_tokens -= i
+
+    def kv_deltas(self, plan: StepPlan, num_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per step 0..num_steps-1 of a window, how the KV breakdown differs from step 0's:
+        (token states, reserved, internal fragmentation, held slots), each summed over the batch.
+        Derived from step 0's holdings by each request's growth, vectorised; call it before
+        ``reserve``. External fragmentation does not change (nobody new asks for memory)."""
+        alloc = self.scheduler.allocator
+        reqs = [s.request for s in plan.scheduled]
+        n = len(reqs)
+        bs = alloc.block_size
+        c = np.fromiter((r.num_computed_tokens for r in reqs), np.int64, n)[:, None]
+        held0 = np.fromiter((alloc.num_held_slots(r) for r in reqs), np.int64, n)[:, None]
+        final = np.fromiter((r.final_kv_len for r in reqs), np.int64, n)[:, None]
+        i = np.arange(num_steps, dtype=np.int64)[None, :]
+        held = np.maximum(held0, -(-(c + i + 1) // bs) * bs)
+        wu = np.minimum(held, final)
+        tok = np.minimum(c + i, wu)
+        d_tok = (tok - tok[:, :1]).sum(axis=0)
+        d_res = ((wu - tok) - (wu - tok)[:, :1]).sum(axis=0)
+        d_int = ((held - wu) - (held - wu)[:, :1]).sum(axis=0)
+        d_held = (held - held[:, :1]).sum(axis=0)
+        return d_tok, d_res, d_int, d_held
+
+
+__all__ = ["BulkDecode"]
