@@ -7,7 +7,7 @@ the simulator runs the same requests with the profile's cost model and the engin
 scheduler policy, limits, block size and KV pool (``kv_cache.num_gpu_blocks``). Both sides'
 metrics come from ``sim.metrics.summarize``, so every number has one definition.
 
-``validation.json`` (``sim.analysis.validation``) gets the metrics, per-request samples for CDFs
+``validation.json`` (``calibration.validation_file``) gets the metrics, per-request samples for CDFs
 and the provenance; beside it ``runtime_steps.jsonl`` (the replay's step trace) and ``sim/``
 (the simulator's summary, requests and steps).
 """
@@ -21,13 +21,14 @@ from typing import Any, Optional, Union
 
 import numpy as np
 
-from calibration.cost_model import ProfileCostModel
 from calibration.fit import samples_from_records
-from calibration.profile import load_profile, software_versions
-from sim.analysis.validation import load_validation, write_validation
-from sim.config import DTYPES
+from calibration.validation_file import load_validation, write_validation
+from sim.catalog.dtypes import DTYPES
+from sim.config import build_scenario
 from sim.errors import ConfigError
 from sim.policies.request import Request, RequestState
+from sim.pricing.profile import ProfileCostModel
+from sim.pricing.profile_file import load_profile, software_versions
 
 LATENCIES = ("ttft", "tpot", "itl", "e2el")
 STATS = ("mean", "median", "p90", "p99")
@@ -61,10 +62,28 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
     from calibration.profiler import catalog_model_of
     from sim.workload.arrivals import poisson_arrivals
 
-    llm = LLM(model or prof.model_spec, dtype=prof.dtype, device=prof.device,
-              block_size=prof.block_size, kv_cache_bytes=kv_cache_bytes, max_num_seqs=max_num_seqs,
-              max_num_batched_tokens=max_num_batched_tokens,
-              num_threads=num_threads or prof.num_threads, num_speculative_tokens=num_speculative_tokens)
+    from runtime import EngineArgs, LLMEngine
+
+    # One scenario for both executors. The engine gets it through EngineArgs.from_scenario; what
+    # only the engine can decide (its pool from the byte budget, its max_model_len from the
+    # model, its token budget, the measured speculation) is written back into the scenario the
+    # simulator runs. With a profile and an explicit pool, hardware and dtype only feed the
+    # simulator's memory-plan fit check; the default stands in when the profile's dtype is not
+    # a simulator one.
+    scenario = build_scenario({
+        "dtype": prof.dtype if prof.dtype in DTYPES else "float16", "seed": seed,
+        "kv_cache": {"block_size": prof.block_size, "prefix_caching": True},
+        "scheduler": {"policy": "chunked", "max_num_seqs": max_num_seqs,
+                      "max_num_batched_tokens": max_num_batched_tokens},
+        "speculative": {"num_tokens": num_speculative_tokens},
+        "cost_model": {"profile": str(profile_path)},
+        "workload": {"num_requests": num_requests},
+    })
+    args = EngineArgs.from_scenario(scenario, model or prof.model_spec, dtype=prof.dtype,
+                                    device=prof.device, max_model_len=None,
+                                    kv_cache_bytes=kv_cache_bytes,
+                                    num_threads=num_threads or prof.num_threads)
+    llm = LLM.from_engine(LLMEngine.from_args(args))
     engine = llm.engine
     slug = sim_model or prof.catalog_model or catalog_model_of(engine.config)
     if slug is None:
@@ -88,28 +107,22 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
 
     from sim.api import simulate
 
-    cfg = {
-        # With a profile and an explicit pool, hardware and dtype only feed the memory plan's
-        # fit check; the defaults stand in when the profile's dtype is not a simulator one.
-        "model": slug, "dtype": prof.dtype if prof.dtype in DTYPES else "float16", "seed": seed,
-        "kv_cache": {"block_size": engine.args.block_size, "num_gpu_blocks": engine.kv_cache.num_blocks,
-                     "max_model_len": engine.max_model_len,
-                     "prefix_caching": engine.args.enable_prefix_caching},
-        "scheduler": {"policy": engine.args.policy(), "max_num_seqs": max_num_seqs,
-                      "max_num_batched_tokens": engine.scheduler.budget},
-        "cost_model": {"profile": str(profile_path)},
-        "workload": {"num_requests": num_requests},
+    facts: dict[str, Any] = {
+        "model": slug, "kv_cache.num_gpu_blocks": engine.kv_cache.num_blocks,
+        "kv_cache.max_model_len": engine.max_model_len,
+        "scheduler.max_num_batched_tokens": engine.scheduler.budget,
     }
     if num_speculative_tokens:
         avail = engine.draft_availability()
         if not sum(avail):  # the proposer was never asked: nothing to speculate with
             avail = [1.0] + [0.0] * num_speculative_tokens
-        cfg["speculative"] = {"num_tokens": num_speculative_tokens, "acceptance": "table",
-                              "acceptance_table": engine.acceptance_table(), "draft_cost_ratio": 0.0,
-                              "draft_availability": avail}
+        facts.update({"speculative.acceptance": "table",
+                      "speculative.acceptance_table": engine.acceptance_table(),
+                      "speculative.draft_cost_ratio": 0.0, "speculative.draft_availability": avail})
+    scenario = scenario.override(facts)
     reqs = [Request(f"r{i}", float(t), len(p), o, prompt_token_ids=p)
             for i, (t, p, o) in enumerate(zip(arrivals, work.prompts, work.output_lens))]
-    result = simulate(cfg, requests=reqs)
+    result = simulate(scenario, requests=reqs)
     s = result.summary
     pred, pred_samples = _summarize(result.requests, s["kv_cache"]["preemptions"],
                                     s["simulator"]["num_steps"])
@@ -136,6 +149,8 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
                       if num_speculative_tokens else "")),
         "step_error": step_err,
     }
+    if s.get("warnings"):  # e.g. the profile was measured on another machine
+        source["warnings"] = s["warnings"]
     metrics = [{"name": k, "real": real[k], "predicted": pred[k]} for k in real
                if real[k] is not None and pred.get(k) is not None]
     samples = {name: {"real": real_samples[name], "predicted": pred_samples[name]} for name in real_samples}

@@ -1,24 +1,38 @@
 """Engine knobs, named as vLLM users know them (``block_size``, ``max_num_seqs``,
-``max_num_batched_tokens``, ``enable_prefix_caching``, ``gpu_memory_utilization``...)."""
+``max_num_batched_tokens``, ``enable_prefix_caching``, ``gpu_memory_utilization``...).
+
+``EngineArgs.from_scenario`` builds them from the simulator's ``Scenario``, so one scenario
+drives both executors (see its docstring for the key-by-key mapping). Dtype names and
+preemption modes are the shared definitions (``sim.catalog.dtypes``, ``sim.policies``); only
+the attention backends are the runtime's own.
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import torch
 
+from sim.catalog.dtypes import CANONICAL_DTYPES, DTYPE_ALIASES
 from sim.errors import ConfigError
+from sim.policies.schedulers import PREEMPTION_MODES, SCHEDULERS
 
+if TYPE_CHECKING:
+    from sim.scenario import Scenario
+
+#: How attention is computed (runtime only; the simulator prices a step, not a kernel).
 ATTENTION_BACKENDS = ("auto", "triton", "sdpa", "torch")
 
+#: The canonical dtype names (``sim.catalog.dtypes.CANONICAL_DTYPES``) as torch dtypes.
 _DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+assert set(_DTYPES) == set(CANONICAL_DTYPES), "runtime dtype table out of step with sim.catalog.dtypes"
 
 
 @dataclass
 class EngineArgs:
     model: Optional[str] = None  # see runtime.weights.load_model; None = packaged SmolLM2
-    dtype: str = "auto"  # auto: float32 on CPU, bfloat16 on CUDA
+    dtype: str = "auto"  # auto: float32 on CPU; bfloat16 on CUDA if supported, else float16
     device: str = "auto"  # auto: cuda when available
     seed: int = 0  # random weights, and unseeded sampling
     block_size: int = 16
@@ -30,13 +44,17 @@ class EngineArgs:
     max_model_len: Optional[int] = None  # default: the model's max_position_embeddings
     max_num_seqs: int = 256
     max_num_batched_tokens: Optional[int] = None  # None: the scheduler's default
-    #: "chunked" | "vllm_v0" | "orca" | "static"; None picks from enable_chunked_prefill.
+    #: "chunked" | "vllm_v0" | "orca" | "static" (the scheduler registry,
+    #: ``sim.policies.schedulers.SCHEDULERS``); None picks from enable_chunked_prefill. Unlike
+    #: vLLM's flag of the same name, this picks the batching policy, not FCFS/priority order.
     scheduling_policy: Optional[str] = None
     enable_chunked_prefill: bool = True
     enable_prefix_caching: bool = True
     #: "recompute" (vLLM v1) or "swap" (vLLM v0: the victim's KV goes to host memory).
     preemption_mode: str = "recompute"
-    swap_space: float = 4.0  # GiB of host memory for swapped KV (vLLM's name and default)
+    #: GiB (2**30 bytes) of host memory for swapped KV (vLLM's name, unit and default); the
+    #: scenario's ``kv_cache.swap_space_gb`` is the same number in the same unit.
+    swap_space: float = 4.0
     trace_path: Optional[str] = None  # JSONL step trace
     num_threads: Optional[int] = None  # torch intra-op threads on CPU
     attention_backend: str = "auto"  # auto (Triton on CUDA, sdpa on CPU) | triton | sdpa | torch
@@ -54,6 +72,73 @@ class EngineArgs:
             raise ConfigError(f"engine: unknown argument {unknown[0]!r} (known: {', '.join(sorted(known))})")
         return cls(model=model, **kwargs)
 
+    @classmethod
+    def from_scenario(cls, scenario: "Scenario", model: Optional[str] = None,
+                      **overrides: Any) -> "EngineArgs":
+        """The engine arguments that run ``scenario`` on the real engine.
+
+        ``model`` is what ``runtime.weights.load_model`` loads (an HF directory, a GGUF file,
+        ``random:<catalog model>``...; None: the packaged SmolLM2): the scenario's ``model`` is a
+        simulator catalog name, which the runtime cannot always load. ``overrides`` set any
+        other ``EngineArgs`` field last (``device``, ``kv_cache_bytes``, ``num_threads``...).
+
+        ==============================  ==========================
+        scenario key                    EngineArgs (vLLM's name)
+        ==============================  ==========================
+        seed                            seed
+        dtype                           dtype (canonical name)
+        kv_cache.block_size             block_size
+        kv_cache.prefix_caching         enable_prefix_caching
+        kv_cache.gpu_memory_utilization gpu_memory_utilization
+        kv_cache.max_model_len          max_model_len
+        kv_cache.swap_space_gb          swap_space (both GiB)
+        kv_cache.num_gpu_blocks         num_kv_blocks
+        scheduler.policy                scheduling_policy, enable_chunked_prefill
+        scheduler.max_num_seqs          max_num_seqs
+        scheduler.max_num_batched_tokens max_num_batched_tokens
+        scheduler.preemption            preemption_mode
+        speculative.num_tokens          num_speculative_tokens (n-gram proposer)
+        ==============================  ==========================
+
+        Refused with a ``ConfigError`` naming the key, because the runtime does not implement
+        them: ``kv_cache.allocator`` other than paged, ``kv_cache.dtype`` other than auto,
+        ``quantization.weights`` other than none, ``scheduler.queue_policy`` other than fcfs,
+        and more than one GPU or replica (``parallel.*``). Simulator-only keys are not used:
+        ``model``, ``hardware``, ``kv_cache.reserve``, ``cost_model``, the acceptance model
+        (``speculative.acceptance*``, ``draft_cost_ratio``, ``draft_availability``: the runtime
+        measures these), ``slo`` and ``workload``.
+        """
+        kv, sched, par = scenario.kv_cache, scenario.scheduler, scenario.parallel
+        unsupported = [
+            ("kv_cache.allocator", kv.allocator, "paged"),
+            ("kv_cache.dtype", kv.dtype, "auto"),
+            ("quantization.weights", scenario.quantization.weights, "none"),
+            ("scheduler.queue_policy", sched.queue_policy, "fcfs"),
+            ("parallel.tensor_parallel_size", par.tensor_parallel_size, 1),
+            ("parallel.pipeline_parallel_size", par.pipeline_parallel_size, 1),
+            ("parallel.num_replicas", par.num_replicas, 1),
+        ]
+        for key, value, supported in unsupported:
+            if value != supported:
+                raise ConfigError(f"{key}: the runtime supports only {supported!r}, got {value!r}")
+        mapped: dict[str, Any] = {
+            "seed": scenario.seed,
+            "dtype": DTYPE_ALIASES[scenario.dtype],
+            "block_size": kv.block_size,
+            "enable_prefix_caching": kv.prefix_caching,
+            "gpu_memory_utilization": kv.gpu_memory_utilization,
+            "max_model_len": kv.max_model_len,
+            "swap_space": kv.swap_space_gb,
+            "num_kv_blocks": kv.num_gpu_blocks,
+            "scheduling_policy": sched.policy,
+            "enable_chunked_prefill": SCHEDULERS[sched.policy].chunked_prefill,
+            "max_num_seqs": sched.max_num_seqs,
+            "max_num_batched_tokens": sched.max_num_batched_tokens,
+            "preemption_mode": sched.preemption,
+            "num_speculative_tokens": scenario.speculative.num_tokens,
+        }
+        return cls.from_kwargs(model, {**mapped, **overrides})
+
     def __post_init__(self) -> None:
         if self.block_size < 1:
             raise ConfigError(f"block_size must be >= 1, got {self.block_size}")
@@ -61,8 +146,11 @@ class EngineArgs:
             raise ConfigError(f"kv_cache_bytes must be positive, got {self.kv_cache_bytes}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ConfigError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
-        if self.dtype != "auto" and self.dtype not in _DTYPES:
-            raise ConfigError(f"dtype must be auto or one of {', '.join(_DTYPES)}, got {self.dtype!r}")
+        if self.dtype != "auto":
+            if self.dtype not in DTYPE_ALIASES:
+                raise ConfigError(f"dtype must be auto or one of {', '.join(CANONICAL_DTYPES)}, "
+                                  f"got {self.dtype!r}")
+            self.dtype = DTYPE_ALIASES[self.dtype]  # bf16 -> bfloat16, as the simulator reads it
         if self.device not in ("auto", "cpu", "cuda") and not self.device.startswith("cuda:"):
             raise ConfigError(f"device must be auto, cpu or cuda[:N], got {self.device!r}")
         if self.attention_backend not in ATTENTION_BACKENDS:
@@ -73,10 +161,14 @@ class EngineArgs:
         if not 1 <= self.prompt_lookup_min <= self.prompt_lookup_max:
             raise ConfigError(f"prompt_lookup_min/max must satisfy 1 <= min <= max, got "
                               f"{self.prompt_lookup_min}/{self.prompt_lookup_max}")
-        if self.preemption_mode not in ("recompute", "swap"):
-            raise ConfigError(f"preemption_mode must be recompute or swap, got {self.preemption_mode!r}")
-        if self.swap_space < 0:
-            raise ConfigError(f"swap_space must be >= 0 GiB, got {self.swap_space}")
+        if self.scheduling_policy is not None and self.scheduling_policy not in SCHEDULERS:
+            raise ConfigError(f"scheduling_policy must be one of {', '.join(SCHEDULERS)}, "
+                              f"got {self.scheduling_policy!r}")
+        if self.preemption_mode not in PREEMPTION_MODES:
+            raise ConfigError(f"preemption_mode must be one of {', '.join(PREEMPTION_MODES)}, "
+                              f"got {self.preemption_mode!r}")
+        if not 0 <= self.swap_space < float("inf"):  # also NaN
+            raise ConfigError(f"swap_space must be >= 0 GiB and finite, got {self.swap_space}")
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":
@@ -86,11 +178,25 @@ class EngineArgs:
         return torch.device(self.device)
 
     def torch_dtype(self, device: torch.device) -> torch.dtype:
+        """``dtype`` as torch's. ``auto`` never picks bfloat16 where the device has no native
+        bf16 (emulated bf16 ran a CPU step 8x slower): float32 on CPU, bfloat16 on a CUDA GPU
+        that supports it, else float16."""
         if self.dtype == "auto":
-            return torch.bfloat16 if device.type == "cuda" else torch.float32
+            if device.type != "cuda":
+                return torch.float32
+            return torch.bfloat16 if _native_bf16(device) else torch.float16
         return _DTYPES[self.dtype]
 
     def policy(self) -> str:
         if self.scheduling_policy is not None:
             return self.scheduling_policy
         return "chunked" if self.enable_chunked_prefill else "vllm_v0"
+
+
+def _native_bf16(device: torch.device) -> bool:
+    """Whether the current CUDA device computes bf16 natively (Ampere and newer, or ROCm);
+    torch's ``is_bf16_supported`` counts emulation as support unless told not to."""
+    try:
+        return torch.cuda.is_bf16_supported(including_emulation=False)
+    except TypeError:  # torch < 2.3: no emulation check, native support only
+        return torch.cuda.is_bf16_supported()

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any, Optional, Sequence, Union
 
 from runtime.args import EngineArgs
-from runtime.engine import LLMEngine
+from runtime.llm_engine import LLMEngine
 from runtime.outputs import RequestOutput, request_output
 from runtime.sampling import SamplingParams
 from sim.errors import ConfigError

@@ -11,10 +11,10 @@ import csv
 import json
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from sim import config as config_mod
-from sim.engine import Simulation
+from sim.simulation import Simulation
 from sim.errors import ConfigError
 from sim.metrics import summarize
 from sim.policies.kv import make_allocator
@@ -23,6 +23,13 @@ from sim.policies.router import Router
 from sim.policies.schedulers import SCHEDULERS, make_scheduler
 from sim.policies.schedulers.base import step_token_budget
 from sim.policies.speculative import AcceptanceSampler
+from sim.scenario import Scenario, swap_space_blocks
+
+if TYPE_CHECKING:
+    from sim.catalog.hardware import HardwareSpec
+    from sim.catalog.models import ModelSpec
+    from sim.memory_plan import MemoryPlan
+    from sim.pricing.base import StepPricer
 
 REQUEST_COLUMNS = (
     "request_id", "arrival_s", "prompt_len", "output_len", "state", "reject_reason",
@@ -33,12 +40,12 @@ REQUEST_COLUMNS = (
 
 @dataclass
 class Deployment:
-    """What one replica is: the resolved model, hardware, memory plan and cost model."""
+    """What one replica is: the resolved model, hardware, memory plan and step pricer."""
 
-    model: Any
-    hardware: Any
-    memory: Any
-    cost_model: Any
+    model: ModelSpec
+    hardware: HardwareSpec
+    memory: MemoryPlan
+    cost_model: StepPricer  # prices a StepShape: the roofline or a calibration profile
     num_gpus_per_replica: int
 
 
@@ -50,6 +57,8 @@ class SimResult:
     steps: dict[str, list]
     deployment: Optional[Deployment] = None
     extra: dict = field(default_factory=dict)
+    #: The typed scenario ``config`` is the YAML form of.
+    scenario: Optional[Scenario] = None
 
     def request_rows(self) -> list[dict]:
         rows = []
@@ -91,113 +100,137 @@ class SimResult:
         return out
 
 
-def resolve_deployment(cfg: dict) -> Deployment:
-    """Catalog lookups, memory plan and cost model for the config's model on its hardware."""
+def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
+    """Catalog lookups, memory plan and cost model for the scenario's model on its hardware
+    (a config dict is accepted too, e.g. a saved result's config.yaml)."""
     from sim.catalog.hardware import get_hardware
     from sim.catalog.models import get_model
-    from sim.cost_model import RooflineCostModel, plan_memory
+    from sim.memory_plan import plan_memory
+    from sim.pricing import ProfileError, make_pricer
 
-    model = get_model(cfg["model"])
-    hw = get_hardware(cfg["hardware"])
-    par = cfg["parallel"]
-    weights = cfg["quantization"]["weights"]
-    weight_dtype = None if weights == "none" else weights
-    kv = cfg["kv_cache"]
-    sched = cfg["scheduler"]
-    budget = step_token_budget(SCHEDULERS[sched["policy"]].chunked_prefill,
-                               sched["max_num_batched_tokens"], kv["max_model_len"])
+    sc = as_scenario(scenario)
+    model = get_model(sc.model)
+    hw = get_hardware(sc.hardware)
+    par, kv, sched = sc.parallel, sc.kv_cache, sc.scheduler
+    weight_dtype = sc.quantization.weight_dtype
+    budget = step_token_budget(SCHEDULERS[sched.policy].chunked_prefill,
+                               sched.max_num_batched_tokens, kv.max_model_len)
     memory = plan_memory(
-        model, cfg["hardware"], cfg["dtype"], kv["gpu_memory_utilization"],
-        tensor_parallel_size=par["tensor_parallel_size"],
-        pipeline_parallel_size=par["pipeline_parallel_size"],
-        kv_cache_dtype=kv["dtype"], weight_dtype=weight_dtype,
+        model, sc.hardware, sc.dtype, kv.gpu_memory_utilization,
+        tensor_parallel_size=par.tensor_parallel_size,
+        pipeline_parallel_size=par.pipeline_parallel_size,
+        kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype,
         max_num_batched_tokens=budget,
     )
-    if kv["num_gpu_blocks"] is not None:
-        slots = kv["num_gpu_blocks"] * kv["block_size"]
+    if kv.num_gpu_blocks is not None:
+        slots = kv.num_gpu_blocks * kv.block_size
         memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
-    if cfg["cost_model"]["profile"] is not None:
-        from calibration.cost_model import ProfileCostModel
-
-        cost = ProfileCostModel(cfg["cost_model"]["profile"])
+    if sc.cost_model.profile is not None:
+        try:
+            cost = make_pricer("profile", sc.cost_model.profile)
+        except ProfileError as exc:  # the message names the file and field
+            raise ConfigError(f"cost_model.profile: {exc}") from None
     else:
-        cost = RooflineCostModel(
-            model, cfg["hardware"], dtype=cfg["dtype"],
-            tensor_parallel_size=par["tensor_parallel_size"],
-            pipeline_parallel_size=par["pipeline_parallel_size"],
-            kv_cache_dtype=kv["dtype"], weight_dtype=weight_dtype,
+        cost = make_pricer(
+            "roofline", model, sc.hardware, dtype=sc.dtype,
+            tensor_parallel_size=par.tensor_parallel_size,
+            pipeline_parallel_size=par.pipeline_parallel_size,
+            kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype,
         )
-    gpus = par["tensor_parallel_size"] * par["pipeline_parallel_size"]
-    return Deployment(model, hw, memory, cost, gpus)
+    return Deployment(model, hw, memory, cost, par.gpus_per_replica)
 
 
-def build_replica_scheduler(cfg: dict, num_slots: int, swap_slots: int = 0):
-    kv, sched = cfg["kv_cache"], cfg["scheduler"]
+def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swap_slots: int = 0):
+    """One replica's allocator over ``num_slots`` KV slots and its scheduler."""
+    sc = as_scenario(scenario)
+    kv, sched = sc.kv_cache, sc.scheduler
     try:
         allocator = make_allocator(
-            kv["allocator"], num_slots=num_slots, block_size=kv["block_size"],
-            prefix_caching=kv["prefix_caching"], reserve=kv["reserve"],
-            max_model_len=kv["max_model_len"], swap_slots=swap_slots,
+            kv.allocator, num_slots=num_slots, block_size=kv.block_size,
+            prefix_caching=kv.prefix_caching, reserve=kv.reserve,
+            max_model_len=kv.max_model_len, swap_slots=swap_slots,
         )
         return make_scheduler(
-            sched["policy"], allocator, max_model_len=kv["max_model_len"],
-            max_num_seqs=sched["max_num_seqs"],
-            max_num_batched_tokens=sched["max_num_batched_tokens"],
-            preemption=sched["preemption"], queue_policy=sched["queue_policy"],
-            num_speculative_tokens=cfg["speculative"]["num_tokens"],
+            sched.policy, allocator, max_model_len=kv.max_model_len,
+            max_num_seqs=sched.max_num_seqs,
+            max_num_batched_tokens=sched.max_num_batched_tokens,
+            preemption=sched.preemption, queue_policy=sched.queue_policy,
+            num_speculative_tokens=sc.speculative.num_tokens,
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
 
 
-def build_workload(cfg: dict, base_dir: Optional[Union[str, Path]] = None) -> list[Request]:
+def swap_slots_of(scenario: Scenario, kv_bytes_per_token: float) -> int:
+    """Host swap slots per replica: ``kv_cache.swap_space_gb`` GiB in whole blocks, computed by
+    ``sim.scenario.swap_space_blocks`` exactly as the runtime does."""
+    bs = scenario.kv_cache.block_size
+    return swap_space_blocks(scenario.kv_cache.swap_space_gb, kv_bytes_per_token * bs) * bs
+
+
+def build_workload(scenario: Union[Scenario, dict], base_dir: Optional[Union[str, Path]] = None) -> list[Request]:
+    """The scenario's requests (relative workload paths resolved against ``base_dir``)."""
     from sim.workload import build_requests
 
-    return build_requests(cfg["workload"], cfg["seed"], base_dir=base_dir)
+    sc = as_scenario(scenario)
+    return build_requests(sc.workload, sc.seed, base_dir=base_dir)
 
 
-def simulate(config: Union[dict, str, Path, None] = None, *, overrides: Sequence[str] = (),
+def as_scenario(config: Union[Scenario, dict, str, Path, None], overrides: Sequence[str] = (),
+                seed: Optional[int] = None) -> Scenario:
+    """A Scenario from a Scenario, a full or partial config dict, a YAML path or None (the
+    defaults), with ``--set``-style ``overrides`` and ``seed`` applied on top."""
+    if isinstance(config, Scenario):
+        if not overrides and seed is None:
+            return config
+        config = config.to_dict()
+    if _is_built(config) and not overrides and seed is None:
+        return Scenario.from_dict(config)
+    return config_mod.build_scenario(config, list(overrides), seed)
+
+
+def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides: Sequence[str] = (),
              seed: Optional[int] = None, requests: Optional[list[Request]] = None,
              progress: Optional[Callable[[int], None]] = None,
              base_dir: Optional[Union[str, Path]] = None, fast_decode: bool = True) -> SimResult:
-    """Simulate one scenario. ``config`` is a full config dict (from ``build_config``), a
-    partial dict or a YAML path; ``requests`` replaces the configured workload (A/B runs pass the
-    same stream to both arms). ``fast_decode=False`` forces one simpy step per decode step
-    (the reference the bulk-decode fast path is tested against)."""
-    if _is_built(config) and not overrides and seed is None:
-        cfg = config
-    else:
-        cfg = config_mod.build_config(config, list(overrides), seed)
-    dep = resolve_deployment(cfg)
-    reqs = requests if requests is not None else build_workload(cfg, base_dir)
+    """Simulate one scenario. ``config`` is a ``Scenario``, a full config dict (from
+    ``build_config``), a partial dict or a YAML path; ``requests`` replaces the configured
+    workload (A/B runs pass the same stream to both arms). ``fast_decode=False`` forces one
+    simpy step per decode step (the reference the bulk-decode fast path is tested against)."""
+    sc = as_scenario(config, overrides, seed)
+    cfg = sc.to_dict()
+    dep = resolve_deployment(sc)
+    reqs = requests if requests is not None else build_workload(sc, base_dir)
     reqs = [_fresh(r) for r in reqs]
-    swap_slots = int(cfg["kv_cache"]["swap_space_gb"] * 1e9 // max(dep.memory.kv_bytes_per_token, 1))
-    n = cfg["parallel"]["num_replicas"]
-    schedulers = [build_replica_scheduler(cfg, dep.memory.num_kv_slots, swap_slots) for _ in range(n)]
-    spec = cfg["speculative"]
+    swap_slots = swap_slots_of(sc, dep.memory.kv_bytes_per_token)
+    n = sc.parallel.num_replicas
+    schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots) for _ in range(n)]
+    spec = sc.speculative
     samplers = None
-    if spec["num_tokens"]:
-        table = spec["acceptance_table"] if spec["acceptance"] == "table" else None
-        samplers = [AcceptanceSampler(spec["acceptance_rate"], table, seed=cfg["seed"] * 1000 + i,
-                                      draft_availability=spec["draft_availability"])
+    if spec.num_tokens:
+        samplers = [AcceptanceSampler(spec.acceptance_rate, spec.table, seed=sc.seed * 1000 + i,
+                                      draft_availability=_list(spec.draft_availability))
                     for i in range(n)]
     replica_of: dict[str, int] = {}
-    router = _RecordingRouter(cfg["parallel"]["router"], replica_of)
+    router = _RecordingRouter(sc.parallel.router, replica_of)
     sim = Simulation(reqs, schedulers, dep.cost_model.step_time, router=router,
-                     spec_samplers=samplers, draft_cost_ratio=spec["draft_cost_ratio"],
+                     spec_samplers=samplers, draft_cost_ratio=spec.draft_cost_ratio,
                      progress=progress, fast_decode=fast_decode)
     sim.run()
     steps = sim.log.columns()
-    queries = sum(getattr(s.allocator, "num_prefix_queries", 0) for s in schedulers)
-    hits = sum(getattr(s.allocator, "num_prefix_hits", 0) for s in schedulers)
+    queries = sum(s.allocator.num_prefix_queries for s in schedulers)
+    hits = sum(s.allocator.num_prefix_hits for s in schedulers)
     summary = summarize(
-        reqs, steps, slo_ttft_ms=cfg["slo"]["ttft_ms"], slo_tpot_ms=cfg["slo"]["tpot_ms"],
+        reqs, steps, slo_ttft_ms=sc.slo.ttft_ms, slo_tpot_ms=sc.slo.tpot_ms,
         num_preemptions=sum(s.num_preemptions for s in schedulers),
         prefix_queries=queries, prefix_hits=hits, num_gpus=dep.num_gpus_per_replica * n,
     )
-    summary["scenario"] = _scenario(cfg, dep)
+    summary["scenario"] = _scenario(sc, dep)
     summary["simulator"] = {"num_steps": len(steps["duration_s"]), "num_events": sim.num_events}
-    return SimResult(cfg, summary, reqs, steps, dep, {"replica_of": replica_of})
+    warnings = dep.cost_model.warnings()  # e.g. a profile measured on another machine
+    if warnings:
+        summary["warnings"] = warnings
+    return SimResult(cfg, summary, reqs, steps, dep, {"replica_of": replica_of}, scenario=sc)
 
 
 class _RecordingRouter(Router):
@@ -216,6 +249,10 @@ def _is_built(config: Any) -> bool:
     return isinstance(config, dict) and set(config_mod.DEFAULTS) <= set(config)
 
 
+def _list(values: Optional[Sequence[float]]) -> Optional[list[float]]:
+    return None if values is None else list(values)
+
+
 def _fresh(r: Request) -> Request:
     """A clean copy, so one request stream can be simulated under several configs."""
     return Request(r.request_id, r.arrival_time, r.prompt_len, r.max_output_tokens,
@@ -223,23 +260,25 @@ def _fresh(r: Request) -> Request:
                    hash_block_size=r.hash_block_size, priority=r.priority)
 
 
-def _scenario(cfg: dict, dep: Deployment) -> dict:
+def _scenario(sc: Scenario, dep: Deployment) -> dict:
+    """summary.json's ``scenario`` block: what was simulated, in a few fields."""
     m = dep.memory
+    kv = sc.kv_cache
     out = {
-        "model": cfg["model"],
-        "hardware": cfg["hardware"],
-        "dtype": cfg["dtype"],
-        "scheduler": cfg["scheduler"]["policy"],
-        "allocator": cfg["kv_cache"]["allocator"],
-        "reserve": cfg["kv_cache"]["reserve"] if cfg["kv_cache"]["allocator"] == "contiguous" else None,
-        "block_size": cfg["kv_cache"]["block_size"] if cfg["kv_cache"]["allocator"] == "paged" else None,
-        "num_replicas": cfg["parallel"]["num_replicas"],
+        "model": sc.model,
+        "hardware": sc.hardware,
+        "dtype": sc.dtype,
+        "scheduler": sc.scheduler.policy,
+        "allocator": kv.allocator,
+        "reserve": kv.reserve if kv.allocator == "contiguous" else None,
+        "block_size": kv.block_size if kv.allocator == "paged" else None,
+        "num_replicas": sc.parallel.num_replicas,
         "gpus_per_replica": dep.num_gpus_per_replica,
         "kv_slots_per_replica": m.num_kv_slots,
         "kv_pool_gb": m.kv_pool_bytes / 1e9,
         "weights_gb_per_gpu": m.weights_bytes / 1e9,
-        "seed": cfg["seed"],
+        "seed": sc.seed,
     }
-    if cfg["cost_model"]["profile"] is not None:
+    if sc.cost_model.profile is not None:
         out["cost_model"] = repr(dep.cost_model)
     return out

@@ -34,6 +34,11 @@ ARRIVAL_KEYS = ("process", "rate", "cv", "time_scale")
 LENGTH_KEYS = ("dist", "mean", "cv", "min", "max", "path", "column")
 PREFIX_KEYS = ("num_prefixes", "length", "hash_block_size")
 PRIORITY_KEYS = ("levels", "weights")
+# Upper bounds: beyond them a value is a typo, and honouring it would exhaust memory before the
+# first step (``num_requests=10**12`` allocates terabytes of arrival times).
+MAX_REQUESTS = 10_000_000
+MAX_TOKENS = 2**24  # per request (prompt or output); as sim.scenario bounds context lengths
+MAX_LEVELS = 1000
 
 
 @dataclass(frozen=True)
@@ -93,7 +98,7 @@ def parse_workload(
     _choice(zero_output, f"{key}.zero_output", ZERO_OUTPUT)
     num = cfg.get("num_requests")
     return WorkloadSpec(
-        num_requests=None if num is None else _int(num, f"{key}.num_requests", minimum=1),
+        num_requests=None if num is None else _int(num, f"{key}.num_requests", minimum=1, maximum=MAX_REQUESTS),
         arrival=_arrival(cfg.get("arrival"), f"{key}.arrival"),
         input_len=_length(cfg.get("input_len"), f"{key}.input_len", base_dir),
         output_len=_length(cfg.get("output_len"), f"{key}.output_len", base_dir),
@@ -139,9 +144,9 @@ def _length(value: Any, key: str, base_dir: Union[str, os.PathLike, None]) -> Op
     dist = cfg.get("dist")
     if dist is not None:
         _choice(dist, f"{key}.dist", DISTS)
-    lo = _int(cfg.get("min", 1), f"{key}.min", minimum=1)
+    lo = _int(cfg.get("min", 1), f"{key}.min", minimum=1, maximum=MAX_TOKENS)
     hi = cfg.get("max")
-    hi = None if hi is None else _int(hi, f"{key}.max", minimum=lo)
+    hi = None if hi is None else _int(hi, f"{key}.max", minimum=lo, maximum=MAX_TOKENS)
     spec = LengthSpec(dist=dist, min=lo, max=hi)
     if dist is None:
         extra = [name for name in cfg if name not in ("min", "max")]
@@ -179,9 +184,10 @@ def _prefix(value: Any, key: str) -> Optional[PrefixSpec]:
         if name not in cfg:
             raise ConfigError(f"{key}.{name}: required for a synthetic shared prefix")
     return PrefixSpec(
-        num_prefixes=_int(cfg["num_prefixes"], f"{key}.num_prefixes", minimum=1),
-        length=_int(cfg["length"], f"{key}.length", minimum=1),
-        hash_block_size=_int(cfg.get("hash_block_size", 16), f"{key}.hash_block_size", minimum=1),
+        num_prefixes=_int(cfg["num_prefixes"], f"{key}.num_prefixes", minimum=1, maximum=MAX_REQUESTS),
+        length=_int(cfg["length"], f"{key}.length", minimum=1, maximum=MAX_TOKENS),
+        hash_block_size=_int(cfg.get("hash_block_size", 16), f"{key}.hash_block_size", minimum=1,
+                             maximum=MAX_TOKENS),
     )
 
 
@@ -191,7 +197,7 @@ def _priority(value: Any, key: str) -> Optional[PrioritySpec]:
     cfg = _section(value, key, PRIORITY_KEYS)
     if "levels" not in cfg:
         raise ConfigError(f"{key}.levels: required (priorities 0 .. levels-1, 0 served first)")
-    levels = _int(cfg["levels"], f"{key}.levels", minimum=1)
+    levels = _int(cfg["levels"], f"{key}.levels", minimum=1, maximum=MAX_LEVELS)
     weights = cfg.get("weights")
     if weights is None:
         return PrioritySpec(levels=levels)
@@ -249,12 +255,14 @@ def _number(value: Any, key: str, *, positive: bool, allow_inf: bool = False) ->
     return number
 
 
-def _int(value: Any, key: str, *, minimum: int) -> int:
+def _int(value: Any, key: str, *, minimum: int, maximum: Optional[int] = None) -> int:
     number = None if isinstance(value, bool) else _as_int(value)
     if number is None:
         raise ConfigError(f"{key}: {value!r} is not an integer")
     if number < minimum:
         raise ConfigError(f"{key}: {value!r} must be >= {minimum}")
+    if maximum is not None and number > maximum:
+        raise ConfigError(f"{key}: {value!r} must be <= {maximum:,}")
     return number
 
 

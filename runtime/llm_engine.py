@@ -35,6 +35,7 @@ from sim.errors import ConfigError
 from sim.policies import Request, ScheduledRequest, StepPlan, StepResult
 from sim.policies.kv import KVAllocator, make_allocator
 from sim.policies.schedulers import Scheduler, make_scheduler
+from sim.scenario import swap_space_blocks
 
 DEFAULT_CPU_KV_BYTES = 512 * 2**20
 
@@ -66,8 +67,7 @@ class LLMEngine:
         num_blocks = self._num_kv_blocks()
         self.kv_cache = allocate_kv_cache(self.config, num_blocks, args.block_size, self.dtype, self.device)
         self.allocator, self.scheduler = self._make_policy(num_blocks)
-        self.runner = ModelRunner(loaded.model, self.kv_cache, self.allocator, self.device,
-                                  args.attention_backend)
+        self.runner = ModelRunner(loaded.model, self.kv_cache, self.device, args.attention_backend)
         self.swap_space = HostSwapSpace(self.kv_cache)
         self.sampler = Sampler()
         self.proposer: Optional[NgramProposer] = None
@@ -97,7 +97,8 @@ class LLMEngine:
         swap_slots = 0
         if a.preemption_mode == "swap":
             per_block = block_bytes(self.config, a.block_size, self.dtype)
-            swap_slots = int(a.swap_space * 2**30) // per_block * a.block_size
+            # GiB -> whole blocks, by the function the simulator uses (sim.scenario)
+            swap_slots = swap_space_blocks(a.swap_space, per_block) * a.block_size
         allocator = make_allocator("paged", num_slots=num_blocks * a.block_size, block_size=a.block_size,
                                    prefix_caching=a.enable_prefix_caching, max_model_len=self.max_model_len,
                                    swap_slots=swap_slots)
@@ -106,7 +107,8 @@ class LLMEngine:
                                        max_num_seqs=a.max_num_seqs,
                                        max_num_batched_tokens=a.max_num_batched_tokens,
                                        preemption=a.preemption_mode,
-                                       num_speculative_tokens=a.num_speculative_tokens)
+                                       num_speculative_tokens=a.num_speculative_tokens,
+                                       emit_block_tables=True)  # the model runner reads them
         except ValueError as e:
             raise ConfigError(str(e)) from None
         return allocator, scheduler
@@ -134,9 +136,10 @@ class LLMEngine:
         req = Request("profile", 0.0, n, 1, prompt_token_ids=[0] * n)
         allocator.allocate(req, n)
         cache = allocate_kv_cache(self.config, blocks, bs, self.dtype, self.device)
-        runner = ModelRunner(self.loaded.model, cache, allocator, self.device, self.args.attention_backend)
+        runner = ModelRunner(self.loaded.model, cache, self.device, self.args.attention_backend)
         torch.cuda.reset_peak_memory_stats(self.device)
-        runner.execute(runner.prepare(StepPlan(scheduled=[ScheduledRequest(req, n, 0, is_prefill=True)])))
+        step = ScheduledRequest(req, n, 0, is_prefill=True, block_table=list(allocator.block_table(req)))
+        runner.execute(runner.prepare(StepPlan(scheduled=[step])))
         torch.cuda.synchronize(self.device)
         del runner, cache
         torch.cuda.empty_cache()  # else mem_get_info counts the freed throwaway pool as used

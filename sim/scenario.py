@@ -1,0 +1,453 @@
+"""One typed scenario, validated in one place: what the simulator, the runtime and calibration
+all take.
+
+Why: the dotted YAML config (``kv_cache.block_size``, ``scheduler.policy`` ...) is the user's
+contract, but code should read typed fields, and a value should be checked once, where every
+executor sees the same verdict. ``Scenario.from_dict`` turns the dotted mapping into frozen
+dataclasses and raises a one-line ``ConfigError`` naming the dotted key, the bad value and what
+is allowed; ``Scenario.to_dict`` gives the mapping back unchanged (it is what ``simulate --out``
+writes as ``config.yaml``). Every section checks its own fields in ``__post_init__``, so a
+scenario built directly or with ``dataclasses.replace`` is checked the same way.
+
+Every enumeration comes from the module that implements it: scheduler policies from the
+scheduler registry, allocators and reserve policies from ``sim.policies.kv``, preemption and
+queue policies from the scheduler base, routers from the router, acceptance modes from the
+speculative sampler, dtypes from ``sim.catalog.dtypes``.
+
+Loading YAML files and ``--set`` overrides, and merging them over the defaults, is
+``sim.config``'s job; this module only knows one complete mapping.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, ClassVar, Mapping, Optional
+
+from sim.catalog.dtypes import DTYPES, KV_DTYPES, WEIGHT_QUANT
+from sim.errors import ConfigError
+from sim.policies.kv import ALLOCATORS, RESERVE_POLICIES
+from sim.policies.router import ROUTERS
+from sim.policies.schedulers import PREEMPTION_MODES, QUEUE_POLICIES, SCHEDULERS
+from sim.policies.speculative import ACCEPTANCE_MODES
+from sim.workload.config import WorkloadSpec, parse_workload
+
+#: Scheduler policies: the scheduler registry's names (static, orca, vllm_v0, chunked).
+POLICIES: tuple[str, ...] = tuple(SCHEDULERS)
+RESERVES: tuple[str, ...] = RESERVE_POLICIES
+PREEMPTIONS: tuple[str, ...] = PREEMPTION_MODES
+ACCEPTANCE: tuple[str, ...] = ACCEPTANCE_MODES
+
+#: Bytes in a GiB. ``kv_cache.swap_space_gb`` is in GiB, like vLLM's ``swap_space``; the
+#: simulator and the runtime both size the host swap pool with this constant.
+GIB: int = 2**30
+
+# Upper bounds that only reject absurd values (a typo of a few extra zeros), never a real setup.
+_MAX_SEED = 2**63 - 1
+_MAX_TOKENS = 2**24  # 16M tokens: context lengths, token budgets, block sizes
+_MAX_BLOCKS = 2**31
+_MAX_SEQS = 2**20
+_MAX_GPUS = 1024
+_MAX_REPLICAS = 100_000
+_MAX_SPEC_TOKENS = 128
+_MAX_SWAP_GIB = 1e6
+_MAX_MS = 1e9
+
+
+def swap_space_blocks(swap_space_gib: float, block_bytes: float) -> int:
+    """Whole KV blocks that ``swap_space_gib`` GiB of host memory hold (``block_bytes`` per
+    block). The simulator and the runtime both call this, so the same scenario gives both the
+    same swap pool."""
+    if swap_space_gib <= 0 or block_bytes <= 0:
+        return 0
+    return int(swap_space_gib * GIB // block_bytes)
+
+
+# --- checks ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Check:
+    """How one field is validated (kept in the dataclass field's metadata)."""
+
+    kind: str  # "choice" | "int" | "float" | "bool" | "name" | "probs" | "path"
+    allowed: tuple = ()
+    lo: float = 0
+    hi: float = math.inf
+    lo_open: bool = False
+    optional: bool = False
+
+
+def _field(default: Any, check: _Check, doc: str = "") -> Any:
+    return field(default=default, metadata={"check": check, "doc": doc})
+
+
+def choice(default: str, allowed: tuple[str, ...], doc: str = "") -> Any:
+    return _field(default, _Check("choice", allowed=allowed), doc)
+
+
+def integer(default: Optional[int], lo: int, hi: int, optional: bool = False, doc: str = "") -> Any:
+    return _field(default, _Check("int", lo=lo, hi=hi, optional=optional), doc)
+
+
+def number(default: Optional[float], lo: float, hi: float, lo_open: bool = False,
+           optional: bool = False, doc: str = "") -> Any:
+    return _field(default, _Check("float", lo=lo, hi=hi, lo_open=lo_open, optional=optional), doc)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _check_value(key: str, value: Any, c: _Check) -> Any:
+    """``value`` if it passes ``c`` (lists become tuples), else a ConfigError naming ``key``."""
+    if value is None and c.optional:
+        return None
+    if c.kind == "choice":
+        if not isinstance(value, str) or value not in c.allowed:
+            raise ConfigError(f"{key}: {value!r} is not one of {', '.join(map(str, c.allowed))}")
+        return value
+    if c.kind == "name":
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{key}: expected a name, got {value!r}")
+        return value
+    if c.kind == "bool":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        return value
+    if c.kind == "int":
+        if not isinstance(value, int) or isinstance(value, bool) or not c.lo <= value <= c.hi:
+            raise ConfigError(f"{key}: expected an integer >= {c.lo} and <= {c.hi}, got {value!r}")
+        return value
+    if c.kind == "float":
+        if not _is_number(value) or not math.isfinite(value):
+            raise ConfigError(f"{key}: expected a finite number, got {value!r}")
+        if value < c.lo or value > c.hi or (c.lo_open and value == c.lo):
+            bound = f"({c.lo:g}, {c.hi:g}]" if c.lo_open else f"[{c.lo:g}, {c.hi:g}]"
+            raise ConfigError(f"{key}: {value!r} is outside {bound}")
+        return value
+    if c.kind == "probs":
+        if (not isinstance(value, (list, tuple)) or not value
+                or not all(_is_number(x) and 0 <= x <= 1 for x in value)):
+            raise ConfigError(f"{key}: expected a list of probabilities in [0, 1], got {value!r}")
+        return tuple(value)
+    if c.kind == "path":
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{key}: expected a path to a profile file, got {value!r}")
+        p = Path(value)
+        if not p.is_file():
+            raise ConfigError(f"{key}: {p}: profile file not found"
+                              + (" (a directory, expected a file)" if p.is_dir() else ""))
+        return value
+    raise AssertionError(f"unknown check kind {c.kind!r}")
+
+
+class _Section:
+    """A config section: a frozen dataclass whose fields are the section's keys."""
+
+    KEY: ClassVar[str] = ""
+
+    def __post_init__(self) -> None:
+        for f in fields(self):  # type: ignore[arg-type]
+            check = f.metadata.get("check")
+            if check is not None:
+                value = _check_value(f"{self.KEY}.{f.name}", getattr(self, f.name), check)
+                object.__setattr__(self, f.name, value)
+
+    @classmethod
+    def from_dict(cls, data: Any) -> "_Section":
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{cls.KEY}: expected a mapping of keys, got {data!r}")
+        names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+        for k in data:
+            if k not in names:
+                raise ConfigError(f"unknown config key '{cls.KEY}.{k}' "
+                                  f"(allowed here: {', '.join(sorted(names))})")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {f.name: _plain(getattr(self, f.name)) for f in fields(self)}  # type: ignore[arg-type]
+
+
+def _plain(value: Any) -> Any:
+    """The YAML form of a field value (tuples back to lists)."""
+    return list(value) if isinstance(value, tuple) else value
+
+
+# --- sections ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class KVCacheConfig(_Section):
+    """``kv_cache.*``: the KV pool and how it is handed out."""
+
+    KEY: ClassVar[str] = "kv_cache"
+    allocator: str = choice("paged", ALLOCATORS)
+    #: How much a contiguous allocation reserves (ignored by the paged allocator).
+    reserve: str = choice("max", RESERVES)
+    block_size: int = integer(16, 1, _MAX_TOKENS)
+    prefix_caching: bool = _field(False, _Check("bool"))
+    gpu_memory_utilization: float = number(0.9, 0.0, 1.0, lo_open=True)
+    max_model_len: int = integer(4096, 2, _MAX_TOKENS)
+    dtype: str = choice("auto", KV_DTYPES)
+    #: Host memory for swap preemption, in GiB (2**30 bytes) per replica like vLLM's
+    #: ``swap_space`` (the key keeps its historical ``_gb`` name).
+    swap_space_gb: float = number(4.0, 0.0, _MAX_SWAP_GIB)
+    #: Exact KV pool in blocks per replica (vLLM's num_gpu_blocks_override), bypassing the
+    #: memory plan's count; validation sets it to the real engine's pool.
+    num_gpu_blocks: Optional[int] = integer(None, 1, _MAX_BLOCKS, optional=True)
+
+    @property
+    def swap_space_bytes(self) -> int:
+        return int(self.swap_space_gb * GIB)
+
+
+@dataclass(frozen=True)
+class SchedulerConfig(_Section):
+    """``scheduler.*``: batching policy and its limits."""
+
+    KEY: ClassVar[str] = "scheduler"
+    policy: str = choice("chunked", POLICIES)
+    max_num_seqs: int = integer(256, 1, _MAX_SEQS)
+    #: Token budget per step; None: the policy's default (see ``step_token_budget``).
+    max_num_batched_tokens: Optional[int] = integer(None, 1, _MAX_TOKENS, optional=True)
+    preemption: str = choice("recompute", PREEMPTIONS)
+    queue_policy: str = choice("fcfs", QUEUE_POLICIES)
+
+
+@dataclass(frozen=True)
+class ParallelConfig(_Section):
+    """``parallel.*``: GPUs per replica and replicas behind a router."""
+
+    KEY: ClassVar[str] = "parallel"
+    tensor_parallel_size: int = integer(1, 1, _MAX_GPUS)
+    pipeline_parallel_size: int = integer(1, 1, _MAX_GPUS)
+    num_replicas: int = integer(1, 1, _MAX_REPLICAS)
+    router: str = choice("round_robin", ROUTERS)
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel_size * self.pipeline_parallel_size
+
+
+@dataclass(frozen=True)
+class QuantizationConfig(_Section):
+    """``quantization.*``: weight quantisation ("none" = weights in the model dtype)."""
+
+    KEY: ClassVar[str] = "quantization"
+    weights: str = choice("none", WEIGHT_QUANT)
+
+    @property
+    def weight_dtype(self) -> Optional[str]:
+        """The memory plan's and roofline's ``weight_dtype`` (None = the activation dtype)."""
+        return None if self.weights == "none" else self.weights
+
+
+@dataclass(frozen=True)
+class CostModelConfig(_Section):
+    """``cost_model.*``: a calibration profile (``kvplan calibrate``) prices steps instead of
+    the roofline when set. Here only its existence is checked; its contents are checked where
+    it is loaded (the pricing layer)."""
+
+    KEY: ClassVar[str] = "cost_model"
+    profile: Optional[str] = _field(None, _Check("path", optional=True))
+
+
+@dataclass(frozen=True)
+class SpeculativeConfig(_Section):
+    """``speculative.*``: draft tokens per step and how many of them are accepted."""
+
+    KEY: ClassVar[str] = "speculative"
+    num_tokens: int = integer(0, 0, _MAX_SPEC_TOKENS)
+    acceptance: str = choice("constant", ACCEPTANCE)
+    acceptance_rate: float = number(0.7, 0.0, 1.0)
+    #: Per-position acceptance probabilities (used when ``acceptance`` is "table").
+    acceptance_table: Optional[tuple[float, ...]] = _field(None, _Check("probs", optional=True))
+    draft_cost_ratio: float = number(0.05, 0.0, 10.0)
+    #: P(proposer has exactly m drafts), m = 0..num_tokens; None: always num_tokens (a draft
+    #: model).
+    draft_availability: Optional[tuple[float, ...]] = _field(None, _Check("probs", optional=True))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.acceptance == "table" and self.acceptance_table is None:
+            raise ConfigError("speculative.acceptance_table: expected a list of per-position "
+                              "acceptance probabilities in [0, 1] (speculative.acceptance is 'table')")
+        avail = self.draft_availability
+        if avail is not None:
+            k = self.num_tokens
+            if len(avail) != k + 1 or abs(sum(avail) - 1.0) > 1e-6:
+                raise ConfigError(f"speculative.draft_availability: expected {k + 1} probabilities "
+                                  f"(0..{k} drafts found) summing to 1, got {list(avail)!r}")
+
+    @property
+    def table(self) -> Optional[tuple[float, ...]]:
+        """The acceptance table the sampler uses (None: constant rate)."""
+        return self.acceptance_table if self.acceptance == "table" else None
+
+
+@dataclass(frozen=True)
+class SLOConfig(_Section):
+    """``slo.*``: per-request latency bounds for ``slo_attainment`` (None: no bound)."""
+
+    KEY: ClassVar[str] = "slo"
+    ttft_ms: Optional[float] = number(None, 0.0, _MAX_MS, lo_open=True, optional=True)
+    tpot_ms: Optional[float] = number(None, 0.0, _MAX_MS, lo_open=True, optional=True)
+
+
+def default_workload() -> dict[str, Any]:
+    """ShareGPT-like (vLLM paper means 161 in / 338 out; CVs measured on the ShareGPT table;
+    caps as vllm bench serve's ShareGPT filter, so prompt + output <= 2048)."""
+    return {
+        "num_requests": 1000,
+        "arrival": {"process": "poisson", "rate": 8.0},
+        "input_len": {"dist": "lognormal", "mean": 161, "cv": 0.9, "max": 1024},
+        "output_len": {"dist": "lognormal", "mean": 338, "cv": 0.6, "max": 1024},
+    }
+
+
+_SECTIONS: dict[str, type[_Section]] = {
+    "kv_cache": KVCacheConfig,
+    "scheduler": SchedulerConfig,
+    "parallel": ParallelConfig,
+    "quantization": QuantizationConfig,
+    "cost_model": CostModelConfig,
+    "speculative": SpeculativeConfig,
+    "slo": SLOConfig,
+}
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A whole scenario: deployment (model, hardware, dtype, parallelism, quantisation), KV
+    cache, scheduler, speculative decoding, cost model, SLO, workload and seed.
+
+    ``workload`` is the YAML mapping as given (checked by ``sim.workload.parse_workload``;
+    relative file paths are resolved against the config file's folder when it is built);
+    ``workload_spec`` is its typed form (paths not yet resolved).
+    """
+
+    model: str = _field("llama-3.1-8b", _Check("name"))
+    hardware: str = _field("a100-80gb", _Check("name"))
+    dtype: str = choice("float16", DTYPES)
+    seed: int = integer(0, 0, _MAX_SEED)
+    kv_cache: KVCacheConfig = field(default_factory=KVCacheConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    parallel: ParallelConfig = field(default_factory=ParallelConfig)
+    quantization: QuantizationConfig = field(default_factory=QuantizationConfig)
+    cost_model: CostModelConfig = field(default_factory=CostModelConfig)
+    speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
+    slo: SLOConfig = field(default_factory=SLOConfig)
+    workload: dict[str, Any] = field(default_factory=default_workload)
+    workload_spec: WorkloadSpec = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            check = f.metadata.get("check")
+            if check is not None:
+                object.__setattr__(self, f.name, _check_value(f.name, getattr(self, f.name), check))
+            elif f.name in _SECTIONS and not isinstance(getattr(self, f.name), _SECTIONS[f.name]):
+                raise ConfigError(f"{f.name}: expected a {_SECTIONS[f.name].__name__}")
+        if not isinstance(self.workload, Mapping):
+            raise ConfigError(f"workload: expected a mapping, got {self.workload!r}")
+        object.__setattr__(self, "workload", copy.deepcopy(dict(self.workload)))
+        object.__setattr__(self, "workload_spec", parse_workload(self.workload, key="workload"))
+        self._check_combinations()
+
+    def _check_combinations(self) -> None:
+        """Rules that involve more than one key (each error names the key to change)."""
+        kv, sched = self.kv_cache, self.scheduler
+        if kv.prefix_caching and kv.allocator != "paged":
+            raise ConfigError("kv_cache.prefix_caching: needs kv_cache.allocator 'paged'")
+        if sched.policy == "static" and sched.preemption != "recompute":
+            raise ConfigError("scheduler.preemption: static batching supports only 'recompute'")
+        if sched.preemption == "swap" and kv.allocator != "paged":
+            raise ConfigError("scheduler.preemption: 'swap' needs kv_cache.allocator 'paged'")
+        mbt = sched.max_num_batched_tokens
+        if mbt is not None and sched.policy in ("orca", "vllm_v0") and mbt < kv.max_model_len:
+            raise ConfigError(
+                f"scheduler.max_num_batched_tokens: {mbt} < kv_cache.max_model_len {kv.max_model_len}; "
+                f"without chunked prefill a whole prompt must fit in one step (use policy 'chunked')")
+
+    # --- the dotted mapping ----------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, cfg: Mapping[str, Any]) -> "Scenario":
+        """The typed scenario of a config mapping (``sim.config.build_config``'s output, or
+        any part of it: a missing key takes its default; the ``workload`` section is taken
+        whole, not merged). Raises ``ConfigError`` naming the first bad key."""
+        if not isinstance(cfg, Mapping):
+            raise ConfigError(f"config: expected a mapping of config keys, got {cfg!r}")
+        names = [f.name for f in fields(cls) if f.init]
+        for k in cfg:
+            if k not in names:
+                raise ConfigError(f"unknown config key '{k}' (allowed here: {', '.join(sorted(names))})")
+        kwargs: dict[str, Any] = {}
+        for k, v in cfg.items():
+            kwargs[k] = _SECTIONS[k].from_dict(v) if k in _SECTIONS else v
+        return cls(**kwargs)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The dotted mapping (the YAML form), keys in the documented order."""
+        out: dict[str, Any] = {}
+        for f in fields(self):
+            if not f.init:
+                continue
+            value = getattr(self, f.name)
+            if isinstance(value, _Section):
+                out[f.name] = value.to_dict()
+            elif f.name == "workload":
+                out[f.name] = copy.deepcopy(value)
+            else:
+                out[f.name] = value
+        return out
+
+    def override(self, values: Mapping[str, Any]) -> "Scenario":
+        """A copy with dotted keys set (``{"kv_cache.num_gpu_blocks": 512}``), checked again.
+        For facts learnt after the scenario was built, such as the real engine's pool size."""
+        cfg = self.to_dict()
+        for dotted, value in values.items():
+            *path, last = dotted.split(".")
+            node = cfg
+            for part in path:
+                if not isinstance(node.get(part), dict):
+                    raise ConfigError(f"unknown config key '{dotted}'")
+                node = node[part]
+            if last not in node and path[:1] != ["workload"]:
+                raise ConfigError(f"unknown config key '{dotted}'")
+            node[last] = value
+        return Scenario.from_dict(cfg)
+
+    # --- derived values the executors share -----------------------------------------------
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.parallel.gpus_per_replica
+
+
+def field_keys() -> list[str]:
+    """Every dotted key of the scenario except inside ``workload`` (documented in
+    docs/workloads.md), in the documented order."""
+    keys: list[str] = []
+    for f in fields(Scenario):
+        if not f.init or f.name == "workload":
+            continue
+        if f.name in _SECTIONS:
+            keys += [f"{f.name}.{g.name}" for g in fields(_SECTIONS[f.name])]
+        else:
+            keys.append(f.name)
+    return keys
+
+
+def field_check(dotted: str) -> Optional[_Check]:
+    """How the key ``dotted`` is validated (tests and docs read it)."""
+    section, _, name = dotted.rpartition(".")
+    cls: Any = _SECTIONS[section] if section else Scenario
+    for f in fields(cls):
+        if f.name == name:
+            return f.metadata.get("check")
+    raise KeyError(dotted)
+
+
+#: The built-in default scenario as a dotted mapping (``kvplan simulate`` with no config file).
+DEFAULTS: dict[str, Any] = Scenario().to_dict()
