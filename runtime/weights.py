@@ -282,8 +282,14 @@ def load_gguf(path: str, dtype: torch.dtype = torch.float32, device: str | torch
     """Dequantise every tensor with the ``gguf`` package and undo the Q/K permutation."""
     from gguf import GGUFReader, dequantize
 
-    reader = GGUFReader(path)
-    cfg = gguf_config(reader)
+    try:
+        reader = GGUFReader(path)
+    except (ValueError, OSError, IndexError) as exc:  # bad magic, truncated header or tensor table
+        raise ConfigError(f"model: {path}: not a readable GGUF file ({' '.join(str(exc).split())})") from None
+    try:
+        cfg = gguf_config(reader)
+    except ConfigError as exc:  # name the file: the message alone does not say which model
+        raise ConfigError(f"{path}: {exc}") from None
     permuted = _gguf_field(reader, "general.architecture") == "llama"
 
     def tensors() -> Iterator[tuple[str, torch.Tensor]]:

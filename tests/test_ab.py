@@ -8,7 +8,7 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from sim import cli_analysis
+from cli import analysis as cli_analysis
 from sim.analysis.ab import config_diff, run_ab, verdict
 from sim.analysis.stats import mean_interval, paired_bootstrap
 from sim.errors import ConfigError

@@ -190,7 +190,7 @@ def test_cli_capacity_prints_the_answer_and_writes_json(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from sim import cli_analysis
+    from cli import analysis as cli_analysis
 
     app = typer.Typer()
     app.command()(cli_analysis.capacity)

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def kvplan(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -106,3 +106,125 @@ def test_real_azure_trace_runs():
                   "--set", "kv_cache.max_model_len=8192", "--json")
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["completed"] == 300
+
+
+# ---------------------------------------------------------------- defects a new user hit (issue 9)
+
+AZURE = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv_2023.csv"
+
+
+def _trace_prefix(tmp_path: Path, real: bool) -> Path:
+    """200 requests: the head of the real Azure conversation trace (never committed), or a
+    synthetic file in its format where the shared traces are absent."""
+    path = tmp_path / "trace.csv"
+    if real:
+        if not AZURE.exists():
+            pytest.skip("shared traces not present")
+        with open(AZURE) as fh:
+            path.write_text("".join(next(fh) for _ in range(201)))
+    else:
+        rows = [f"2023-11-16 18:15:{i // 10:02d}.{i % 10}000000,{100 + 7 * i},{10 + i % 50}" for i in range(200)]
+        path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n" + "\n".join(rows) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("real", [True, False], ids=["azure-prefix", "synthetic"])
+def test_whole_trace_replays_without_num_requests(tmp_path, real):
+    """Without workload.num_requests the progress bar has no total; `if bar:` on such a tqdm
+    raised TypeError after the run. Progress stays on (the default) so the bar is created."""
+    trace = _trace_prefix(tmp_path, real)
+    out = tmp_path / "run"
+    proc = kvplan("simulate", "--set", f"workload.trace={trace}", "--set", "kv_cache.max_model_len=8192",
+                  "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr and "Time to first token" in proc.stdout
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["completed"] + summary["rejected"] == 200
+
+
+def test_missing_trace_is_one_line_exit_2():
+    proc = kvplan("simulate", "--set", "workload.trace=/nonexistent/file.csv")
+    assert_one_line_error(proc, "/nonexistent/file.csv")
+
+
+def test_trace_reader_raises_a_user_error_for_a_missing_file(tmp_path):
+    from sim.errors import KvplanError, TraceFormatError
+    from sim.workload.traces import read_azure, read_trace
+
+    for reader in (read_trace, read_azure):
+        with pytest.raises(TraceFormatError, match="nope.csv: not found") as exc:
+            reader(tmp_path / "nope.csv")
+        assert isinstance(exc.value, KvplanError)
+    with pytest.raises(TraceFormatError, match="is a directory"):
+        read_trace(tmp_path)
+
+
+HEAVY = ("torch", "streamlit", "plotly", "pandas", "simpy")
+
+
+def test_help_imports_nothing_heavy():
+    """`kvplan --help` stays fast and works in the light core: the commands import their
+    libraries (the simulator, torch, streamlit ...) only when they run."""
+    script = ("import sys, cli.main\n"
+              f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n"
+              "try:\n    cli.main.main(['--help'])\nexcept SystemExit:\n    pass\n"
+              f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n")
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.strip().splitlines()
+    assert lines[0] == "[]" and lines[-1] == "[]", proc.stdout
+
+
+def test_version_needs_no_command():
+    proc = kvplan("--version")
+    assert proc.returncode == 0 and proc.stdout.startswith("kvplan "), proc.stderr
+
+
+def _main(argv, capsys):
+    from cli.main import main
+
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    return exc.value.code, capsys.readouterr().err
+
+
+def test_internal_error_is_not_blamed_on_the_user(monkeypatch, capsys):
+    """A broken invariant is kvplan's bug: exit 1 and one line saying so (not `error:` + exit 2);
+    KVPLAN_DEBUG=1 keeps the traceback."""
+    import sim.api
+
+    def broken(*args, **kwargs):
+        raise AssertionError("block pool lost a block")
+
+    monkeypatch.setattr(sim.api, "simulate", broken)
+    monkeypatch.delenv("KVPLAN_DEBUG", raising=False)
+    code, err = _main(["simulate", "--no-progress", "--set", "workload.num_requests=5"], capsys)
+    lines = err.strip().splitlines()
+    assert code == 1 and len(lines) == 1, err
+    assert lines[0].startswith("internal error (a bug in kvplan, please report)") and "lost a block" in lines[0]
+    monkeypatch.setenv("KVPLAN_DEBUG", "1")
+    from cli.main import main
+
+    with pytest.raises(AssertionError, match="lost a block"):
+        main(["simulate", "--no-progress", "--set", "workload.num_requests=5"])
+
+
+@pytest.mark.parametrize("exc,needle", [
+    (FileNotFoundError(2, "No such file or directory", "/data/x.csv"), "/data/x.csv: not found"),
+    (IsADirectoryError(21, "Is a directory", "/data"), "/data: is a directory"),
+    (PermissionError(13, "Permission denied", "/root/x.yaml"), "/root/x.yaml: permission denied"),
+])
+def test_os_errors_on_user_paths_are_one_line_exit_2(monkeypatch, capsys, exc, needle):
+    import sim.api
+
+    def fail(*args, **kwargs):
+        raise exc
+
+    monkeypatch.setattr(sim.api, "simulate", fail)
+    code, err = _main(["simulate", "--no-progress", "--set", "workload.num_requests=5"], capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith(f"error: {needle}"), err
+
+
+def test_usage_errors_are_one_line_exit_2():
+    assert_one_line_error(kvplan("simulate", "--bogus"), "--bogus")
+    assert_one_line_error(kvplan("capacity", "--slo", "ttft_p99_ms=500", "--seeds", "many"), "--seeds")

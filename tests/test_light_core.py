@@ -19,7 +19,7 @@ class _Block:
         return None
 sys.meta_path.insert(0, _Block())
 sys.argv = ["kvplan"] + sys.argv[1:]
-from sim.cli import main
+from cli.main import main
 main()
 """
 

@@ -10,13 +10,13 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sim import cli_analysis
+from cli import analysis as cli_analysis
 from sim.analysis.ab import run_ab
 from sim.analysis.capacity import RunSizing, find_capacity
 from sim.analysis.report import load_record, render_html, render_markdown, write_report
 from sim.analysis.slo import parse_slo
 from sim.analysis.sweep import parse_grid, run_sweep
-from sim.analysis.validation import ValidationFileError, load_validation, write_validation
+from calibration.validation_file import ValidationFileError, load_validation, write_validation
 from sim.api import simulate
 from sim.errors import ConfigError
 

@@ -9,7 +9,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from sim import cli_analysis
+from cli import analysis as cli_analysis
 from sim.analysis.pareto import pareto_mask
 from sim.analysis.slo import parse_slo
 from sim.analysis.sweep import grid_points, parse_grid, point_overrides, run_sweep

@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboards import common
 from sim.analysis import figures
-from sim.analysis.validation import FORMAT, load_validation
+from calibration.validation_file import FORMAT, load_validation
 
 st.title("Validation")
 st.caption("Predicted against real, per metric: how far to trust the simulator on this hardware and model.")
@@ -46,7 +46,11 @@ cols[0].metric("Metrics", len(record["metrics"]))
 cols[1].metric("Mean absolute error", f"{record['mape']:.1%}" if record["mape"] is not None else "-")
 cols[2].metric("Largest error", f"{record['max_abs_error']:.1%}" if record["max_abs_error"] is not None else "-")
 if record["source"]:
-    st.markdown("**Source:** " + "; ".join(f"{k}: `{v}`" for k, v in record["source"].items()))
+    st.markdown("**Source:** " + "; ".join(f"{k}: `{v}`" for k, v in record["source"].items()
+                                           if k != "warnings"))
+warnings = record["source"].get("warnings")  # e.g. the profile was measured on another machine
+for warning in warnings if isinstance(warnings, list) else []:
+    st.warning(str(warning))
 st.dataframe(pd.DataFrame([{"metric": m["name"], "unit": m["unit"], "real": m["real"],
                             "predicted": m["predicted"], "error": m["error"]} for m in record["metrics"]]),
              hide_index=True, column_config={"error": st.column_config.NumberColumn(format="percent")})

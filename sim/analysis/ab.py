@@ -24,6 +24,9 @@ from sim.api import SimResult, build_workload, simulate
 from sim.errors import ConfigError
 from sim.metrics import meets_slo
 from sim.policies.request import RequestState
+from sim.workload.config import MAX_REQUESTS
+
+MAX_BOOTSTRAP = 1_000_000  # resamples held in memory at once: more is a typo
 
 ConfigLike = Union[dict, str, Path, None]
 
@@ -132,6 +135,10 @@ def run_ab(config_a: ConfigLike, config_b: ConfigLike, *, seeds: int = 3,
         raise ConfigError(f"--seeds: expected at least 1, got {seeds}")
     if not 0.5 <= confidence < 1:
         raise ConfigError(f"--confidence: expected a fraction in [0.5, 1), got {confidence}")
+    if not 1 <= num_bootstrap <= MAX_BOOTSTRAP:
+        raise ConfigError(f"--bootstrap: expected 1 to {MAX_BOOTSTRAP:,} resamples, got {num_bootstrap}")
+    if num_requests is not None and not 1 <= num_requests <= MAX_REQUESTS:
+        raise ConfigError(f"--num-requests: expected 1 to {MAX_REQUESTS:,}, got {num_requests}")
     extra = list(overrides) + ([f"workload.num_requests={int(num_requests)}"] if num_requests else [])
     cfg_a = config_mod.build_config(config_a, extra)
     cfg_b = config_mod.build_config(config_b, extra)

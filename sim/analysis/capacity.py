@@ -358,8 +358,12 @@ def _check_args(seeds: int, rel_tol: float, target_rate, start_rate, budget: int
                 sizing: RunSizing) -> None:
     from sim.errors import ConfigError
 
+    from sim.workload.config import MAX_REQUESTS
+
     if seeds < 1:
         raise ConfigError(f"--seeds: expected at least 1, got {seeds}")
+    if seeds > budget:
+        raise ConfigError(f"--seeds: {seeds} seeds need more than --max-simulations {budget}")
     if not 0 < rel_tol < 1:
         raise ConfigError(f"--rel-tol: expected a fraction in (0, 1), got {rel_tol}")
     if target_rate is not None and not (target_rate > 0 and math.isfinite(target_rate)):
@@ -368,11 +372,11 @@ def _check_args(seeds: int, rel_tol: float, target_rate, start_rate, budget: int
         raise ConfigError(f"--start-rate: expected a rate > 0 req/s, got {start_rate}")
     if budget < 2:
         raise ConfigError(f"--max-simulations: expected at least 2, got {budget}")
-    if not sizing.duration_s > 0:
+    if not 0 < sizing.duration_s < math.inf:
         raise ConfigError(f"--duration: expected seconds > 0, got {sizing.duration_s}")
-    if sizing.num_requests is not None and sizing.num_requests < 2:
-        raise ConfigError(f"--num-requests: expected at least 2, got {sizing.num_requests}")
-    if sizing.confirm_s < 0:
+    if sizing.num_requests is not None and not 2 <= sizing.num_requests <= MAX_REQUESTS:
+        raise ConfigError(f"--num-requests: expected 2 to {MAX_REQUESTS:,}, got {sizing.num_requests}")
+    if not 0 <= sizing.confirm_s < math.inf:
         raise ConfigError(f"--confirm: expected seconds >= 0 (0: no confirmation), got {sizing.confirm_s}")
     if not 0 <= sizing.warmup_fraction < 1:
         raise ConfigError(f"--warmup: expected a fraction in [0, 1), got {sizing.warmup_fraction}")

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, KvplanError, file_error
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Section:
 def load_record(path: Union[str, Path]) -> dict:
     """A saved result: ``--json`` output of capacity/ab/sweep, a validation.json, a
     ``kvplan simulate --out`` folder, or its summary.json."""
-    from sim.analysis.validation import FORMAT, load_validation
+    from calibration.validation_file import FORMAT, load_validation
     from sim.analysis.whatif import load_run_dir
 
     p = Path(path)
@@ -44,10 +44,15 @@ def load_record(path: Union[str, Path]) -> dict:
     if not p.is_file():
         raise ConfigError(f"{p}: not found")
     try:
-        data = json.loads(p.read_text())
-    except ValueError:
+        data = json.loads(p.read_text(encoding="utf-8"))
+    except ValueError:  # UnicodeDecodeError included: a binary file
         raise ConfigError(f"{p}: not valid JSON") from None
+    except OSError as exc:
+        raise file_error(p, exc) from None
+    if isinstance(data, dict) and data.get("kind") == "validation":
+        return load_validation(data, str(p))
     if isinstance(data, dict) and data.get("kind") in RENDERERS:
+        _check_shape(data, p)
         return data
     if isinstance(data, dict) and (data.get("format") == FORMAT or "metrics" in data):
         return load_validation(data, str(p))
@@ -56,6 +61,39 @@ def load_record(path: Union[str, Path]) -> dict:
             {"kind": "simulation", "label": p.stem, "config": {}, "summary": data, "latencies": {}, "timeline": {}}
     raise ConfigError(f"{p}: not a kvplan result (expected the --json output of capacity, ab or "
                       f"sweep, a validation.json, or a simulate --out folder)")
+
+
+#: The top-level fields each saved result's section reads, and their JSON types (None: any).
+_SHAPES: dict[str, dict[str, Optional[type | tuple[type, ...]]]] = {
+    "capacity": {"headline": str, "sizing": dict, "slo_text": str, "searches": list,
+                 "confidence": (int, float), "capacity_rate": None, "ci_low": None, "ci_high": None,
+                 "planning_rate": None, "goodput": None, "output_tokens_per_s_per_gpu": None,
+                 "gpus_per_replica": None, "hardware": None, "usd_per_gpu_hour": None,
+                 "usd_per_million_output_tokens": None, "num_simulations": None},
+    "ab": {"headline": str, "label_a": str, "label_b": str, "seeds": list, "confidence": (int, float),
+           "num_bootstrap": None, "differences": list, "rows": list},
+    "sweep": {"grid": dict, "rows": list, "seeds": list, "num_simulations": None, "backend": None,
+              "workers": None, "wall_s": (int, float), "x": str, "y": str},
+    "simulation": {"summary": dict},
+}
+
+
+def _check_shape(data: dict, p: Path) -> None:
+    """A saved result must have what its section reads, so that a truncated or hand-edited file
+    is one line naming the file and the field, not a KeyError deep inside the report."""
+    for key, kind in _SHAPES.get(data["kind"], {}).items():
+        if key not in data:
+            raise ConfigError(f"{p}: {key}: missing from this {data['kind']} result")
+        if kind is not None and (isinstance(data[key], bool) or not isinstance(data[key], kind)):
+            raise ConfigError(f"{p}: {key}: unexpected value {_short(data[key])} in this {data['kind']} result")
+    for key in ("config", "config_a", "config_b"):
+        if data.get(key) is not None and not isinstance(data[key], dict):
+            raise ConfigError(f"{p}: {key}: expected a mapping of config keys")
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 # ---------------------------------------------------------------- building sections
@@ -281,7 +319,9 @@ def cost_model_provenance(cfg: dict) -> str:
         from sim.api import resolve_deployment
 
         model = resolve_deployment(cfg).cost_model
-    except Exception as exc:  # a report must render even when the scenario cannot be resolved
+    except (KvplanError, OSError) as exc:
+        # A report must render even when its scenario no longer resolves here (a profile file
+        # moved, a catalog entry renamed since the result was saved); a bug still raises.
         return f"Cost model could not be resolved for this scenario ({exc})."
     prov = getattr(model, "provenance", None)
     if prov:
@@ -369,20 +409,22 @@ def render_html(records: Sequence[dict], title: str = "kvplan report") -> str:
 
 def write_report(records: Sequence[dict], out: Union[str, Path], title: str = "kvplan report",
                  markdown: Optional[Union[str, Path]] = None) -> list[Path]:
-    """Write HTML (``out`` ending .html/.htm) or Markdown (.md), plus ``markdown`` if given."""
+    """Write HTML (``out`` ending .html/.htm) or Markdown (.md), plus ``markdown`` if given.
+
+    Everything is rendered before the first file is opened, so a failure leaves no file
+    half-written or replaced."""
     out = Path(out)
-    written = []
     if out.suffix.lower() in (".md", ".markdown"):
-        out.write_text(render_markdown(records, title))
+        texts = [(out, render_markdown(records, title))]
     elif out.suffix.lower() in (".html", ".htm"):
-        out.write_text(render_html(records, title))
+        texts = [(out, render_html(records, title))]
     else:
         raise ConfigError(f"--out {out}: expected a .html or .md file name")
-    written.append(out)
     if markdown:
-        Path(markdown).write_text(render_markdown(records, title))
-        written.append(Path(markdown))
-    return written
+        texts.append((Path(markdown), render_markdown(records, title)))
+    for path, text in texts:
+        path.write_text(text)
+    return [path for path, _ in texts]
 
 
 _CSS = """body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;max-width:1100px;margin:2em auto;

@@ -9,6 +9,8 @@ TTFT and TPOT bounds (DistServe-style goodput).
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Optional
 
@@ -118,9 +120,12 @@ def _tightest(bounds: dict[str, float], metric: str) -> Optional[float]:
 
 def _number(key: str, raw: str) -> float:
     try:
-        return float(raw)
+        value = float(raw)
     except ValueError:
         raise ConfigError(f"--slo {key}: expected a number, got {raw!r}") from None
+    if not math.isfinite(value):
+        raise ConfigError(f"--slo {key}: expected a finite number, got {raw!r}")
+    return value
 
 
 def _yaml(v: Optional[float]) -> str:

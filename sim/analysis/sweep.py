@@ -22,6 +22,7 @@ from sim import config as config_mod
 from sim.analysis.pareto import pareto_mask
 from sim.analysis.slo import SLO
 from sim.errors import ConfigError, KvplanError
+from sim.workload.config import MAX_REQUESTS
 
 BACKENDS = ("local", "ray")
 X_METRIC = "output_throughput_per_gpu"
@@ -107,6 +108,10 @@ def run_sweep(config: Union[dict, str, Path, None], grid: dict[str, list], *, se
         raise ConfigError(f"--backend: {backend!r} is not one of {', '.join(BACKENDS)}")
     if seeds < 1:
         raise ConfigError(f"--seeds: expected at least 1, got {seeds}")
+    if num_requests is not None and not 1 <= num_requests <= MAX_REQUESTS:
+        raise ConfigError(f"--num-requests: expected 1 to {MAX_REQUESTS:,}, got {num_requests}")
+    if workers is not None and workers < 1:
+        raise ConfigError(f"--workers: expected at least 1, got {workers}")
     extra = list(overrides)
     if num_requests:
         extra.append(f"workload.num_requests={int(num_requests)}")

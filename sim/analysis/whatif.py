@@ -19,7 +19,7 @@ import yaml
 from sim.analysis.capacity import with_rate
 from sim.analysis.steady import run_length, window_metrics
 from sim.api import SimResult, simulate
-from sim.errors import ConfigError
+from sim.errors import ConfigError, file_error
 
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 KV_PARTS = ("token_states", "internal_fragmentation", "external_fragmentation", "reserved", "free")
@@ -107,28 +107,49 @@ def rate_curve(config: dict, rates: Sequence[float], *, duration_s: float = 60.0
     return points
 
 
+def _run_file(path: Path, parse: Callable[[str], object]) -> object:
+    """One file of a run folder, parsed; any problem is one ``ConfigError`` naming it."""
+    try:
+        return parse(path.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{path}: not a UTF-8 text file") from None
+    except OSError as exc:
+        raise file_error(path, exc) from None
+    except (ValueError, yaml.YAMLError, csv.Error) as exc:
+        raise ConfigError(f"{path}: not readable as kvplan output ({' '.join(str(exc).split())})") from None
+
+
+def _run_float(value: str, path: Path, column: str) -> float:
+    try:
+        return float(value)
+    except ValueError:
+        raise ConfigError(f"{path}: {column}: {value!r} is not a number") from None
+
+
 def load_run_dir(path: Union[str, Path], max_points: int = 400) -> dict:
     """A ``kvplan simulate --out DIR`` folder as a simulation record."""
     d = Path(path)
     summary_path = d / "summary.json"
     if not summary_path.is_file():
         raise ConfigError(f"{d}: no summary.json (expected a `kvplan simulate --out` folder)")
-    summary = json.loads(summary_path.read_text())
-    config = yaml.safe_load((d / "config.yaml").read_text()) if (d / "config.yaml").is_file() else {}
+    summary = _run_file(summary_path, json.loads)
+    if not isinstance(summary, dict):
+        raise ConfigError(f"{summary_path}: expected a JSON object (a simulate summary)")
+    config = _run_file(d / "config.yaml", yaml.safe_load) if (d / "config.yaml").is_file() else {}
+    if not isinstance(config, dict):
+        raise ConfigError(f"{d / 'config.yaml'}: expected a mapping of config keys")
     lat: dict[str, list[float]] = {"ttft_ms": [], "tpot_ms": [], "e2el_ms": []}
     if (d / "requests.csv").is_file():
-        with open(d / "requests.csv", newline="") as fh:
-            for row in csv.DictReader(fh):
-                for k in lat:
-                    if row.get(k):
-                        lat[k].append(float(row[k]))
+        for row in _run_file(d / "requests.csv", lambda text: list(csv.DictReader(text.splitlines()))):
+            for k in lat:
+                if row.get(k):
+                    lat[k].append(_run_float(row[k], d / "requests.csv", k))
     steps: dict[str, list] = {}
     if (d / "steps.csv").is_file():
-        with open(d / "steps.csv", newline="") as fh:
-            reader = csv.reader(fh)
-            names = next(reader, [])
-            columns = list(zip(*reader)) or [[] for _ in names]
-            steps = {n: [float(x) for x in col] for n, col in zip(names, columns)}
+        rows = _run_file(d / "steps.csv", lambda text: list(csv.reader(text.splitlines())))
+        names = rows[0] if rows else []
+        columns = list(zip(*rows[1:])) or [[] for _ in names]
+        steps = {n: [_run_float(x, d / "steps.csv", n) for x in col] for n, col in zip(names, columns)}
     return {"kind": "simulation", "label": d.name, "config": config, "summary": summary,
             "latencies": {k: quantile_points(v, max_points) for k, v in lat.items()},
             "timeline": timeline(steps, summary.get("scenario", {}), max_points)}

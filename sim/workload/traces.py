@@ -25,14 +25,15 @@ import json
 import math
 import os
 import re
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from functools import lru_cache
-from typing import Any, Callable, Optional, Union
+from typing import Any, Callable, Iterator, Optional, TextIO, Union
 
 import numpy as np
 
-from sim.errors import TraceFormatError
+from sim.errors import TraceFormatError, file_error
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -42,6 +43,7 @@ MOONCAKE_KEYS = ("timestamp", "input_length", "output_length")
 MOONCAKE_BLOCK = 512  # tokens per Mooncake hash id
 ZERO_OUTPUT_MODES = ("error", "clamp")
 FORMATS = ("azure", "mooncake", "length_table")
+MAX_LENGTH = 2**24  # tokens in one prompt or output; a larger value is a corrupt row
 
 
 @dataclass(frozen=True, eq=False)
@@ -137,6 +139,8 @@ def _positive_int(
         raise _fail(path, line, f"{column} is {_short(value)}, not an integer")
     if number < 0 or (number == 0 and not allow_zero):
         raise _fail(path, line, f"{column} is {number}; lengths must be >= 1")
+    if number > MAX_LENGTH:
+        raise _fail(path, line, f"{column} is {number}; lengths must be <= {MAX_LENGTH:,}")
     return number
 
 
@@ -233,8 +237,19 @@ def _first_line(path: str) -> str:
     raise _fail(path, 1, "empty file")
 
 
-def _open(path: str):
-    return open(path, newline="", encoding="utf-8-sig")
+@contextmanager
+def _open(path: str) -> Iterator[TextIO]:
+    """The file as text; a file that cannot be read as a trace (missing, a directory, no
+    permission, binary) raises ``TraceFormatError`` naming it, whichever reader opened it."""
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as f:
+            yield f
+    except UnicodeDecodeError as exc:
+        raise TraceFormatError(f"{path}: not a UTF-8 text file ({exc.reason})") from None
+    except csv.Error as exc:  # e.g. "line contains NUL": a binary file that decodes as UTF-8
+        raise TraceFormatError(f"{path}: not a text CSV file ({exc})") from None
+    except OSError as exc:
+        raise file_error(path, exc, TraceFormatError) from None
 
 
 def read_trace(path: PathLike, *, zero_output: str = "error") -> Trace:
@@ -242,18 +257,18 @@ def read_trace(path: PathLike, *, zero_output: str = "error") -> Trace:
     if zero_output not in ZERO_OUTPUT_MODES:
         raise ValueError(f"zero_output must be one of {', '.join(ZERO_OUTPUT_MODES)}")
     name = os.fspath(path)
-    stat = os.stat(name)
+    try:
+        stat = os.stat(name)
+    except OSError as exc:
+        raise file_error(name, exc, TraceFormatError) from None
+    if os.path.isdir(name):
+        raise TraceFormatError(f"{name}: is a directory, expected a trace file")
     return _read_cached(name, stat.st_mtime_ns, stat.st_size, zero_output)
 
 
 @lru_cache(maxsize=16)
 def _read_cached(path: str, _mtime_ns: int, _size: int, zero_output: str) -> Trace:
-    try:
-        fmt = detect_format(path)
-        reader = _READERS[fmt]
-        return reader(path, zero_output=zero_output)
-    except UnicodeDecodeError as exc:
-        raise TraceFormatError(f"{path}: not a UTF-8 text file ({exc.reason})") from None
+    return _READERS[detect_format(path)](path, zero_output=zero_output)
 
 
 def read_azure(path: PathLike, *, zero_output: str = "error") -> Trace:
@@ -307,6 +322,8 @@ def _read_csv(path: str, fmt: str, zero_output: str) -> Trace:
                 timeline.add(_parse_time(row[i_time], time_col, path, line), line)
             lines.append(line)
             rows.append(row)
+    if not inputs:
+        raise _fail(path, 2, "no requests after the header")
     raw = {name: tuple(r[i] for r in rows) for i, name in enumerate(header)}
     return Trace(
         path=path,
@@ -363,6 +380,8 @@ def read_mooncake(path: PathLike, *, zero_output: str = "error") -> Trace:
                 hashes.append(_hash_ids(record["hash_ids"], n_in, path, line))
             elif hashes:
                 raise _fail(path, line, "missing key hash_ids (earlier rows have it)")
+    if not inputs:
+        raise _fail(path, 1, "no requests (empty file)")
     return Trace(
         path=path,
         format="mooncake",

