@@ -2,7 +2,7 @@
 
 The request path, in tree order: ``sim.workload`` (who arrives when, with what lengths) ->
 ``sim.policies.router`` -> ``sim.policies.schedulers`` (+ ``sim.policies.kv`` allocators and
-prefix cache) -> ``sim.engine`` (simpy executor, timed by ``sim.cost_model``) -> ``sim.metrics``.
+prefix cache) -> ``sim.simulation`` (simpy executor, timed by a ``sim.pricing`` step pricer) -> ``sim.metrics``.
 """
 
 __version__ = "0.1.0"
