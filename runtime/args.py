@@ -146,6 +146,12 @@ class EngineArgs:
             raise ConfigError(f"kv_cache_bytes must be positive, got {self.kv_cache_bytes}")
         if self.num_kv_blocks is not None and self.num_kv_blocks < 1:
             raise ConfigError(f"num_kv_blocks must be >= 1, got {self.num_kv_blocks}")
+        if self.max_num_seqs < 1:
+            raise ConfigError(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens is not None and self.max_num_batched_tokens < 1:
+            raise ConfigError(f"max_num_batched_tokens must be >= 1, got {self.max_num_batched_tokens}")
+        if self.num_threads is not None and self.num_threads < 1:
+            raise ConfigError(f"num_threads must be >= 1, got {self.num_threads}")
         if self.dtype != "auto":
             if self.dtype not in DTYPE_ALIASES:
                 raise ConfigError(f"dtype must be auto or one of {', '.join(CANONICAL_DTYPES)}, "

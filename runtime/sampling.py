@@ -8,6 +8,8 @@ the batch (or on preemption and recompute, which replays the same draws in order
 
 from __future__ import annotations
 
+import math
+
 from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
@@ -29,8 +31,8 @@ class SamplingParams:
     skip_special_tokens: bool = True
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise ConfigError(f"sampling: temperature must be >= 0, got {self.temperature}")
+        if not 0 <= self.temperature < math.inf:  # NaN fails both comparisons
+            raise ConfigError(f"sampling: temperature must be a finite number >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             raise ConfigError(f"sampling: top_p must be in (0, 1], got {self.top_p}")
         if self.top_k < -1:

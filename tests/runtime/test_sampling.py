@@ -46,3 +46,21 @@ def test_seeded_rows_draw_from_their_own_stream():
     assert sampler(one, ["a"], [sp]) == [first[0]]  # a new request with the same seed restarts
     with pytest.raises(ValueError, match="2 logit rows for 1 requests"):
         sampler(logits, ["a"], [sp])
+
+
+@pytest.mark.parametrize("temperature", [-0.1, math.nan, math.inf])
+def test_temperature_must_be_finite_and_non_negative(temperature):
+    from sim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="temperature"):
+        SamplingParams(temperature=temperature)
+
+
+@pytest.mark.parametrize("field", ["max_num_seqs", "max_num_batched_tokens", "num_threads"])
+def test_engine_args_refuse_non_positive_limits(field):
+    """EngineArgs is a public constructor (LLM(**kwargs)), not only the CLI's: it checks its own."""
+    from runtime.args import EngineArgs
+    from sim.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=field):
+        EngineArgs(**{field: 0})
