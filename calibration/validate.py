@@ -41,14 +41,17 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
                    max_num_batched_tokens: Optional[int] = None,
                    kv_cache_bytes: Optional[int] = None, num_threads: Optional[int] = None,
                    sim_model: Optional[str] = None, progress: bool = False,
-                   num_speculative_tokens: int = 0) -> dict:
+                   num_speculative_tokens: int = 0, policy: str = "chunked") -> dict:
     """Run the validation and write ``out_dir/validation.json``; returns it as
     ``load_validation`` reads it.
 
     With ``num_speculative_tokens`` the engine speculates by n-gram lookup, and the simulator is
     given what the engine measured in this run: the per-position acceptance table and how often
     the proposer found 0..k drafts (no draft model cost). The comparison then tests scheduling
-    and step pricing under speculation, not a prediction of the acceptance rate itself."""
+    and step pricing under speculation, not a prediction of the acceptance rate itself.
+
+    ``policy`` is the scheduler both executors run (chunked, vllm_v0, orca, static): the same
+    policy object decides in both, so a policy's error is the step pricing under its step shapes."""
     if rate <= 0:
         raise ConfigError(f"--rate must be positive, got {rate}")
     if num_requests < 1:
@@ -73,7 +76,7 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
     scenario = build_scenario({
         "dtype": prof.dtype if prof.dtype in DTYPES else "float16", "seed": seed,
         "kv_cache": {"block_size": prof.block_size, "prefix_caching": True},
-        "scheduler": {"policy": "chunked", "max_num_seqs": max_num_seqs,
+        "scheduler": {"policy": policy, "max_num_seqs": max_num_seqs,
                       "max_num_batched_tokens": max_num_batched_tokens},
         "speculative": {"num_tokens": num_speculative_tokens},
         "cost_model": {"profile": str(profile_path)},

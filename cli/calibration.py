@@ -138,6 +138,7 @@ def validate(
     kv_cache_mib: Optional[float] = typer.Option(None, "--kv-cache-mib", help="KV pool (default 512 MiB on CPU)."),
     threads: Optional[int] = typer.Option(None, "--threads", help="Default: the profile's."),
     seed: int = typer.Option(0, "--seed"),
+    policy: str = typer.Option("chunked", "--policy", help="Scheduler both executors run: chunked, vllm_v0, orca or static."),
     num_speculative_tokens: int = typer.Option(
         0, "--num-speculative-tokens", "-k",
         help="Speculative decoding by n-gram lookup in the engine; the simulator gets the acceptance "
@@ -153,6 +154,9 @@ def validate(
     require("--num-requests", num_requests, 1 <= num_requests <= MAX_VALIDATION_REQUESTS,
             f"an integer from 1 to {MAX_VALIDATION_REQUESTS:,}")
     require("--scale", scale, 0 < scale < math.inf, "a positive finite number")
+    from sim.config import POLICIES
+
+    require("--policy", policy, policy in POLICIES, f"one of {', '.join(POLICIES)}")
     check_engine_flags(kv_cache_mib, max_num_seqs, max_num_batched_tokens, threads,
                        num_speculative_tokens)
     if out.exists() and not out.is_dir():
@@ -165,7 +169,7 @@ def validate(
         max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
         kv_cache_bytes=None if kv_cache_mib is None else int(kv_cache_mib * 2**20),
         num_threads=threads, sim_model=sim_model, progress=progress and not as_json,
-        num_speculative_tokens=num_speculative_tokens)
+        num_speculative_tokens=num_speculative_tokens, policy=policy)
     for warning in record["source"].get("warnings", []):
         typer.echo(f"warning: {warning}", err=True)
     if as_json:

@@ -43,8 +43,6 @@ def require(flag: str, value: Any, ok: bool, expected: str) -> None:
         raise ConfigError(f"{flag}: expected {expected}, got {value}")
 
 
-# ---------------------------------------------------------------- progress
-
 def check_engine_flags(kv_cache_mib: Optional[float], max_num_seqs: int,
                        max_num_batched_tokens: Optional[int], threads: Optional[int],
                        num_speculative_tokens: int) -> None:
@@ -59,6 +57,8 @@ def check_engine_flags(kv_cache_mib: Optional[float], max_num_seqs: int,
     require("--num-speculative-tokens", num_speculative_tokens, num_speculative_tokens >= 0,
             "an integer >= 0")
 
+
+# ---------------------------------------------------------------- progress
 
 def progress_bar(total: Optional[int], desc: str, unit: str, enabled: bool):
     """A tqdm bar on stderr, drawn only on a terminal; None when disabled.
