@@ -45,8 +45,10 @@ class Deployment:
     model: ModelSpec
     hardware: HardwareSpec
     memory: MemoryPlan
-    cost_model: StepPricer  # prices a StepShape: the roofline or a calibration profile
+    cost_model: StepPricer  # prices a StepShape: roofline, operator tables or a profile
     num_gpus_per_replica: int
+    #: Which source priced the steps (``cost_model.source`` resolved: never ``auto``).
+    cost_model_source: str = "roofline"
 
 
 @dataclass
@@ -106,7 +108,6 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
     from sim.catalog.hardware import get_hardware
     from sim.catalog.models import get_model
     from sim.memory_plan import plan_memory
-    from sim.pricing import ProfileError, make_pricer
 
     sc = as_scenario(scenario)
     model = get_model(sc.model)
@@ -125,19 +126,36 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
     if kv.num_gpu_blocks is not None:
         slots = kv.num_gpu_blocks * kv.block_size
         memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
-    if sc.cost_model.profile is not None:
+    cost, source = _make_cost_model(sc, model, weight_dtype)
+    return Deployment(model, hw, memory, cost, par.gpus_per_replica, source)
+
+
+def _make_cost_model(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
+    """The step pricer ``cost_model.source`` asks for, and its name. ``auto``: the profile if
+    one is set, else the operator tables when they cover this GPU, dtype and parallelism,
+    else the roofline (silently: the summary's ``cost_model`` says which priced the steps)."""
+    from sim.pricing import ProfileError, make_pricer
+    from sim.pricing.operator_tables import TablesNotCovering
+
+    cm, par, kv = sc.cost_model, sc.parallel, sc.kv_cache
+    source = cm.source
+    if source == "profile" or (source == "auto" and cm.profile is not None):
         try:
-            cost = make_pricer("profile", sc.cost_model.profile)
+            return make_pricer("profile", cm.profile), "profile"
         except ProfileError as exc:  # the message names the file and field
             raise ConfigError(f"cost_model.profile: {exc}") from None
-    else:
-        cost = make_pricer(
-            "roofline", model, sc.hardware, dtype=sc.dtype,
-            tensor_parallel_size=par.tensor_parallel_size,
-            pipeline_parallel_size=par.pipeline_parallel_size,
-            kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype,
-        )
-    return Deployment(model, hw, memory, cost, par.gpus_per_replica)
+    common = dict(dtype=sc.dtype, tensor_parallel_size=par.tensor_parallel_size,
+                  pipeline_parallel_size=par.pipeline_parallel_size,
+                  kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype)
+    if source in ("auto", "operator_tables"):
+        try:
+            return make_pricer("operator_tables", model, sc.hardware, tables=cm.tables,
+                               max_num_seqs=sc.scheduler.max_num_seqs, **common), \
+                "operator_tables"
+        except TablesNotCovering:
+            if source == "operator_tables" or cm.tables is not None:
+                raise
+    return make_pricer("roofline", model, sc.hardware, **common), "roofline"
 
 
 def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swap_slots: int = 0):
@@ -215,7 +233,8 @@ def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides
     router = _RecordingRouter(sc.parallel.router, replica_of)
     sim = Simulation(reqs, schedulers, dep.cost_model.step_time, router=router,
                      spec_samplers=samplers, draft_cost_ratio=spec.draft_cost_ratio,
-                     progress=progress, fast_decode=fast_decode)
+                     progress=progress, fast_decode=fast_decode,
+                     async_scheduling=async_scheduling_of(sc, dep))
     sim.run()
     steps = sim.log.columns()
     queries = sum(s.allocator.num_prefix_queries for s in schedulers)
@@ -226,11 +245,22 @@ def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides
         prefix_queries=queries, prefix_hits=hits, num_gpus=dep.num_gpus_per_replica * n,
     )
     summary["scenario"] = _scenario(sc, dep)
+    summary["num_gpu_blocks"] = dep.memory.num_kv_slots // sc.kv_cache.block_size
+    summary["cost_model"] = cost_model_summary(dep)
     summary["simulator"] = {"num_steps": len(steps["duration_s"]), "num_events": sim.num_events}
     warnings = dep.cost_model.warnings()  # e.g. a profile measured on another machine
     if warnings:
         summary["warnings"] = warnings
     return SimResult(cfg, summary, reqs, steps, dep, {"replica_of": replica_of}, scenario=sc)
+
+
+def cost_model_summary(dep: Deployment) -> dict:
+    """summary.json's ``cost_model``: which source priced the steps, in words, and its known
+    error on this GPU (None where nothing is known: the roofline and profiles report theirs in
+    docs/cost_model.md and calibration's own validation)."""
+    known = getattr(dep.cost_model, "known_error", None)
+    return {"source": dep.cost_model_source, "description": dep.cost_model.describe(),
+            "known_error": known() if callable(known) else None}
 
 
 class _RecordingRouter(Router):
@@ -260,6 +290,17 @@ def _fresh(r: Request) -> Request:
                    hash_block_size=r.hash_block_size, priority=r.priority)
 
 
+def async_scheduling_of(sc: Scenario, dep: Deployment) -> bool:
+    """Whether steps are scheduled one ahead (vLLM V1's async scheduling). ``auto``: only when
+    the steps are priced as a vLLM server's (operator tables); the roofline keeps the
+    synchronous loop it has always had, and a calibration profile prices kvplan's own engine,
+    which is synchronous."""
+    value = sc.scheduler.async_scheduling
+    if value == "auto":
+        return dep.cost_model_source == "operator_tables"
+    return bool(value)
+
+
 def _scenario(sc: Scenario, dep: Deployment) -> dict:
     """summary.json's ``scenario`` block: what was simulated, in a few fields."""
     m = dep.memory
@@ -278,6 +319,7 @@ def _scenario(sc: Scenario, dep: Deployment) -> dict:
         "kv_pool_gb": m.kv_pool_bytes / 1e9,
         "weights_gb_per_gpu": m.weights_bytes / 1e9,
         "seed": sc.seed,
+        "async_scheduling": async_scheduling_of(sc, dep),
     }
     if sc.cost_model.profile is not None:
         out["cost_model"] = repr(dep.cost_model)

@@ -40,6 +40,9 @@ RESERVES: tuple[str, ...] = RESERVE_POLICIES
 PREEMPTIONS: tuple[str, ...] = PREEMPTION_MODES
 ACCEPTANCE: tuple[str, ...] = ACCEPTANCE_MODES
 
+#: Step pricers a scenario can ask for (``cost_model.source``).
+COST_MODEL_SOURCES: tuple[str, ...] = ("auto", "roofline", "operator_tables", "profile")
+
 #: Bytes in a GiB. ``kv_cache.swap_space_gb`` is in GiB, like vLLM's ``swap_space``; the
 #: simulator and the runtime both size the host swap pool with this constant.
 GIB: int = 2**30
@@ -72,7 +75,7 @@ def swap_space_blocks(swap_space_gib: float, block_bytes: float) -> int:
 class _Check:
     """How one field is validated (kept in the dataclass field's metadata)."""
 
-    kind: str  # "choice" | "int" | "float" | "bool" | "name" | "probs" | "path"
+    kind: str  # "choice" | "int" | "float" | "bool" | "auto_bool" | "name" | "probs" | "path" | "dir"
     allowed: tuple = ()
     lo: float = 0
     hi: float = math.inf
@@ -113,6 +116,10 @@ def _check_value(key: str, value: Any, c: _Check) -> Any:
         if not isinstance(value, str) or not value.strip():
             raise ConfigError(f"{key}: expected a name, got {value!r}")
         return value
+    if c.kind == "auto_bool":
+        if not isinstance(value, bool) and value != "auto":
+            raise ConfigError(f"{key}: expected true, false or auto, got {value!r}")
+        return value
     if c.kind == "bool":
         if not isinstance(value, bool):
             raise ConfigError(f"{key}: expected true or false, got {value!r}")
@@ -133,6 +140,12 @@ def _check_value(key: str, value: Any, c: _Check) -> Any:
                 or not all(_is_number(x) and 0 <= x <= 1 for x in value)):
             raise ConfigError(f"{key}: expected a list of probabilities in [0, 1], got {value!r}")
         return tuple(value)
+    if c.kind == "dir":
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{key}: expected a path to a folder, got {value!r}")
+        if not Path(value).is_dir():
+            raise ConfigError(f"{key}: {value}: folder not found")
+        return value
     if c.kind == "path":
         if not isinstance(value, str) or not value:
             raise ConfigError(f"{key}: expected a path to a profile file, got {value!r}")
@@ -215,6 +228,11 @@ class SchedulerConfig(_Section):
     max_num_batched_tokens: Optional[int] = integer(None, 1, _MAX_TOKENS, optional=True)
     preemption: str = choice("recompute", PREEMPTIONS)
     queue_policy: str = choice("fcfs", QUEUE_POLICIES)
+    #: vLLM V1's async scheduling (on by default since vLLM 0.14): step N+1 is scheduled while
+    #: step N runs, so a request arriving during step N first runs in step N+2. ``auto``: on when
+    #: the steps are priced as a vLLM server's (operator tables), off for the roofline and for a
+    #: calibration profile of kvplan's own (synchronous) engine.
+    async_scheduling: Any = _field("auto", _Check("auto_bool"))
 
 
 @dataclass(frozen=True)
@@ -253,6 +271,18 @@ class CostModelConfig(_Section):
 
     KEY: ClassVar[str] = "cost_model"
     profile: Optional[str] = _field(None, _Check("path", optional=True))
+    #: Which pricer: ``auto`` = the profile if set, else measured operator tables when found
+    #: for the hardware, else the roofline (``sim.api.resolve_deployment``).
+    source: str = choice("auto", COST_MODEL_SOURCES)
+    #: An AIConfigurator systems folder (default: $KVPLAN_GPU_TABLES, else
+    #: <repo>/../shared/gpu_profiles/aiconfigurator when present).
+    tables: Optional[str] = _field(None, _Check("dir", optional=True))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.source == "profile" and self.profile is None:
+            raise ConfigError("cost_model.profile: expected a profile file "
+                              "(cost_model.source is 'profile')")
 
 
 @dataclass(frozen=True)

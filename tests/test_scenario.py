@@ -65,12 +65,15 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "scheduler.max_num_batched_tokens": (8192, {}),
         "scheduler.preemption": ("swap", {}),
         "scheduler.queue_policy": ("priority", {}),
+        "scheduler.async_scheduling": (True, {}),
         "parallel.tensor_parallel_size": (2, {}),
         "parallel.pipeline_parallel_size": (2, {}),
         "parallel.num_replicas": (3, {}),
         "parallel.router": ("least_kv", {}),
         "quantization.weights": ("int4", {}),
         "cost_model.profile": (profile, {}),
+        "cost_model.source": ("roofline", {}),
+        "cost_model.tables": (__import__("os").path.dirname(str(profile)), {}),
         "speculative.num_tokens": (3, {}),
         "speculative.acceptance": ("table", {"speculative.acceptance_table": [0.9, 0.5]}),
         "speculative.acceptance_rate": (0.5, {}),
@@ -170,6 +173,8 @@ def test_bad_choices_list_the_allowed_values(key, value):
     ("workload", {"num_requests": True}, "workload.num_requests"),
     ("workload", {"bogus": 1}, "workload.bogus"),
     ("kv_cache", 3, "kv_cache: expected a mapping"),
+    ("scheduler.async_scheduling", "yes", "scheduler.async_scheduling: expected true, false or auto"),
+    ("scheduler.async_scheduling", 1, "scheduler.async_scheduling: expected true, false or auto"),
 ])
 def test_other_bad_values_name_their_key(key, value, needle):
     assert needle in _error(_set(DEFAULTS, key, value))

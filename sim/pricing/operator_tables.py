@@ -1,0 +1,613 @@
+"""The operator-table step pricer: a step priced from kernel timings measured under vLLM.
+
+Why: the roofline's efficiencies were fitted on A100 operator timings and do not carry over to
+whole serving steps on other GPUs and TP degrees. NVIDIA AIConfigurator measured, under vLLM,
+every GEMM by (m, n, k), FlashAttention decode by (batch, KV length, heads) and prefill by
+(batch, new tokens, heads), and vLLM's custom all-reduce / NCCL by message size, on A100, H100,
+H200 and L40S (``sim.pricing.table_data`` reads them). This pricer composes those measurements
+into one step, and models from vLLM's code what the tables do not show (docs/cost_model.md):
+
+- **Measured** (interpolated between measured points): the four GEMMs of a layer at the step's
+  token count (n, k per TP shard), the LM head on the rows that are sampled, decode attention
+  at (decoding sequences, mean KV length), prefill attention at (prefilling sequences, mean
+  new tokens) plus its cross term over cached tokens, and two all-reduces per layer under TP
+  (vLLM's custom all-reduce up to its 8 MiB buffer, in graph or eager form, NCCL above).
+- **Modelled**: norms, rotary, SiLU*mul, residual adds, KV-cache writes, embedding, final
+  norm and sampling (bandwidth-bound kernels: the roofline's formulas, whose efficiencies come
+  from A100 operator timings, not from serving runs); CUDA graphs (vLLM V1's default
+  ``FULL_AND_PIECEWISE``: a decode-only batch of at most ``max_cudagraph_capture_size`` tokens
+  replays one full graph, a mixed batch that size or smaller runs piecewise graphs with
+  attention launched eagerly between them, a bigger batch runs eagerly; a graphed batch is
+  padded to the next capture size); kernel launch gaps (a step's GPU time is at least its CPU
+  launch time); V1's async scheduling (on by default since vLLM 0.14: the CPU schedules step
+  N+1 while the GPU runs step N, so a step lasts ``max(GPU time, CPU time)``).
+
+Fast path: ``__init__`` folds every cost that depends only on the GEMM row count into one
+piecewise-linear curve (eager) and one value per capture size (graphs), and each attention
+table into bilinear cells, so a step costs a few bisects and float ops. ``_formula`` is written
+once over ``+ - * /``, a ``max`` and index lookups, and runs on Python floats (``price``) and on
+NumPy arrays (``price_columns``) with the same float operations: the two agree bit for bit.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from bisect import bisect_left, bisect_right
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence, Union
+
+import numpy as np
+
+from sim.catalog.hardware import HardwareSpec, get_hardware
+from sim.catalog.models import ModelSpec, get_model
+from sim.errors import ConfigError
+from sim.memory_plan import check_parallel, kv_heads_per_gpu
+from sim.policies.step import StepShape
+from sim.pricing.base import Max, ShapeColumns, StepPricer, register_pricer
+from sim.pricing.roofline import RooflineCostModel
+from sim.pricing.table_data import (
+    GPU_TABLE_DIRS, TableError, default_tables_root, gpu_dir, latest_file, read_columns,
+    table_file,
+)
+
+#: vLLM's custom all-reduce buffer (``CustomAllreduce`` ``max_size``, 8 MiB): bigger messages
+#: go to NCCL.
+CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024
+#: GPU counts vLLM's custom all-reduce supports.
+CUSTOM_ALLREDUCE_GPUS = (2, 4, 6, 8)
+
+# Host-side costs the kernel tables do not include. Sources, not fits: a CUDA kernel launch
+# through PyTorch's dispatcher costs a few microseconds of CPU (cudaLaunchKernel alone ~2-3 us,
+# NVIDIA's CUDA C++ Best Practices; PyTorch op dispatch adds a few more); one cudaGraphLaunch
+# of a captured piece costs about the same, and vLLM's piecewise backend adds a Python call
+# per piece.
+KERNEL_LAUNCH_S = 5e-6
+GRAPH_LAUNCH_S = 10e-6
+#: Kernels per layer in an eager forward (fused add+RMSNorm x2, QKV, rotary, KV-cache write,
+#: attention, O, gate_up, SiLU*mul, down), plus 2 all-reduces under TP.
+KERNELS_PER_LAYER = 10
+
+#: Known whole-step error against real runs, written by the lead's benchmark when measured.
+STEP_ERROR_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / \
+    "operator_tables_step_error.json"
+
+
+class TablesNotCovering(ConfigError):
+    """The tables exist but do not cover this deployment (GPU, dtype, parallelism): ``auto``
+    falls back to the roofline, an explicit ``operator_tables`` says so in one line."""
+
+
+def capture_sizes(max_num_seqs: int) -> list[int]:
+    """vLLM V1's default CUDA-graph capture sizes: ``[1, 2, 4] + range(8, 256, 8) +
+    range(256, max + 1, 16)`` with ``max = min(2 * max_num_seqs, 512)``
+    (``VllmConfig._set_cudagraph_sizes``)."""
+    top = min(2 * max_num_seqs, 512)
+    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
+    return sorted(s for s in set(sizes) if s <= top) or [1]
+
+
+# --- interpolation primitives ----------------------------------------------------------------
+
+_FAR = 1024.0  # a far knot appended past the last measured point: proportional extrapolation
+
+
+class _Curve:
+    """Piecewise-linear y(x) through measured knots (exact there), extrapolated in proportion
+    to x past the last knot. ``at`` (floats) and ``at_array`` give the same bits."""
+
+    def __init__(self, xs: Sequence[float], ys: Sequence[float]) -> None:
+        x = [float(v) for v in xs] + [float(xs[-1]) * _FAR]
+        y = [float(v) for v in ys] + [float(ys[-1]) * _FAR]
+        self.x, self.y = x, y
+        self.s = [(y[i + 1] - y[i]) / (x[i + 1] - x[i]) for i in range(len(x) - 1)] + [
+            y[-1] / x[-1]]
+        self.nx, self.ny, self.ns = np.array(x), np.array(y), np.array(self.s)
+        self.last = len(x) - 1
+
+    def at(self, v: float) -> float:
+        k = bisect_right(self.x, v) - 1
+        k = 0 if k < 0 else (self.last - 1 if k >= self.last else k)
+        return self.y[k] + self.s[k] * (v - self.x[k])
+
+    def at_array(self, v: np.ndarray) -> np.ndarray:
+        k = np.clip(np.searchsorted(self.nx, v, side="right") - 1, 0, self.last - 1)
+        return self.ny[k] + self.ns[k] * (v - self.nx[k])
+
+
+class _Grid:
+    """Bilinear z(x, y) over a measured grid (exact at grid points), extrapolated in proportion
+    past the last row/column. Cells hold ``A + B dx + C dy + D dx dy``."""
+
+    def __init__(self, xs: Sequence[float], ys: Sequence[float], z: np.ndarray) -> None:
+        xs = list(map(float, xs)) + [float(xs[-1]) * _FAR]
+        ys = list(map(float, ys)) + [float(ys[-1]) * _FAR]
+        z = np.asarray(z, dtype=float)
+        z = np.vstack([z, z[-1:] * _FAR])
+        z = np.hstack([z, z[:, -1:] * _FAR])
+        hx, hy = np.diff(xs), np.diff(ys)
+        z00, z10, z01, z11 = z[:-1, :-1], z[1:, :-1], z[:-1, 1:], z[1:, 1:]
+        self.A = z00
+        self.B = (z10 - z00) / hx[:, None]
+        self.C = (z01 - z00) / hy[None, :]
+        self.D = (z11 - z10 - z01 + z00) / (hx[:, None] * hy[None, :])
+        self.xs, self.ys = xs, ys
+        self.nxs, self.nys = np.array(xs), np.array(ys)
+        self.lA, self.lB, self.lC, self.lD = (a.tolist() for a in (self.A, self.B, self.C, self.D))
+        self.ix, self.iy = len(xs) - 2, len(ys) - 2
+
+    def at(self, x: float, y: float) -> float:
+        i = bisect_right(self.xs, x) - 1
+        i = 0 if i < 0 else (self.ix if i > self.ix else i)
+        j = bisect_right(self.ys, y) - 1
+        j = 0 if j < 0 else (self.iy if j > self.iy else j)
+        dx, dy = x - self.xs[i], y - self.ys[j]
+        return (self.lA[i][j] + self.lB[i][j] * dx + self.lC[i][j] * dy
+                + self.lD[i][j] * dx * dy)
+
+    def at_array(self, x: np.ndarray, y: np.ndarray) -> np.ndarray:
+        i = np.clip(np.searchsorted(self.nxs, x, side="right") - 1, 0, self.ix)
+        j = np.clip(np.searchsorted(self.nys, y, side="right") - 1, 0, self.iy)
+        dx, dy = x - self.nxs[i], y - self.nys[j]
+        return self.A[i, j] + self.B[i, j] * dx + self.C[i, j] * dy + self.D[i, j] * dx * dy
+
+
+def _fill_monotone(z: np.ndarray, xs: np.ndarray) -> np.ndarray:
+    """Fill a grid's unmeasured cells (NaN) in proportion to x from the last measured cell of
+    their column, then make it non-decreasing along both axes (more work never costs less: a
+    measured dip is noise or a kernel heuristic's choice)."""
+    z = np.array(z, dtype=float)
+    for j in range(z.shape[1]):
+        col = z[:, j]
+        ok = np.flatnonzero(~np.isnan(col))
+        if ok.size == 0:
+            continue
+        last = ok[-1]
+        for i in range(last + 1, len(col)):
+            col[i] = col[last] * xs[i] / xs[last]
+        for i in range(ok[0]):
+            col[i] = col[ok[0]]
+    for i in range(z.shape[0]):  # columns with nothing measured: from the left neighbour
+        row = z[i]
+        for j in range(1, len(row)):
+            if np.isnan(row[j]):
+                row[j] = row[j - 1]
+    z = np.maximum.accumulate(z, axis=0)
+    return np.maximum.accumulate(z, axis=1)
+
+
+def _loglog(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
+    """Interpolate y(x) in log-log between sorted measured points (construction time only);
+    proportional past the ends' last point, flat below the first."""
+    if x <= xs[0]:
+        return float(ys[0])
+    if x >= xs[-1]:
+        return float(ys[-1] * x / xs[-1])
+    return float(np.exp(np.interp(np.log(x), np.log(xs), np.log(ys))))
+
+
+# --- the pricer --------------------------------------------------------------------------------
+
+
+@register_pricer
+class OperatorTableCostModel(StepPricer):
+    """Step time of one replica on a GPU with measured vLLM operator tables.
+
+    ``tables``: an AIConfigurator systems folder (default ``table_data.default_tables_root``).
+    ``max_num_seqs`` sets vLLM's CUDA-graph capture sizes; ``cuda_graphs=False`` is
+    ``enforce_eager``; ``async_scheduling`` overlaps the CPU's per-step work with the GPU.
+    """
+
+    kind = "operator_tables"
+
+    def __init__(self, model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
+                 dtype: str = "float16", tensor_parallel_size: int = 1,
+                 pipeline_parallel_size: int = 1, kv_cache_dtype: str = "auto",
+                 weight_dtype: Optional[str] = None, tables: Optional[Union[str, Path]] = None,
+                 max_num_seqs: int = 256, cuda_graphs: bool = True,
+                 async_scheduling: bool = True) -> None:
+        self.model = m = get_model(model)
+        self.hardware = h = get_hardware(hw)
+        tp, pp = tensor_parallel_size, pipeline_parallel_size
+        self.tensor_parallel_size, self.pipeline_parallel_size = tp, pp
+        check_parallel(m, tp, pp)
+        root = Path(tables) if tables is not None else default_tables_root()
+        if root is None or not Path(root).is_dir():
+            raise TablesNotCovering(f"cost_model.tables: {root}: operator-table folder not found")
+        self.tables = Path(root)
+        gdir = gpu_dir(self.tables, h.name)
+        if gdir is None:
+            raise TablesNotCovering(
+                f"cost_model.tables: no operator tables for {h.name} under {self.tables} "
+                f"(tables exist for {', '.join(GPU_TABLE_DIRS)})")
+        self.gpu_dir = gdir
+        if pp > 1:
+            raise TablesNotCovering("cost_model.source operator_tables: pipeline parallelism "
+                                    "is not measured in the tables (use the roofline)")
+        # Datasheet-side terms (norms, rotary, sampling...) and precision come from the roofline.
+        self._roof = RooflineCostModel(m, h, dtype=dtype, tensor_parallel_size=tp,
+                                       kv_cache_dtype=kv_cache_dtype, weight_dtype=weight_dtype)
+        self.precision = p = self._roof.precision
+        if p.dtype == "float32":
+            raise TablesNotCovering("cost_model.source operator_tables: tables are measured "
+                                    "in 16-bit and FP8 only, not float32")
+        self._warnings: list[str] = []
+        self.max_num_seqs = max_num_seqs
+        self.cuda_graphs, self.async_scheduling = cuda_graphs, async_scheduling
+        self.capture_sizes = capture_sizes(max_num_seqs) if cuda_graphs else []
+        self.max_capture = self.capture_sizes[-1] if self.capture_sizes else 0
+
+        gemm_path, self.version = table_file(gdir / "gemm" / "vllm", "gemm_perf")
+        self._build_gemms(gemm_path)
+        self._build_attention()
+        self._build_allreduce()
+        self._build_rows()
+
+    # -- construction -------------------------------------------------------------------------
+    def _gemm_dtype(self, available: set) -> str:
+        wd = self.precision.weight_dtype
+        if wd == "fp8" and "fp8" in available and self.precision.compute == "fp8":
+            return "fp8"
+        if wd not in (None, "auto", self.precision.dtype, "float16", "bfloat16"):
+            self._warnings.append(f"operator tables: no {wd} GEMM rows measured on "
+                                  f"{self.hardware.name}; GEMMs priced at bfloat16")
+        if "bfloat16" not in available:
+            raise TablesNotCovering(f"cost_model.tables: no bfloat16 GEMM rows for "
+                                    f"{self.hardware.name}")
+        return "bfloat16"
+
+    def _build_gemms(self, path: Path) -> None:
+        c = read_columns(path, ("gemm_dtype", "m", "n", "k", "latency"))
+        dt = self._gemm_dtype(set(c["gemm_dtype"].tolist()))
+        self.gemm_dtype = dt
+        cube, ms, ns, ks = self._gemm_cube(c, dt)
+        bf = cube if dt == "bfloat16" else self._gemm_cube(c, "bfloat16")[0]
+        self._gemm_m = ms
+        m, tp = self.model, self.tensor_parallel_size
+        q = m.q_size // tp
+        kv = kv_heads_per_gpu(m, tp) * m.head_dim
+        shapes = {  # (n, k) per TP shard, as vLLM's column/row-parallel linears split them
+            "qkv_proj": (q + 2 * kv, m.hidden_size),
+            "o_proj": (m.hidden_size, q),
+            "mlp_up": (m.mlp_in_size // tp, m.hidden_size),
+            "mlp_down": (m.hidden_size, m.intermediate_size // tp),
+        }
+        self.gemm_shapes = shapes
+        self._gemm_ms = {op: self._gemm_curve(cube, ms, ns, ks, n, k) for op, (n, k) in shapes.items()}
+        # LM head: vocab-parallel over TP, 16-bit (vLLM does not quantise it).
+        self._head_ms = self._gemm_curve(bf, ms, ns, ks, -(-m.vocab_size // tp), m.hidden_size)
+
+    @staticmethod
+    def _gemm_cube(c: dict, dt: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        sel = c["gemm_dtype"] == dt
+        m, n, k, lat = (c[x][sel].astype(float) for x in ("m", "n", "k", "latency"))
+        if m.size == 0:
+            raise TablesNotCovering(f"cost_model.tables: no {dt} GEMM rows")
+        ms, ns, ks = np.unique(m), np.unique(n), np.unique(k)
+        cube = np.full((ms.size, ns.size, ks.size), np.nan)
+        cube[np.searchsorted(ms, m), np.searchsorted(ns, n), np.searchsorted(ks, k)] = lat
+        # Unmeasured (n, k) cells: in proportion to k from the nearest measured k below.
+        for a in range(ms.size):
+            for b in range(ns.size):
+                row = cube[a, b]
+                ok = np.flatnonzero(~np.isnan(row))
+                for i in np.flatnonzero(np.isnan(row)):
+                    if ok.size:
+                        j = ok[np.argmin(np.abs(ok - i))]
+                        row[i] = row[j] * ks[i] / ks[j]
+        return cube, ms, ns, ks
+
+    @staticmethod
+    def _gemm_curve(cube: np.ndarray, ms: np.ndarray, ns: np.ndarray, ks: np.ndarray,
+                    n: float, k: float) -> np.ndarray:
+        """Milliseconds at each measured m for one (n, k): bilinear in (log n, log k) of
+        log latency between the four nearest measured shapes (exact on a measured shape),
+        proportional past the largest measured n or k; non-decreasing in m."""
+        def bracket(vals: np.ndarray, v: float) -> tuple[int, int, float, float]:
+            if v <= vals[0]:
+                return 0, 0, 0.0, 1.0
+            if v >= vals[-1]:
+                return len(vals) - 1, len(vals) - 1, 0.0, v / vals[-1]
+            i = int(np.searchsorted(vals, v, side="right") - 1)
+            if vals[i] == v:
+                return i, i, 0.0, 1.0
+            t = (math.log(v) - math.log(vals[i])) / (math.log(vals[i + 1]) - math.log(vals[i]))
+            return i, i + 1, t, 1.0
+
+        n0, n1, tn, sn = bracket(ns, n)
+        k0, k1, tk, sk = bracket(ks, k)
+        lg = np.log(cube)
+        out = ((1 - tn) * (1 - tk) * lg[:, n0, k0] + tn * (1 - tk) * lg[:, n1, k0]
+               + (1 - tn) * tk * lg[:, n0, k1] + tn * tk * lg[:, n1, k1])
+        y = np.exp(out) * sn * sk
+        exact = (tn == 0.0) and (tk == 0.0) and sn == 1.0 and sk == 1.0
+        if exact:
+            y = cube[:, n0, k0].copy()
+        return np.maximum.accumulate(y)
+
+    def _head_config(self, combos: set, h: int, kv: int) -> tuple[int, int, float, float]:
+        """The measured (heads, kv heads) to price a shard's (h, kv) with: itself if measured;
+        else the same group size with fewer kv heads, the batch scaled by the ratio (each kv
+        head with its query group is independent work); else the nearest and time scaled by
+        query heads. Returns (heads, kv heads, batch factor, time factor)."""
+        if (h, kv) in combos:
+            return h, kv, 1.0, 1.0
+        group = h // kv
+        same = sorted(k for (hh, k) in combos if hh == group * k)
+        if same:
+            below = [k for k in same if k <= kv and kv % k == 0]
+            k = below[-1] if below else same[0]
+            return group * k, k, kv / k, 1.0
+        hh, k = min(combos, key=lambda c: (abs(c[1] - kv), abs(c[0] - h)))
+        return hh, k, 1.0, h / hh
+
+    def _attention_grid(self, path: Path, x_col: str, y_col: str, y_offset: float,
+                        kv_dtype: str) -> tuple[_Grid, float, float, np.ndarray, np.ndarray]:
+        c = read_columns(path, ("batch_size", y_col, "num_heads", "num_key_value_heads", "head_dim",
+                                "kv_cache_dtype", "latency"))
+        m, tp = self.model, self.tensor_parallel_size
+        h, kv = m.num_heads // tp, kv_heads_per_gpu(m, tp)
+        dtypes = set(c["kv_cache_dtype"].tolist())
+        kd = kv_dtype if kv_dtype in dtypes else "bfloat16"
+        sel = c["kv_cache_dtype"] == kd
+        hd = c["head_dim"][sel]
+        if hd.size == 0:
+            raise TablesNotCovering(f"{path}: no {kd} rows")
+        head_scale = m.head_dim / 128.0 if 128 in set(hd.tolist()) else 1.0
+        if m.head_dim != 128:
+            self._warnings.append(f"operator tables: attention measured at head_dim 128; "
+                                  f"{m.head_dim} scaled in proportion")
+        sel &= c["head_dim"] == 128
+        combos = set(zip(c["num_heads"][sel].tolist(), c["num_key_value_heads"][sel].tolist()))
+        hh, kk, bf, tf = self._head_config(combos, h, kv)
+        sel &= (c["num_heads"] == hh) & (c["num_key_value_heads"] == kk)
+        b = c["batch_size"][sel].astype(float)
+        y = c[y_col][sel].astype(float) + y_offset
+        lat = c["latency"][sel].astype(float)
+        bs, ys = np.unique(b), np.unique(y)
+        z = np.full((bs.size, ys.size), np.nan)
+        z[np.searchsorted(bs, b), np.searchsorted(ys, y)] = lat
+        z = _fill_monotone(z, bs) * 1e-3 * tf * head_scale  # seconds per layer
+        return _Grid(bs, ys, z), bf, tf * head_scale, bs, ys
+
+    def _build_attention(self) -> None:
+        adir = self.gpu_dir / "attention" / "vllm"
+        kvd = "fp8" if self.precision.kv_bytes == 1 else "bfloat16"
+        gen, _ = table_file(adir, "generation_attention_perf")
+        ctx, _ = table_file(adir, "context_attention_perf")
+        # Decode: x = batch, y = KV length (``step`` tokens cached + the new one).
+        self._dec, self._dec_bf, _, _, dys = self._attention_grid(gen, "batch_size", "step", 1.0, kvd)
+        # Prefill (no cached tokens measured): x = batch, y = new tokens per sequence.
+        self._pre, self._pre_bf, _, _, pys = self._attention_grid(ctx, "batch_size", "isl", 0.0, kvd)
+        # Cross term of a chunk over cached tokens (not measured): per query-key pair as the
+        # longest measured single-sequence prefill, or streaming the cached KV as decode does
+        # (slope of single-sequence decode over its longest lengths), whichever is longer.
+        L = float(pys[-1])
+        self._pair_s = self._pre.at(self._pre_bf, L) / (L * (L + 1) / 2)
+        s1, s0 = float(dys[-1]), float(dys[-2])
+        self._ctx_token_s = (self._dec.at(self._dec_bf, s1) - self._dec.at(self._dec_bf, s0)) / (s1 - s0)
+
+    def _allreduce_ms(self, elements: np.ndarray, graph: bool) -> np.ndarray:
+        """Milliseconds of one all-reduce of ``elements`` 16-bit values over the TP group."""
+        tp = self.tensor_parallel_size
+        if tp == 1:
+            return np.zeros_like(elements, dtype=float)
+        if not hasattr(self, "_ar_tables"):
+            cdir = self.gpu_dir / "comm"
+            custom, _ = table_file(cdir / "vllm", "custom_allreduce_perf")
+            cc = read_columns(custom, ("backend", "num_gpus", "message_size", "latency"))
+            nc = read_columns(latest_file(cdir / "nccl", "nccl_perf"),
+                              ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency"))
+            tabs = {}
+            for be in ("vllm_graph", "vllm_eager"):
+                s = (cc["backend"] == be) & (cc["num_gpus"] == tp)
+                o = np.argsort(cc["message_size"][s])
+                tabs[be] = (cc["message_size"][s][o].astype(float), cc["latency"][s][o].astype(float))
+            s = (nc["op_name"] == "all_reduce") & (nc["nccl_dtype"] == "half") & (nc["num_gpus"] == tp)
+            o = np.argsort(nc["message_size"][s])
+            tabs["nccl"] = (nc["message_size"][s][o].astype(float), nc["latency"][s][o].astype(float))
+            if tabs["nccl"][0].size == 0:
+                raise TablesNotCovering(f"cost_model.tables: no NCCL all-reduce measured for "
+                                        f"{tp} GPUs on {self.hardware.name}")
+            self._ar_tables = tabs
+        tabs = self._ar_tables
+        custom = tabs["vllm_graph" if graph else "vllm_eager"]
+        out = []
+        for e in np.asarray(elements, dtype=float):
+            use_custom = (custom[0].size and tp in CUSTOM_ALLREDUCE_GPUS
+                          and e * 2 <= CUSTOM_ALLREDUCE_MAX_BYTES)
+            xs, ys = custom if use_custom else tabs["nccl"]
+            out.append(_loglog(xs, ys, max(e, 1.0)))
+        return np.array(out)
+
+    def _build_allreduce(self) -> None:
+        self._ar_eager = self._allreduce_ms(self._gemm_m * self.model.hidden_size, graph=False)
+
+    def _rows_part(self, rows: np.ndarray, gemm_ms: np.ndarray, ar_ms: np.ndarray) -> np.ndarray:
+        """Seconds of everything that depends only on the row count: L x (GEMMs + bandwidth-
+        bound layer kernels + 2 all-reduces) + embedding + final norm."""
+        r, L = self._roof, self.model.num_layers
+        ew = np.array([sum(r.elementwise_time(op, float(x)) for op in
+                           ("input_norm", "post_attn_norm", "rope", "mlp_act", "kv_cache_write"))
+                       + r._elementwise["residual_add"] * float(x) for x in rows])
+        per_layer = gemm_ms * 1e-3 + ew + 2 * ar_ms * 1e-3
+        return L * per_layer + (r._embed_per_row + r._final_norm_per_row) * rows
+
+    def _build_rows(self) -> None:
+        ms = self._gemm_m
+        gemm = sum(self._gemm_ms.values())
+        self._eager = _Curve(ms, self._rows_part(ms, gemm, self._ar_eager))
+        # Graph replays at each capture size (GEMM curve interpolated in m there).
+        gcurve = _Curve(ms, gemm)
+        if self.capture_sizes:
+            caps = np.array(self.capture_sizes, dtype=float)
+            g = np.array([gcurve.at(float(c)) for c in caps])
+            ar = self._allreduce_ms(caps * self.model.hidden_size, graph=True)
+            self._graph_vals = self._rows_part(caps, g, ar).tolist()
+        else:
+            self._graph_vals = []
+        self._np_caps = np.array(self.capture_sizes, dtype=float)
+        self._np_graph = np.array(self._graph_vals + [0.0])
+        self._head = _Curve(ms, self._head_ms * 1e-3)
+        r = self._roof
+        self._sample_per_row = r._sample_per_row
+        L = self.model.num_layers
+        tp = self.tensor_parallel_size
+        self._eager_launch = L * (KERNELS_PER_LAYER + (2 if tp > 1 else 0)) * KERNEL_LAUNCH_S
+        self._piece_launch = (L + 1) * GRAPH_LAUNCH_S + L * KERNEL_LAUNCH_S
+        e = r.efficiency
+        self._cpu_step, self._cpu_seq = e.cpu_step_s, e.cpu_per_seq_s
+
+    # -- the step price, written once -----------------------------------------------------------
+    def _formula(self, s: Any, mx: Max, rows_eager: Callable, graph_at: Callable,
+                 dec: Callable, pre: Callable, head: Callable, parts: Optional[dict] = None) -> Any:
+        L = self.model.num_layers
+        P, N, D = s.num_prefill_seqs, s.num_prefill_tokens, s.num_decode_seqs
+        spec = s.num_spec_tokens
+        rows = N + D + spec + s.num_padding_tokens
+        graphable = (rows <= self.max_capture) * (rows > 0)
+        decode_only = (N == 0)
+        rows_cost = graph_at(rows) * graphable + rows_eager(rows) * (1 - graphable) * (rows > 0)
+        # Attention: decode at (batch, mean KV length); prefill at (batch, mean chunk) plus the
+        # cross term over cached tokens.
+        b = mx(D, 1)
+        t_dec = (D > 0) * dec(D * self._dec_bf, s.decode_context_tokens / b)
+        p = mx(P, 1)
+        isl = N / p
+        causal = P * isl * (isl + 1) / 2
+        cross = mx(s.prefill_attention_work - causal, 0)
+        t_pre = (N > 0) * (pre(P * self._pre_bf, isl)
+                           + mx(cross * self._pair_s, s.prefill_context_tokens * self._ctx_token_s))
+        attn = L * (t_dec + t_pre)
+        kernels = rows_cost + attn
+        # Launch: a full graph is one replay; piecewise graphs launch L + 1 pieces and L
+        # eager attention calls; eager launches every kernel. The GPU cannot run ahead of it.
+        full = graphable * decode_only
+        piece = graphable * (1 - decode_only)
+        eager = (1 - graphable) * (rows > 0)
+        gpu = (full * (kernels + GRAPH_LAUNCH_S) + piece * mx(kernels, self._piece_launch)
+               + eager * mx(kernels, self._eager_launch))
+        logits = (rows > 0) * (P + D + spec)
+        lm = (logits > 0) * (head(logits) + self._sample_per_row * logits + 2 * KERNEL_LAUNCH_S)
+        swap = self._roof.swap_time(s.num_swap_tokens)
+        cpu = self._cpu_step + self._cpu_seq * (P + D)
+        busy = (rows > 0) | (s.num_swap_tokens > 0)
+        if parts is not None:
+            parts.update(rows=rows_cost, attn_decode=L * t_dec, attn_prefill=L * t_pre,
+                         lm_head=lm, swap=swap, gpu=gpu, cpu=cpu)
+        if self.async_scheduling:
+            return busy * mx(gpu + lm + swap, cpu)
+        return busy * (gpu + lm + swap + cpu)
+
+    def _graph_scalar(self, rows: float) -> float:
+        if rows <= 0 or rows > self.max_capture:
+            return 0.0
+        return self._graph_vals[bisect_left(self.capture_sizes, rows)]
+
+    def _graph_array(self, rows: np.ndarray) -> np.ndarray:
+        k = np.searchsorted(self._np_caps, rows, side="left")
+        return self._np_graph[np.minimum(k, len(self._graph_vals))]
+
+    def _eager_scalar(self, rows: float) -> float:
+        return self._eager.at(rows) if rows > 0 else 0.0
+
+    def _eager_array(self, rows: np.ndarray) -> np.ndarray:
+        return self._eager.at_array(rows)
+
+    def price(self, shape: StepShape) -> float:
+        """Seconds for one step of ``shape`` (0 for an empty step)."""
+        return float(self._formula(shape, max, self._eager_scalar, self._graph_scalar,
+                                   self._dec.at, self._pre.at, self._head.at))
+
+    step_time = price
+
+    def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
+        """Vectorised ``price``; bit-identical to it."""
+        s = ShapeColumns(columns, "price_columns")
+        return np.asarray(self._formula(s, np.maximum, self._eager_array, self._graph_array,
+                                        self._dec.at_array, self._pre.at_array,
+                                        self._head.at_array), dtype=float)
+
+    def breakdown(self, shape: StepShape) -> dict[str, float]:
+        """Seconds per term: ``rows`` (GEMMs, norms, all-reduces: graph or eager), attention,
+        LM head + sampling, swap, and the GPU-vs-CPU split; ``total`` is ``price``."""
+        parts: dict = {}
+        total = self._formula(shape, max, self._eager_scalar, self._graph_scalar,
+                              self._dec.at, self._pre.at, self._head.at, parts)
+        out = {k: float(v) for k, v in parts.items()}
+        out["total"] = float(total)
+        return out
+
+    def describe(self) -> str:
+        p = self.precision
+        mode = "cuda graphs" if self.cuda_graphs else "eager"
+        return (f"operator tables (AIConfigurator, vLLM {self.version}, {self.gpu_dir.name}; "
+                f"{self.model.name}, {p.dtype} GEMMs as {self.gemm_dtype}, kv {p.kv_cache_dtype}, "
+                f"tp={self.tensor_parallel_size}, {mode} up to {self.max_capture} tokens, "
+                f"async scheduling {'on' if self.async_scheduling else 'off'})")
+
+    def warnings(self) -> list[str]:
+        return list(dict.fromkeys(self._warnings))
+
+    def known_error(self) -> dict:
+        """This pricer's known error on this GPU: leave-one-point-out interpolation error on
+        the GPU's own GEMM and decode-attention tables, and the whole-step error against real
+        runs where ``benchmarks/results/operator_tables_step_error.json`` has it."""
+        out = {"gpu": self.gpu_dir.name, **interpolation_error(str(self.tables), self.gpu_dir.name)}
+        step = _step_error(self.gpu_dir.name)
+        out["step_vs_real"] = step
+        return out
+
+    def __repr__(self) -> str:
+        return (f"OperatorTableCostModel({self.model.name}, {self.hardware.name}, "
+                f"{self.precision.dtype}, tp={self.tensor_parallel_size}, vllm {self.version})")
+
+
+def _step_error(gpu: str) -> Optional[dict]:
+    try:
+        data = json.loads(STEP_ERROR_FILE.read_text())
+    except (OSError, ValueError):
+        return None
+    v = data.get(gpu) if isinstance(data, dict) else None
+    return v if isinstance(v, dict) else None
+
+
+@lru_cache(maxsize=16)
+def interpolation_error(root: str, gpu: str) -> dict:
+    """Leave-one-point-out error of the interpolation on ``gpu``'s own tables: each interior
+    measured point predicted from its neighbours along m (GEMMs, linear in m, as priced) and
+    along KV length (decode attention); mean and p90 absolute relative error. Computed once per
+    process (a fraction of a second)."""
+    d = Path(root) / gpu
+    path, _ = table_file(d / "gemm" / "vllm", "gemm_perf")
+    c = read_columns(path, ("gemm_dtype", "m", "n", "k", "latency"))
+    errs = []
+    sel = c["gemm_dtype"] == "bfloat16"
+    m, n, k, lat = (c[x][sel].astype(float) for x in ("m", "n", "k", "latency"))
+    order = np.lexsort((m, k, n))
+    m, n, k, lat = m[order], n[order], k[order], lat[order]
+    same = (n[:-2] == n[2:]) & (k[:-2] == k[2:])
+    x0, x1, x2 = m[:-2], m[1:-1], m[2:]
+    y0, y1, y2 = lat[:-2], lat[1:-1], lat[2:]
+    pred = y0 + (y2 - y0) * (x1 - x0) / (x2 - x0)
+    g = np.abs(pred - y1)[same] / y1[same]
+    gen, _ = table_file(d / "attention" / "vllm", "generation_attention_perf")
+    a = read_columns(gen, ("batch_size", "step", "num_heads", "num_key_value_heads",
+                           "kv_cache_dtype", "latency"))
+    s = a["kv_cache_dtype"] == "bfloat16"
+    keys = [a[x][s].astype(float) for x in ("batch_size", "num_heads", "num_key_value_heads")]
+    st, al = a["step"][s].astype(float) + 1, a["latency"][s].astype(float)
+    o = np.lexsort((st, keys[2], keys[1], keys[0]))
+    st, al = st[o], al[o]
+    keys = [kk[o] for kk in keys]
+    same = np.logical_and.reduce([kk[:-2] == kk[2:] for kk in keys])
+    pa = al[:-2] + (al[2:] - al[:-2]) * (st[1:-1] - st[:-2]) / (st[2:] - st[:-2])
+    ga = np.abs(pa - al[1:-1])[same] / al[1:-1][same]
+    errs = {"gemm": g, "decode_attention": ga}
+    return {
+        "method": "leave-one-point-out interpolation on the GPU's own tables",
+        **{f"{name}_mean_abs_pct": round(float(np.mean(v)) * 100, 2) for name, v in errs.items()},
+        **{f"{name}_p90_abs_pct": round(float(np.quantile(v, 0.9)) * 100, 2)
+           for name, v in errs.items()},
+    }

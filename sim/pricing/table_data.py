@@ -1,0 +1,160 @@
+"""Reading measured operator tables (NVIDIA AIConfigurator's vLLM systems folder).
+
+Why a module of its own: the operator-table pricer (``sim.pricing.operator_tables``) needs a
+few numbers out of large parquet files once, at construction; where those files live, which
+vLLM version folder to read, and turning a missing or broken file into one line for the user
+are this module's job, so the pricer only sees small NumPy arrays.
+
+Layout read (``<root>/<gpu>/<operation>/<backend>/<version>/<table>.parquet``):
+
+- ``gemm/vllm/<v>/gemm_perf.parquet``: ``gemm_dtype, m, n, k, latency`` (ms per call)
+- ``attention/vllm/<v>/generation_attention_perf.parquet`` and
+  ``context_attention_perf.parquet``: ``batch_size, isl, step, num_heads,
+  num_key_value_heads, head_dim, kv_cache_dtype, latency``
+- ``comm/vllm/<v>/custom_allreduce_perf.parquet``: ``backend`` (vllm_graph / vllm_eager),
+  ``num_gpus, message_size`` (elements), ``latency``; ``comm/nccl/<v>/nccl_perf.parquet``:
+  ``op_name, nccl_dtype, num_gpus, message_size, latency``.
+
+A version folder holding only ``reuse.yaml`` borrows the table of another version
+(``from_version``); this module follows it. pyarrow is imported lazily (only a pricer that
+reads tables needs it); pandas is never used (the simulator's path stays light).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Optional, Sequence
+
+import numpy as np
+
+from sim.errors import ConfigError, InputFileError
+
+#: Catalog hardware name -> AIConfigurator system folder.
+GPU_TABLE_DIRS: dict[str, str] = {
+    "a100-80gb": "a100_sxm",
+    "h100-sxm": "h100_sxm",
+    "h200": "h200_sxm",
+    "l40s": "l40s",
+}
+
+#: The vLLM release whose behaviour kvplan models (the shared real runs used 0.15.1). The
+#: version folder read is the one closest to it (``pick_version``); 0.14.0 for all four GPUs.
+TARGET_VLLM: tuple[int, ...] = (0, 15, 1)
+
+#: Environment variable naming the systems folder (``cost_model.tables`` overrides it).
+ENV_TABLES = "KVPLAN_GPU_TABLES"
+
+
+class TableError(InputFileError):
+    """An operator-table folder or file that cannot be used (names the path)."""
+
+
+def default_tables_root() -> Optional[Path]:
+    """The systems folder used when ``cost_model.tables`` is not given: ``$KVPLAN_GPU_TABLES``,
+    else ``<repo>/../shared/gpu_profiles/aiconfigurator`` if it exists, else None."""
+    env = os.environ.get(ENV_TABLES)
+    if env:
+        return Path(env)
+    repo = Path(__file__).resolve().parents[2]
+    p = repo.parent / "shared" / "gpu_profiles" / "aiconfigurator"
+    return p if p.is_dir() else None
+
+
+def gpu_dir(root: Path, hardware_name: str) -> Optional[Path]:
+    """The folder of ``hardware_name``'s tables under ``root``, or None when there is none."""
+    sub = GPU_TABLE_DIRS.get(hardware_name)
+    if sub is None:
+        return None
+    d = Path(root) / sub
+    return d if d.is_dir() else None
+
+
+def _version_key(text: str) -> Optional[tuple[int, ...]]:
+    m = re.fullmatch(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not m:
+        return None
+    return tuple(int(g or 0) for g in m.groups())
+
+
+def _distance(v: tuple[int, ...], target: tuple[int, ...] = TARGET_VLLM) -> tuple:
+    """Order versions by closeness to ``target``: major/minor distance first, older first on a
+    tie (an older release's kernels are what a 0.15 user runs, not a future one's)."""
+    vm = v[0] * 1000 + v[1]
+    tm = target[0] * 1000 + target[1]
+    return (abs(vm - tm), vm > tm, abs(v[2] - target[2]) if len(v) > 2 else 0)
+
+
+def _reuse_source(folder: Path, table: str) -> Optional[str]:
+    """``from_version`` of ``table`` in ``folder/reuse.yaml`` (a small YAML; parsed with yaml)."""
+    f = folder / "reuse.yaml"
+    if not f.is_file():
+        return None
+    import yaml
+
+    try:
+        data = yaml.safe_load(f.read_text()) or {}
+    except (OSError, yaml.YAMLError) as exc:
+        raise TableError(f"{f}: cannot read reuse file ({exc.__class__.__name__})") from None
+    for item in data.get("reuse", []) or []:
+        if isinstance(item, dict) and item.get("table") == table:
+            return str(item.get("from_version"))
+    return None
+
+
+def table_file(op_dir: Path, table: str) -> tuple[Path, str]:
+    """The parquet file of ``table`` (e.g. ``gemm_perf``) under ``op_dir`` (e.g.
+    ``<gpu>/gemm/vllm``) for the version closest to ``TARGET_VLLM``, and that version.
+    Raises ``TableError`` naming the folder when no version has it."""
+    if not op_dir.is_dir():
+        raise TableError(f"{op_dir}: operator-table folder not found")
+    versions = sorted((v for v in (_version_key(p.name) for p in op_dir.iterdir() if p.is_dir())
+                       if v is not None), key=_distance)
+    for v in versions:
+        name = ".".join(map(str, v))
+        folder = op_dir / name
+        f = folder / f"{table}.parquet"
+        if f.is_file():
+            return f, name
+        src = _reuse_source(folder, table)
+        if src and (op_dir / src / f"{table}.parquet").is_file():
+            return op_dir / src / f"{table}.parquet", name
+    raise TableError(f"{op_dir}: no {table}.parquet in any version folder")
+
+
+def latest_file(op_dir: Path, table: str) -> Path:
+    """NCCL tables are versioned by NCCL, not vLLM: the newest folder that has ``table``."""
+    if not op_dir.is_dir():
+        raise TableError(f"{op_dir}: operator-table folder not found")
+    found = sorted(((_version_key(p.name) or (0,), p / f"{table}.parquet")
+                    for p in op_dir.iterdir() if (p / f"{table}.parquet").is_file()),
+                   reverse=True)
+    if not found:
+        raise TableError(f"{op_dir}: no {table}.parquet in any version folder")
+    return found[0][1]
+
+
+@lru_cache(maxsize=64)
+def _read(path: str, columns: tuple[str, ...], mtime: float) -> dict[str, np.ndarray]:
+    try:
+        import pyarrow.parquet as pq
+    except ImportError:  # pragma: no cover - pyarrow is a core dependency
+        raise ConfigError("cost_model.source operator_tables needs pyarrow "
+                          "(pip install pyarrow)") from None
+    try:
+        t = pq.read_table(path, columns=list(columns))
+    except Exception as exc:  # pyarrow raises many types for a broken file
+        msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise TableError(f"{path}: cannot read parquet table ({msg[:160]})") from None
+    return {c: t.column(c).to_numpy(zero_copy_only=False) for c in columns}
+
+
+def read_columns(path: Path, columns: Sequence[str]) -> dict[str, np.ndarray]:
+    """``columns`` of the parquet file ``path`` as NumPy arrays (cached per file)."""
+    try:
+        mtime = path.stat().st_mtime
+    except OSError as exc:
+        raise TableError(f"{path}: {exc.strerror or exc}") from None
+    return _read(str(path), tuple(columns), mtime)

@@ -1,0 +1,15 @@
+"""Shared test setup.
+
+Tests that pin simulator numbers were written against the roofline. ``cost_model.source:
+auto`` prices with measured operator tables when ``../shared/gpu_profiles/aiconfigurator`` is
+present, so those numbers would depend on whether ../shared exists; pointing
+``KVPLAN_GPU_TABLES`` at a folder that does not exist makes ``auto`` mean the roofline in every
+test. Tests of the operator-table pricer pass ``cost_model.tables`` / ``tables=`` explicitly.
+"""
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def _roofline_by_default(monkeypatch, tmp_path_factory):
+    monkeypatch.setenv("KVPLAN_GPU_TABLES", str(tmp_path_factory.getbasetemp() / "no-gpu-tables"))

@@ -1,0 +1,284 @@
+"""The operator-table pricer: interpolation, CUDA-graph padding, TP all-reduce, source choice,
+summary fields and bad table folders. Pure-logic tests run on a tiny synthetic table written
+to tmp_path; tests on the real AIConfigurator tables skip when ../shared is absent."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pa = pytest.importorskip("pyarrow")
+import pyarrow.parquet as pq  # noqa: E402
+
+from sim.api import resolve_deployment, simulate  # noqa: E402
+from sim.errors import ConfigError, KvplanError  # noqa: E402
+from sim.policies.step import StepShape  # noqa: E402
+from sim.pricing.operator_tables import (  # noqa: E402
+    OperatorTableCostModel, TablesNotCovering, _Curve, _Grid, capture_sizes,
+)
+from sim.pricing.table_data import TableError  # noqa: E402
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "gpu_profiles" / "aiconfigurator"
+needs_shared = pytest.mark.skipif(not SHARED.is_dir(), reason="../shared tables absent")
+
+MS = [1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192]
+NK = [1024, 4096, 16384, 65536]
+
+
+def _write(path: Path, cols: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(pa.table(cols), path)
+
+
+def synthetic_tables(root: Path, gpu: str = "h100_sxm") -> Path:
+    """A tiny systems folder: GEMM latency = 2 us + m*n*k / 400 TFLOP/s-ish, attention
+    linear in tokens, all-reduce linear in size; all monotone."""
+    d = root / gpu
+    rows = [(m, n, k) for m in MS for n in NK for k in NK]
+    m, n, k = (np.array(x, dtype=np.int64) for x in zip(*rows))
+    lat = 0.002 + np.maximum(2.0 * m * n * k / 4e11, 2.0 * n * k / 3e9)  # ms
+    _write(d / "gemm/vllm/0.14.0/gemm_perf.parquet",
+           {"gemm_dtype": ["bfloat16"] * len(m), "m": m, "n": n, "k": k, "latency": lat})
+    att = []
+    for h, kv in [(8, 8), (32, 8), (32, 32), (16, 2), (8, 1)]:
+        for b in [1, 2, 4, 8, 16, 32, 64, 128, 256]:
+            for s in [0, 15, 127, 1023, 8191]:
+                att.append((b, s, h, kv))
+    b, s, h, kv = (np.array(x, dtype=np.int64) for x in zip(*att))
+    common = {"batch_size": b, "num_heads": h, "num_key_value_heads": kv,
+              "head_dim": np.full(len(b), 128), "kv_cache_dtype": ["bfloat16"] * len(b)}
+    _write(d / "attention/vllm/0.14.0/generation_attention_perf.parquet",
+           {**common, "step": s, "isl": np.ones(len(b), dtype=np.int64),
+            "latency": 0.01 + b * (s + 1) * kv * 512 / 3e9})
+    isl = np.maximum(s, 1)
+    _write(d / "attention/vllm/0.14.0/context_attention_perf.parquet",
+           {**common, "step": np.zeros(len(b), dtype=np.int64), "isl": isl,
+            "latency": 0.01 + b * isl * isl * h * 128 * 2 / 4e11})
+    sizes = np.array([2 ** i for i in range(7, 30)], dtype=np.int64)
+    ar = {"backend": [], "num_gpus": [], "message_size": [], "latency": []}
+    for be, base in [("vllm_graph", 0.005), ("vllm_eager", 0.02)]:
+        for g in (2, 4, 8):
+            ar["backend"] += [be] * len(sizes)
+            ar["num_gpus"] += [g] * len(sizes)
+            ar["message_size"] += sizes.tolist()
+            ar["latency"] += (base + sizes * 2 / 2e8).tolist()
+    _write(d / "comm/vllm/0.14.0/custom_allreduce_perf.parquet", ar)
+    nc = {"op_name": [], "nccl_dtype": [], "num_gpus": [], "message_size": [], "latency": []}
+    for g in (2, 4, 8):
+        nc["op_name"] += ["all_reduce"] * len(sizes)
+        nc["nccl_dtype"] += ["half"] * len(sizes)
+        nc["num_gpus"] += [g] * len(sizes)
+        nc["message_size"] += sizes.tolist()
+        nc["latency"] += (0.03 + sizes * 2 / 1.5e8).tolist()
+    _write(d / "comm/nccl/2.27.3/nccl_perf.parquet", nc)
+    return root
+
+
+@pytest.fixture()
+def tables(tmp_path: Path) -> Path:
+    return synthetic_tables(tmp_path / "systems")
+
+
+def pricer(tables: Path, tp: int = 1, **kw) -> OperatorTableCostModel:
+    return OperatorTableCostModel("llama-2-7b", "h100-sxm", "float16", tp, tables=tables,
+                                  max_num_seqs=128, **kw)
+
+
+# --- interpolation ------------------------------------------------------------------------------
+
+def test_curve_reproduces_points_and_is_monotone():
+    xs, ys = [1, 2, 4, 8, 16], [1.0, 1.0, 1.5, 3.0, 6.5]
+    c = _Curve(xs, ys)
+    assert [c.at(float(x)) for x in xs] == ys
+    grid = np.linspace(1, 64, 500)
+    v = c.at_array(grid)
+    assert np.all(np.diff(v) >= 0)
+    assert [c.at(float(x)) for x in grid] == v.tolist()
+    assert c.at(32.0) == pytest.approx(6.5 * 2)  # proportional past the last point
+
+
+def test_grid_reproduces_points():
+    xs, ys = [1, 2, 4], [1, 10, 100]
+    z = np.array([[1.0, 2.0, 5.0], [2.0, 3.0, 9.0], [4.0, 6.0, 20.0]])
+    g = _Grid(xs, ys, z)
+    for i, x in enumerate(xs):
+        for j, y in enumerate(ys):
+            assert g.at(float(x), float(y)) == z[i, j]
+
+
+def test_gemm_curve_exact_at_measured_shape_and_monotone(tables):
+    p = pricer(tables)
+    n, k = 4096, 4096
+    assert p.gemm_shapes["o_proj"] == (n, k)
+    c = pq.read_table(tables / "h100_sxm/gemm/vllm/0.14.0/gemm_perf.parquet").to_pydict()
+    measured = {m: lat for m, nn, kk, lat in zip(c["m"], c["n"], c["k"], c["latency"])
+                if nn == n and kk == k}
+    assert p._gemm_ms["o_proj"].tolist() == [measured[m] for m in MS]
+    for op in p._gemm_ms:
+        assert np.all(np.diff(p._gemm_ms[op]) >= 0)
+    rows = np.arange(1, 9000, 7, dtype=float)
+    v = p._eager.at_array(rows)
+    assert np.all(np.diff(v) >= 0)
+
+
+def _random_shapes(n: int, seed: int = 0) -> list[StepShape]:
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(n):
+        P = int(rng.integers(0, 4))
+        N = int(rng.integers(P, P * 700 + 1)) if P else 0
+        D = int(rng.integers(0, 300))
+        ctx = int(rng.integers(0, 2000)) * P
+        work = (N * ctx // max(P, 1) + N * (N + 1) // 2) if P else 0
+        out.append(StepShape(num_prefill_tokens=N, num_prefill_seqs=P, num_decode_seqs=D,
+                             decode_context_tokens=D * int(rng.integers(1, 3000)),
+                             prefill_context_tokens=ctx, prefill_attention_work=work,
+                             num_spec_tokens=int(rng.integers(0, 3)) * (D > 0)))
+    out.append(StepShape())
+    return out
+
+
+@pytest.mark.parametrize("tp", [1, 2])
+def test_scalar_equals_vectorised_exactly(tables, tp):
+    p = pricer(tables, tp)
+    shapes = _random_shapes(400, seed=tp)
+    scalar = [p.price(s) for s in shapes]
+    assert p.price_many(shapes).tolist() == scalar
+    assert scalar[-1] == 0.0
+    assert all(t > 0 for t in scalar[:-1] if t is not None)
+
+
+def test_decode_step_pads_to_capture_size(tables):
+    p = pricer(tables)
+    assert capture_sizes(128)[-1] == 256 and 8 in p.capture_sizes and 5 not in p.capture_sizes
+    b = lambda d: p.breakdown(StepShape(num_decode_seqs=d, decode_context_tokens=d * 100))
+    assert b(5)["rows"] == b(8)["rows"]           # 5 decodes replay the graph of 8
+    assert b(8)["rows"] < b(9)["rows"]
+    # Past the largest capture size the batch runs eagerly and pays launches.
+    eager = b(300)
+    assert eager["gpu"] >= p._eager_launch
+    assert p.price(StepShape(num_decode_seqs=300, decode_context_tokens=300 * 100)) > \
+        p.price(StepShape(num_decode_seqs=256, decode_context_tokens=256 * 100))
+
+
+def test_tp_adds_allreduce(tables):
+    one, two = pricer(tables, 1), pricer(tables, 2)
+    s = StepShape(num_prefill_tokens=1024, num_prefill_seqs=2, prefill_attention_work=2 * 512 * 513 // 2)
+    # Same per-shard work halves the GEMMs; the all-reduce is what TP adds back.
+    ar = two._allreduce_ms(np.array([1024.0 * 4096]), graph=False)[0]
+    assert ar > 0
+    assert one._allreduce_ms(np.array([1024.0 * 4096]), graph=False)[0] == 0
+    no_ar = two._rows_part(np.array([1024.0]), sum(g for g in two._gemm_ms.values())[10:11],
+                           np.zeros(1))[0]
+    assert two.breakdown(s)["rows"] == pytest.approx(no_ar + 32 * 2 * ar * 1e-3, rel=1e-9)
+    assert one.price(s) > two.price(s) > 0
+
+
+# --- source choice, summary, errors -----------------------------------------------------------
+
+def _cfg(tables: Path | None, **extra) -> list[str]:
+    over = ["model=llama-2-7b", "hardware=h100-sxm", "workload.num_requests=20",
+            "scheduler.max_num_seqs=32"]
+    if tables is not None:
+        over.append(f"cost_model.tables={tables}")
+    return over + [f"{k.replace('__', '.')}={v}" for k, v in extra.items()]
+
+
+def test_auto_picks_tables_when_present(tables):
+    dep = resolve_deployment(simulate(None, overrides=_cfg(tables)).scenario)
+    assert dep.cost_model_source == "operator_tables"
+
+
+def test_auto_falls_back_to_roofline_when_absent(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVPLAN_GPU_TABLES", str(tmp_path / "nothing"))
+    res = simulate(None, overrides=_cfg(None))
+    assert res.summary["cost_model"]["source"] == "roofline"
+    assert res.summary["cost_model"]["known_error"] is None
+    # A GPU with no tables in a folder that has some: roofline too.
+    res = simulate(None, overrides=_cfg(None, hardware="a100-40gb"))
+    assert res.summary["cost_model"]["source"] == "roofline"
+
+
+def test_explicit_missing_tables_is_one_line_error(tmp_path, monkeypatch):
+    with pytest.raises(ConfigError) as e:
+        simulate(None, overrides=_cfg(Path("/nonexistent/tables")))
+    assert "cost_model.tables" in str(e.value) and "\n" not in str(e.value)
+    monkeypatch.setenv("KVPLAN_GPU_TABLES", str(tmp_path / "nothing"))
+    with pytest.raises(ConfigError) as e:
+        simulate(None, overrides=_cfg(None, cost_model__source="operator_tables"))
+    assert "\n" not in str(e.value)
+
+
+def test_summary_has_cost_model_and_blocks(tables):
+    s = simulate(None, overrides=_cfg(tables)).summary
+    cm = s["cost_model"]
+    assert cm["source"] == "operator_tables"
+    assert "operator tables" in cm["description"]
+    assert cm["known_error"]["gemm_mean_abs_pct"] >= 0
+    assert isinstance(s["num_gpu_blocks"], int) and s["num_gpu_blocks"] > 0
+    r = simulate(None, overrides=_cfg(tables, cost_model__source="roofline")).summary
+    assert r["cost_model"]["source"] == "roofline"
+    assert r["num_gpu_blocks"] == s["num_gpu_blocks"]
+
+
+def test_missing_parquet_is_one_line_error(tables):
+    (tables / "h100_sxm/gemm/vllm/0.14.0/gemm_perf.parquet").unlink()
+    with pytest.raises(KvplanError) as e:
+        pricer(tables)
+    assert "gemm_perf" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_corrupt_parquet_is_one_line_error(tables):
+    f = tables / "h100_sxm/attention/vllm/0.14.0/generation_attention_perf.parquet"
+    f.write_bytes(b"not a parquet file at all")
+    with pytest.raises(TableError) as e:
+        pricer(tables)
+    assert str(f) in str(e.value) and "\n" not in str(e.value)
+
+
+def test_pipeline_parallel_not_covered(tables):
+    with pytest.raises(TablesNotCovering):
+        OperatorTableCostModel("llama-2-7b", "h100-sxm", "float16", 1, 2, tables=tables)
+
+
+# --- memory plan fact (no tables needed) -------------------------------------------------------
+
+def test_num_gpu_blocks_llama2_7b_h100_matches_vllm():
+    """vLLM 0.15.1 reported 7,463 blocks for this deployment (../shared/real_runs README)."""
+    s = simulate(None, overrides=[
+        "model=llama-2-7b", "hardware=h100-sxm", "dtype=float16",
+        "kv_cache.gpu_memory_utilization=0.9", "scheduler.policy=chunked",
+        "scheduler.max_num_batched_tokens=2048", "kv_cache.max_model_len=4096",
+        "cost_model.source=roofline", "workload.num_requests=5"]).summary
+    assert abs(s["num_gpu_blocks"] - 7463) / 7463 < 0.01
+
+
+# --- the real tables ---------------------------------------------------------------------------
+
+@needs_shared
+@pytest.mark.parametrize("hw", ["a100-80gb", "h100-sxm", "h200", "l40s"])
+def test_real_tables_build_and_price_fast(hw):
+    p = OperatorTableCostModel("llama-2-7b", hw, "float16", 1, tables=SHARED, max_num_seqs=128)
+    assert p.version == "0.14.0"
+    shapes = _random_shapes(200, seed=3)
+    scalar = [p.price(s) for s in shapes]
+    assert p.price_many(shapes).tolist() == scalar
+    s = shapes[0]
+    t0 = time.perf_counter()
+    for _ in range(2000):
+        p.price(s)
+    per = (time.perf_counter() - t0) / 2000
+    assert per < 100e-6  # a few microseconds in practice; generous for slow CI
+    err = p.known_error()
+    assert err["gemm_mean_abs_pct"] < 25 and err["decode_attention_mean_abs_pct"] < 25
+
+
+@needs_shared
+def test_real_tables_tp_and_gqa():
+    p = OperatorTableCostModel("llama-2-70b", "h100-sxm", "float16", 4, tables=SHARED,
+                               max_num_seqs=128)
+    d = StepShape(num_decode_seqs=64, decode_context_tokens=64 * 700)
+    assert 5e-3 < p.price(d) < 60e-3
