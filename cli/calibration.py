@@ -126,8 +126,17 @@ def _print_profile(prof, path: Path) -> None:
 
 
 def validate(
-    profile: Path = typer.Option(..., "--profile", help="Profile file from kvplan calibrate."),
+    profile: Optional[Path] = typer.Option(None, "--profile", help="Profile file from kvplan calibrate (required without --real)."),
     out: Path = typer.Option(..., "--out", help="Folder for validation.json, runtime_steps.jsonl and sim/."),
+    real: List[Path] = typer.Option(
+        [], "--real",
+        help="Score the simulator against a run measured outside kvplan instead (repeatable): an "
+             "inference-perf run folder, a vllm bench serve --save-result JSON or a GuideLLM report "
+             "JSON. No runtime needed; server settings come from the run, the rest from --set."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="With --real: the GPU (default: from the run or its folder name)."),
+    set_: List[str] = typer.Option([], "--set", help="With --real: scenario overrides key=value (repeatable)."),
+    stage_seconds: Optional[float] = typer.Option(None, "--stage-seconds", help="With --real: simulate at most this many seconds of each load stage (quick check)."),
+    source: Optional[str] = typer.Option(None, "--source", help="With --real: step pricer (cost_model.source): auto, roofline, operator_tables or profile."),
     rate: float = typer.Option(2.0, "--rate", help="Poisson arrival rate (req/s)."),
     num_requests: int = typer.Option(64, "--num-requests"),
     scale: float = typer.Option(0.125, "--scale", help="Multiplies ShareGPT lengths (161 in / 338 out)."),
@@ -146,7 +155,13 @@ def validate(
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     as_json: bool = typer.Option(False, "--json", help="Print validation.json's metrics as JSON."),
 ) -> dict:
-    """One workload through the real engine and the simulator; errors side by side in validation.json."""
+    """One workload through the real engine and the simulator; errors side by side in validation.json.
+    With --real: the simulator against measured benchmark runs, stage by stage."""
+    if real:
+        return validate_real_runs(real, out, hardware=hardware, model=model, overrides=set_, seed=seed,
+                                  stage_seconds=stage_seconds, source=source, as_json=as_json)
+    if profile is None:
+        raise ConfigError("--profile: required (a profile file from kvplan calibrate), unless --real is given")
     from sim.pricing.profile_file import load_profile
     from calibration.validate import run_validation
 
@@ -178,6 +193,37 @@ def validate(
         print_validation(record)
         Console().print(f"wrote {out}/validation.json, runtime_steps.jsonl, sim/")
     return record
+
+
+def validate_real_runs(paths: List[Path], out: Path, *, hardware: Optional[str], model: Optional[str],
+                       overrides: List[str], seed: int, stage_seconds: Optional[float],
+                       source: Optional[str], as_json: bool) -> dict:
+    """``validate --real``: each run simulated once, compared per load stage (calibration.validate_real)."""
+    from calibration.validate_real import validate_real
+    from calibration.validation_file import load_validation
+
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out {out}: is a file, expected a folder (validation.json is written into it)")
+    if stage_seconds is not None:
+        require("--stage-seconds", stage_seconds, 0 < stage_seconds < math.inf, "a positive number of seconds")
+    results = validate_real(paths, out, hardware=hardware, model=model, overrides=overrides, seed=seed,
+                            stage_seconds=stage_seconds, cost_source=source,
+                            on_skip=lambda msg: typer.echo(msg, err=True))
+    records = {}
+    for cmp, path in results:
+        record = load_validation(path)
+        records[str(cmp.run.path)] = record
+        if not as_json:
+            print_validation(record)
+            for st in record["source"]["stages"]:
+                typer.echo(f"stage {st['index']} ({st['rate']:g} req/s, {st['num_requests']} requests): "
+                           f"overloaded: {st['overloaded']}" + ("" if st["scored"] else " (not scored on latency)"))
+            for note in record["source"].get("notes", []):
+                typer.echo(f"note: {note}")
+            typer.echo(f"simulated in {cmp.sim_seconds:.1f} s; wrote {path}")
+    if as_json:
+        typer.echo(json.dumps({k: r["metrics"] for k, r in records.items()}, indent=2))
+    return records
 
 
 def print_validation(record: dict) -> None:

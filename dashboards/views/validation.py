@@ -47,7 +47,13 @@ cols[1].metric("Mean absolute error", f"{record['mape']:.1%}" if record["mape"] 
 cols[2].metric("Largest error", f"{record['max_abs_error']:.1%}" if record["max_abs_error"] is not None else "-")
 if record["source"]:
     st.markdown("**Source:** " + "; ".join(f"{k}: `{v}`" for k, v in record["source"].items()
-                                           if k != "warnings"))
+                                           if k not in ("warnings", "stages", "notes")))
+stages = record["source"].get("stages")  # validate --real: per load stage, the overload verdict
+if isinstance(stages, list) and stages:
+    st.dataframe(pd.DataFrame(stages), hide_index=True)
+notes = record["source"].get("notes")
+for note in notes if isinstance(notes, list) else []:
+    st.caption(str(note))
 warnings = record["source"].get("warnings")  # e.g. the profile was measured on another machine
 for warning in warnings if isinstance(warnings, list) else []:
     st.warning(str(warning))

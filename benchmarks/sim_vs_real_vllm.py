@@ -1,0 +1,166 @@
+"""kvplan against real vLLM 0.15.1 runs on H100 (../shared/real_runs): every run, every load stage.
+
+Per stage: real, predicted and signed error for mean/p90/p99 E2E, mean/p90 TTFT and TPOT
+(``(mean E2E - mean TTFT) / (output_len - 1)`` on both sides); overall mean absolute percentage
+error over the stages not overloaded for real (E2E mean, TTFT mean, TPOT); the overloaded stages
+checked for a predicted overload instead; seconds per simulation. Nothing here is fitted: the
+runs are a check. MoE runs (Mixtral) are listed as skipped until MoE is modelled.
+
+    .venv/bin/python benchmarks/sim_vs_real_vllm.py [--source roofline|operator_tables|auto]
+        [--runs DIR] [--stage-seconds S] [--out benchmarks/results/sim_vs_real_vllm.json]
+
+Writes the JSON and prints a markdown table for the README.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from calibration.real_runs import read_run  # noqa: E402
+from calibration.validate_real import ModelNotModelled, compare_run  # noqa: E402
+from sim.errors import KvplanError  # noqa: E402
+
+DEFAULT_RUNS = ROOT.parent / "shared" / "real_runs" / "vllm_0.15.1_h100"
+SHOWN = ("mean_e2el_ms", "p90_e2el_ms", "p99_e2el_ms", "mean_ttft_ms", "p90_ttft_ms", "mean_tpot_ms")
+MAPE_OF = ("mean_e2el_ms", "mean_ttft_ms", "mean_tpot_ms")
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=Path, default=DEFAULT_RUNS)
+    ap.add_argument("--source", default="auto", choices=("auto", "roofline", "operator_tables"))
+    ap.add_argument("--stage-seconds", type=float, default=None,
+                    help="simulate at most this much of each stage (default: whole stages)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", type=Path, default=None,
+                    help="default benchmarks/results/sim_vs_real_vllm.json (auto) or _<source>.json")
+    args = ap.parse_args(argv)
+    if not args.runs.is_dir():
+        print(f"{args.runs}: not found (the shared runs)", file=sys.stderr)
+        return 2
+    out = args.out or ROOT / "benchmarks" / "results" / (
+        "sim_vs_real_vllm.json" if args.source == "auto" else f"sim_vs_real_vllm_{args.source}.json")
+    rows, skipped, runs_out = [], [], []
+    for folder in sorted(p for p in args.runs.iterdir() if p.is_dir()):
+        run = read_run(folder)
+        try:
+            t0 = time.perf_counter()
+            cmp = compare_run(run, seed=args.seed, stage_seconds=args.stage_seconds, cost_source=args.source)
+            wall = time.perf_counter() - t0
+        except ModelNotModelled as exc:
+            skipped.append({"run": folder.name, "reason": str(exc)})
+            continue
+        except KvplanError as exc:
+            skipped.append({"run": folder.name, "reason": f"error: {exc}"})
+            continue
+        src = cmp.source()
+        runs_out.append({"run": folder.name, "pricer": src["pricer"], "pricer_description": src["pricer_description"],
+                         "known_error": src["known_error"], "num_gpu_blocks": src["num_gpu_blocks"],
+                         "sim_seconds": cmp.sim_seconds, "wall_seconds": wall,
+                         "num_requests": sum(s.stage.num_requests for s in cmp.stages), "notes": src["notes"]})
+        for sc in cmp.stages:
+            row = {"run": folder.name, "stage": sc.index, "rate": sc.stage.rate,
+                   "num_requests": sc.stage.num_requests, "overloaded_real": sc.overloaded_real,
+                   "overloaded_predicted": sc.overloaded_predicted, "scored": sc.scored,
+                   "pricer": src["pricer"], "sim_seconds": cmp.sim_seconds}
+            for name in SHOWN + ("request_throughput",):
+                r, p = sc.real.get(name), sc.predicted.get(name)
+                row[name] = {"real": r, "predicted": p,
+                             "error": None if r in (None, 0) or p is None else (p - r) / r}
+            rows.append(row)
+    scored = [r for r in rows if r["scored"]]
+    mape = {m: _mape([r[m]["error"] for r in scored]) for m in MAPE_OF}
+    over = [r for r in rows if r["overloaded_real"]]
+    result = {
+        "source": args.source, "runs_dir": str(args.runs), "stage_seconds": args.stage_seconds,
+        "seed": args.seed, "num_stages_scored": len(scored),
+        "mape": mape,
+        "overloaded_stages": [{"run": r["run"], "stage": r["stage"], "predicted_overloaded": r["overloaded_predicted"]}
+                              for r in over],
+        "overload_detected": f"{sum(r['overloaded_predicted'] for r in over)}/{len(over)}",
+        "false_overload": [f"{r['run']} stage {r['stage']}" for r in scored if r["overloaded_predicted"]],
+        "runs": runs_out, "stages": rows, "skipped": skipped,
+    }
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.out is None and args.stage_seconds is None:
+        record_step_error(result)
+    print(markdown(result))
+    print(f"\nwrote {out}", file=sys.stderr)
+    return 0
+
+
+def record_step_error(result: dict) -> None:
+    """The operator-table pricer's measured whole-run error per GPU, for ``summary.json``'s
+    ``cost_model.known_error.step_vs_real`` (read by ``sim.pricing.operator_tables``): written
+    only by a full run of this benchmark, from the stages it scored."""
+    from sim.pricing.operator_tables import STEP_ERROR_FILE
+
+    gpus = {r["known_error"].get("gpu") for r in result["runs"] if r["pricer"] == "operator_tables"
+            and isinstance(r.get("known_error"), dict)}
+    gpus.discard(None)
+    if not gpus or any(r["pricer"] != "operator_tables" for r in result["runs"]):
+        return
+    entry = {"runs": f"{len(result['runs'])} vLLM 0.15.1 runs, {result['num_stages_scored']} load stages "
+                     f"(../shared/real_runs), whole stages, seed {result['seed']}",
+             "mean_e2el_mape": result["mape"]["mean_e2el_ms"],
+             "mean_ttft_mape": result["mape"]["mean_ttft_ms"],
+             "mean_tpot_mape": result["mape"]["mean_tpot_ms"],
+             "overload_detected": result["overload_detected"],
+             "measured_by": "benchmarks/sim_vs_real_vllm.py"}
+    try:
+        data = json.loads(STEP_ERROR_FILE.read_text())
+    except (OSError, ValueError):
+        data = {}
+    for gpu in gpus:
+        data[gpu] = entry
+    STEP_ERROR_FILE.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def _mape(errors) -> float | None:
+    vals = [abs(e) for e in errors if e is not None]
+    return sum(vals) / len(vals) if vals else None
+
+
+def _short(run: str) -> str:
+    return "-".join(run.split("-")[2:])
+
+
+def markdown(res: dict) -> str:
+    head = ("| run | stage | req/s | E2E mean real / pred | p90 | p99 | TTFT mean real / pred | p90 | "
+            "TPOT real / pred | overloaded real / pred | sim s |")
+    lines = [head, "|---" * 11 + "|"]
+    for r in res["stages"]:
+        def cell(m, digits=0):
+            v = r[m]
+            if v["real"] is None or v["predicted"] is None:
+                return "-"
+            err = "" if v["error"] is None else f" ({100 * v['error']:+.0f}%)"
+            return f"{v['real']:,.{digits}f} / {v['predicted']:,.{digits}f}{err}" if r["scored"] else \
+                f"{v['real']:,.{digits}f} / {v['predicted']:,.{digits}f}"
+        lines.append(f"| {_short(r['run'])} | {r['stage']} | {r['rate']:g} | {cell('mean_e2el_ms')} | "
+                     f"{cell('p90_e2el_ms')} | {cell('p99_e2el_ms')} | {cell('mean_ttft_ms', 1)} | "
+                     f"{cell('p90_ttft_ms', 1)} | {cell('mean_tpot_ms', 1)} | "
+                     f"{'yes' if r['overloaded_real'] else 'no'} / {'yes' if r['overloaded_predicted'] else 'no'} | "
+                     f"{r['sim_seconds']:.1f} |")
+    m = res["mape"]
+    fmt = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    lines.append("")
+    lines.append(f"Pricer `{res['source']}`; MAPE over {res['num_stages_scored']} stages not overloaded for real: "
+                 f"E2E mean {fmt(m['mean_e2el_ms'])}, TTFT mean {fmt(m['mean_ttft_ms'])}, TPOT {fmt(m['mean_tpot_ms'])}. "
+                 f"Overloaded stages predicted overloaded: {res['overload_detected']}."
+                 + (f" Predicted overloaded but real was not: {', '.join(res['false_overload'])}." if res["false_overload"] else ""))
+    for s in res["skipped"]:
+        lines.append(f"Skipped {_short(s['run'])}: {s['reason'].split(': ', 1)[-1]}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,502 @@
+"""Readers of benchmark results measured outside kvplan: what the server was, what load it got,
+and what the load tool measured per load stage.
+
+Why: ``kvplan validate --real`` scores the simulator against a user's own runs, so it must
+understand the files the common load tools write, without the tools installed:
+
+- **inference-perf** (kubernetes-sigs/inference-perf), a folder: ``exp-config.yaml`` (server
+  settings, optional), ``profile.yaml`` (what the user asked for), ``results/config.yaml`` (what
+  the tool resolved and ran), ``results/stage_<i>_lifecycle_metrics.json`` per load stage and
+  ``results/summary_lifecycle_metrics.json``. Latencies in **seconds**. Layout as in
+  ../shared/real_runs/README.md.
+- **vllm bench serve --save-result** JSON (``vllm/benchmarks/serve.py``): one load stage;
+  ``request_rate`` (a number or "inf"), ``burstiness``, ``max_concurrency``, ``num_prompts``,
+  ``duration``, ``completed``, ``failed``, ``total_input_tokens``, ``total_output_tokens``,
+  ``request_throughput``, ``{mean,median,std,p<P>}_{ttft,tpot,itl,e2el}_ms`` (ms); with
+  ``--save-detailed`` also per request ``input_lens``, ``output_lens``, ``ttfts`` (s), ``itls``
+  (s), ``errors``. ``--metadata KEY=VALUE`` pairs land at the top level: kvplan reads
+  ``tensor_parallel_size``, ``max_num_seqs``, ``max_num_batched_tokens``, ``max_model_len``,
+  ``hardware`` and ``dtype`` from there when present.
+- **GuideLLM** report JSON (vllm-project/guidellm ``benchmark/schemas/report.py``, default file
+  ``benchmarks.json``): ``benchmarks[]``, each one load stage with its strategy (``config.strategy``
+  in 0.7+, ``args.strategy`` in 0.3) and ``metrics.<name>.{successful,errored,...}.{mean,
+  percentiles.p90,...}`` for ``request_latency`` (s), ``time_to_first_token_ms``,
+  ``time_per_output_token_ms``, ``prompt_token_count``, ``output_token_count``; request counts
+  in ``metrics.request_totals`` (0.7+) or ``run_stats.requests_made`` (0.3). Closed-loop
+  strategies (synchronous, concurrent) are skipped with a note: kvplan replays open-loop arrivals.
+
+Every malformed input is a ``RealRunError`` (a ``KvplanError``) naming the file and field.
+TPOT is always ``(mean E2E - mean TTFT) / (output_len - 1)`` on the real side (the load tools'
+own inter-token figures are about half the real step time under streaming; see the shared
+README), and validate computes the prediction the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional, Union
+
+import yaml
+
+from sim.errors import KvplanError
+from sim.workload.shared_prefix import SharedPrefix, Stage
+
+FORMATS = ("inference-perf", "vllm-bench", "guidellm")
+#: Server settings a run can state (vLLM's names) and kvplan's config keys for them.
+SERVER_KEYS = {
+    "tensor_parallel_size": "parallel.tensor_parallel_size",
+    "max_num_seqs": "scheduler.max_num_seqs",
+    "max_num_batched_tokens": "scheduler.max_num_batched_tokens",
+    "max_model_len": "kv_cache.max_model_len",
+    "gpu_memory_utilization": "kv_cache.gpu_memory_utilization",
+    "block_size": "kv_cache.block_size",
+}
+#: What the shared inference-perf runs' README says the server ran with when exp-config.yaml
+#: does not say (vLLM V1 defaults there: chunked prefill, prefix caching on, block 16, 0.9).
+INFERENCE_PERF_DEFAULTS = {"max_model_len": 4096, "max_num_batched_tokens": 2048, "max_num_seqs": 128,
+                           "gpu_memory_utilization": 0.9, "block_size": 16, "tensor_parallel_size": 1}
+LATENCY_STATS = ("mean", "p90", "p99")
+
+
+class RealRunError(KvplanError):
+    """A benchmark result kvplan cannot read (names the file and field)."""
+
+
+@dataclass
+class MeasuredStage:
+    """What the load tool measured in one load stage (latencies in ms)."""
+
+    index: int
+    sent: Optional[int]          # requests sent in the stage (None: not recorded)
+    completed: int
+    failures: int
+    e2el_ms: dict[str, Optional[float]]
+    ttft_ms: dict[str, Optional[float]]
+    tpot_ms: Optional[float]     # (mean E2E - mean TTFT) / (output_len - 1)
+    request_throughput: Optional[float]  # completed req/s as the tool reports it
+    output_len: Optional[float]  # tokens per request the server generated (mean)
+    prompt_len: Optional[float]  # the tool's own count (mean)
+
+
+@dataclass
+class RealRun:
+    """One measured run: server, workload and measurements, format-independent."""
+
+    path: Path
+    format: str
+    name: str
+    model: Optional[str]                   # the served model (HF id or path), None if unknown
+    server: dict[str, Any]                 # vLLM-named settings the run states or implies
+    stages: list[Stage]                    # the load, stage by stage
+    measured: list[MeasuredStage]
+    shared_prefix: Optional[SharedPrefix] = None
+    prompt_lens: Optional[list[int]] = None  # per request, in stage order (when known)
+    output_lens: Optional[list[int]] = None
+    dtype: Optional[str] = None
+    hardware: Optional[str] = None         # a catalog name when the run says (or its folder does)
+    notes: list[str] = field(default_factory=list)
+
+
+# --- entry point ---------------------------------------------------------------------------
+
+
+def read_run(path: Union[str, Path]) -> RealRun:
+    """Read one run: an inference-perf folder, a vllm bench JSON or a GuideLLM JSON (or a
+    folder holding exactly one such JSON)."""
+    p = Path(path)
+    if not p.exists():
+        raise RealRunError(f"{p}: no such file or folder")
+    if p.is_dir():
+        if (p / "profile.yaml").is_file() or (p / "exp-config.yaml").is_file() or (p / "results").is_dir():
+            return read_inference_perf(p)
+        jsons = sorted(p.glob("*.json"))
+        if len(jsons) == 1:
+            return read_json_run(jsons[0])
+        if (p / "benchmarks.json").is_file():
+            return read_json_run(p / "benchmarks.json")
+        what = f"{len(jsons)} JSON files" if jsons else "nothing kvplan reads"
+        raise RealRunError(f"{p}: {what}; expected an inference-perf run folder (profile.yaml, "
+                           f"results/stage_<i>_lifecycle_metrics.json), a vllm bench serve "
+                           f"--save-result JSON or a GuideLLM report JSON")
+    return read_json_run(p)
+
+
+def read_json_run(path: Path) -> RealRun:
+    data = _load_json(path)
+    fmt = detect_format(data)
+    if fmt == "vllm-bench":
+        return read_vllm_bench(path, data)
+    if fmt == "guidellm":
+        return read_guidellm(path, data)
+    raise RealRunError(f"{path}: unknown format (neither a vllm bench serve --save-result JSON: "
+                       f"request_rate, completed, mean_e2el_ms; nor a GuideLLM report: benchmarks[])")
+
+
+def detect_format(data: Any) -> Optional[str]:
+    if not isinstance(data, dict):
+        return None
+    if isinstance(data.get("benchmarks"), list):
+        return "guidellm"
+    if "completed" in data and ("mean_e2el_ms" in data or "mean_ttft_ms" in data):
+        return "vllm-bench"
+    return None
+
+
+# --- inference-perf -----------------------------------------------------------------------
+
+
+def read_inference_perf(folder: Path) -> RealRun:
+    notes: list[str] = []
+    exp = _load_yaml(folder / "exp-config.yaml", required=False) or {}
+    profile = _load_yaml(folder / "profile.yaml", required=False) or {}
+    resolved = _load_yaml(folder / "results" / "config.yaml", required=False) or {}
+    if not profile and not resolved:
+        raise RealRunError(f"{folder}: neither profile.yaml nor results/config.yaml (the load "
+                           f"tool's settings) is there")
+    cfg = resolved or profile
+    src = folder / "results" / "config.yaml" if resolved else folder / "profile.yaml"
+    data = _get(cfg, "data", src, dict)
+    dtype_ = data.get("type")
+    if dtype_ != "shared_prefix":
+        raise RealRunError(f"{src}: data.type {dtype_!r} is not supported (kvplan rebuilds "
+                           f"inference-perf's shared_prefix workload)")
+    sp = _get(data, "shared_prefix", src, dict, "data.shared_prefix")
+    asked = (profile.get("data") or {}).get("shared_prefix") or {}
+    groups = _int(sp.get("num_groups", sp.get("num_unique_system_prompts")), src, "data.shared_prefix.num_groups")
+    per_group = _int(sp.get("num_prompts_per_group", sp.get("num_users_per_system_prompt")), src,
+                     "data.shared_prefix.num_prompts_per_group")
+    if resolved and asked:
+        a_groups = asked.get("num_unique_system_prompts", asked.get("num_groups"))
+        a_users = asked.get("num_users_per_system_prompt", asked.get("num_prompts_per_group"))
+        if (a_groups, a_users) != (groups, per_group):
+            notes.append(f"profile.yaml asks {a_groups} x {a_users} prompts but results/config.yaml "
+                         f"(what inference-perf ran) has {groups} groups x {per_group}: replaying the latter")
+        if asked.get("enable_multi_turn_chat") and "enable_multi_turn_chat" not in sp:
+            notes.append("enable_multi_turn_chat was asked but this inference-perf version had no "
+                         "multi-turn mode: single-turn prompts")
+    system_len = _int(sp.get("system_prompt_len"), src, "data.shared_prefix.system_prompt_len", minimum=0)
+    question_len = _int(sp.get("question_len"), src, "data.shared_prefix.question_len")
+    output_len = _int(sp.get("output_len"), src, "data.shared_prefix.output_len")
+    load = _get(cfg, "load", src, dict)
+    if load.get("type", "constant") != "constant":
+        raise RealRunError(f"{src}: load.type {load.get('type')!r} is not supported (constant: "
+                           f"rate x duration requests per stage)")
+    raw_stages = load.get("stages")
+    if not isinstance(raw_stages, list) or not raw_stages:
+        raise RealRunError(f"{src}: load.stages: expected a non-empty list of {{rate, duration}}")
+    stages = []
+    for i, st in enumerate(raw_stages):
+        if not isinstance(st, dict):
+            raise RealRunError(f"{src}: load.stages[{i}]: expected {{rate, duration}}")
+        rate = _num(st.get("rate"), src, f"load.stages[{i}].rate", positive=True)
+        duration = _num(st.get("duration"), src, f"load.stages[{i}].duration", positive=True)
+        stages.append(Stage.of_rate(rate, duration))
+
+    results = folder / "results"
+    measured = []
+    for i in range(len(stages)):
+        f = results / f"stage_{i}_lifecycle_metrics.json"
+        if not f.is_file():
+            raise RealRunError(f"{f}: missing (load.stages has {len(stages)} stages)")
+        measured.append(_inference_perf_stage(f, i, output_len))
+    summary = results / "summary_lifecycle_metrics.json"
+    prompt_mean = None
+    if summary.is_file():
+        prompt_mean = _opt_num(_dig(_load_json(summary), "successes", "prompt_len", "mean"))
+    # The server tokenises the same text the client re-tokenises: its count is the real length
+    # (random ids decoded then re-encoded come out a few % longer than asked).
+    if prompt_mean is not None and prompt_mean > system_len + 1:
+        eff_question = int(round(prompt_mean)) - system_len
+        if eff_question != question_len:
+            notes.append(f"prompt length {system_len} + {eff_question} tokens (the client's "
+                         f"re-tokenised mean {prompt_mean:.0f}; asked {system_len} + {question_len})")
+        question_len = eff_question
+
+    model = exp.get("model") or _dig(cfg, "server", "model_name") or _dig(cfg, "tokenizer", "pretrained_model_name_or_path")
+    server = dict(INFERENCE_PERF_DEFAULTS)
+    for key in SERVER_KEYS:
+        if key in exp:
+            server[key] = exp[key]
+    if "tensor_parallelism" in exp:
+        server["tensor_parallel_size"] = exp["tensor_parallelism"]
+    for key, value in server.items():
+        if not isinstance(value, (int, float)) or isinstance(value, bool):
+            raise RealRunError(f"{folder / 'exp-config.yaml'}: {key}: expected a number, got {value!r}")
+    return RealRun(path=folder, format="inference-perf", name=folder.name, model=model, server=server,
+                   stages=stages, measured=measured,
+                   shared_prefix=SharedPrefix(groups, per_group, system_len, question_len, output_len),
+                   dtype=exp.get("dtype"), hardware=exp.get("hardware"), notes=notes)
+
+
+def _inference_perf_stage(f: Path, index: int, output_len: int) -> MeasuredStage:
+    d = _load_json(f)
+    succ = _get(d, "successes", f, dict)
+    lat = _get(succ, "latency", f, dict, "successes.latency")
+    e2e = _stats_s(lat, "request_latency", f)
+    ttft = _stats_s(lat, "time_to_first_token", f)
+    fail = d.get("failures") or {}
+    failures = _int(fail.get("count", 0), f, "failures.count", minimum=0) if isinstance(fail, dict) else 0
+    completed = _int(succ.get("count"), f, "successes.count", minimum=0)
+    sent = _dig(d, "load_summary", "count")
+    return MeasuredStage(
+        index=index, sent=int(sent) if isinstance(sent, (int, float)) else None, completed=completed,
+        failures=failures, e2el_ms=e2e, ttft_ms=ttft, tpot_ms=_tpot(e2e, ttft, output_len),
+        request_throughput=_opt_num(_dig(succ, "throughput", "requests_per_sec")),
+        output_len=float(output_len), prompt_len=_opt_num(_dig(succ, "prompt_len", "mean")))
+
+
+def _stats_s(lat: dict, name: str, f: Path) -> dict[str, Optional[float]]:
+    s = lat.get(name)
+    if not isinstance(s, dict):
+        if s is None and name in lat:  # no successes: the tool writes null
+            return {k: None for k in LATENCY_STATS}
+        raise RealRunError(f"{f}: successes.latency.{name}: missing (expected mean, p90, p99 in seconds)")
+    return {k: (None if s.get(k) is None else 1000.0 * _num(s.get(k), f, f"successes.latency.{name}.{k}"))
+            for k in LATENCY_STATS}
+
+
+# --- vllm bench serve ----------------------------------------------------------------------
+
+
+def read_vllm_bench(path: Path, data: Optional[dict] = None) -> RealRun:
+    d = _load_json(path) if data is None else data
+    notes: list[str] = []
+    completed = _int(d.get("completed"), path, "completed", minimum=0)
+    failed = d.get("failed")
+    num_prompts = d.get("num_prompts")
+    if failed is None and isinstance(num_prompts, int):
+        failed = max(0, num_prompts - completed)
+    failed = _int(failed if failed is not None else 0, path, "failed", minimum=0)
+    n = completed + failed
+    rate_raw = d.get("request_rate", "inf")
+    rate = math.inf if rate_raw in ("inf", None) else _num(rate_raw, path, "request_rate", positive=True)
+    duration = _num(d.get("duration"), path, "duration", positive=True)
+    burst = d.get("burstiness", 1.0)
+    burst = 1.0 if burst is None else _num(burst, path, "burstiness", positive=True)
+    if d.get("max_concurrency") not in (None, "None"):
+        notes.append(f"max_concurrency {d['max_concurrency']}: the client capped requests in flight; "
+                     f"the simulator replays open-loop arrivals (no cap)")
+    if d.get("ramp_up_strategy"):
+        notes.append(f"ramp_up_strategy {d['ramp_up_strategy']}: replayed at the constant request_rate")
+    if math.isinf(rate):
+        stage = Stage(rate=math.inf, duration_s=0.0, num_requests=n, process="burst")
+    else:
+        stage = Stage(rate=rate, duration_s=n / rate, num_requests=n, process="poisson",
+                      cv=1.0 / math.sqrt(burst))
+    e2e = {s: _ms(d, f"{s}_e2el_ms", path) for s in LATENCY_STATS}
+    ttft = {s: _ms(d, f"{s}_ttft_ms", path) for s in LATENCY_STATS}
+    prompt_lens = output_lens = None
+    ins, outs = d.get("input_lens"), d.get("output_lens")
+    if isinstance(ins, list) and isinstance(outs, list) and len(ins) == len(outs) == n:
+        prompt_lens = [_int(v, path, f"input_lens[{i}]") for i, v in enumerate(ins)]
+        # A failed request reports 0 outputs; replay it with the mean (it was asked for some).
+        good = [v for v in outs if isinstance(v, int) and v > 0]
+        fill = int(round(sum(good) / len(good))) if good else 1
+        output_lens = [v if isinstance(v, int) and v > 0 else fill for v in outs]
+    else:
+        if completed == 0:
+            raise RealRunError(f"{path}: completed is 0: nothing to compare")
+        mean_in = _num(d.get("total_input_tokens"), path, "total_input_tokens", positive=True) / completed
+        mean_out = _num(d.get("total_output_tokens"), path, "total_output_tokens", positive=True) / completed
+        prompt_lens = [max(1, int(round(mean_in)))] * n
+        output_lens = [max(1, int(round(mean_out)))] * n
+        notes.append(f"no per-request lengths (--save-detailed): every request {prompt_lens[0]} in, "
+                     f"{output_lens[0]} out (the run's means)")
+    mean_out = sum(output_lens) / len(output_lens) if output_lens else None
+    tpot = _ms(d, "mean_tpot_ms", path)
+    measured = MeasuredStage(index=0, sent=n, completed=completed, failures=failed, e2el_ms=e2e, ttft_ms=ttft,
+                             tpot_ms=tpot if tpot is not None else _tpot(e2e, ttft, mean_out),
+                             request_throughput=_opt_num(d.get("request_throughput")),
+                             output_len=mean_out,
+                             prompt_len=sum(prompt_lens) / len(prompt_lens) if prompt_lens else None)
+    server = {k: d[k] for k in SERVER_KEYS if isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool)}
+    for k in SERVER_KEYS:
+        if isinstance(d.get(k), str) and re.fullmatch(r"[0-9.]+", d[k]):  # --metadata values are strings
+            server[k] = float(d[k]) if "." in d[k] else int(d[k])
+    if "tensor_parallel_size" not in server:
+        notes.append("the server's settings are not in the file: kvplan's defaults unless --set or "
+                     "--metadata (tensor_parallel_size=..., max_num_seqs=...) say otherwise")
+    return RealRun(path=path, format="vllm-bench", name=path.stem, model=d.get("model_id"), server=server,
+                   stages=[stage], measured=[measured], prompt_lens=prompt_lens, output_lens=output_lens,
+                   dtype=d.get("dtype") if isinstance(d.get("dtype"), str) else None,
+                   hardware=d.get("hardware") if isinstance(d.get("hardware"), str) else None, notes=notes)
+
+
+def _ms(d: dict, key: str, path: Path) -> Optional[float]:
+    v = d.get(key)
+    return None if v is None else _num(v, path, key)
+
+
+# --- GuideLLM -----------------------------------------------------------------------------
+
+_OPEN_LOOP = {"constant": "constant", "poisson": "poisson", "throughput": "burst"}
+
+
+def read_guidellm(path: Path, data: Optional[dict] = None) -> RealRun:
+    d = _load_json(path) if data is None else data
+    benches = d.get("benchmarks")
+    if not isinstance(benches, list) or not benches:
+        raise RealRunError(f"{path}: benchmarks: expected a non-empty list")
+    notes: list[str] = []
+    stages, measured, prompt_lens, output_lens = [], [], [], []
+    for i, b in enumerate(benches):
+        where = f"benchmarks[{i}]"
+        if not isinstance(b, dict):
+            raise RealRunError(f"{path}: {where}: expected an object")
+        strategy = _dig(b, "config", "strategy") or _dig(b, "args", "strategy")
+        if not isinstance(strategy, dict):
+            raise RealRunError(f"{path}: {where}.config.strategy: missing (or args.strategy in GuideLLM 0.3)")
+        kind = strategy.get("type_")
+        if kind not in _OPEN_LOOP:
+            notes.append(f"{where}: strategy {kind!r} is closed-loop: skipped (kvplan replays open-loop arrivals)")
+            continue
+        metrics = _get(b, "metrics", path, dict, f"{where}.metrics")
+        totals = metrics.get("request_totals") or _dig(b, "run_stats", "requests_made") or {}
+        ok = _int(totals.get("successful"), path, f"{where}.metrics.request_totals.successful", minimum=0)
+        errored = _int(totals.get("errored") or 0, path, f"{where}.metrics.request_totals.errored", minimum=0)
+        incomplete = _int(totals.get("incomplete") or 0, path, f"{where}.metrics.request_totals.incomplete", minimum=0)
+        n = ok + errored + incomplete
+        duration = b.get("duration")
+        if duration is None:
+            start = b.get("start_time", _dig(b, "run_stats", "start_time"))
+            end = b.get("end_time", _dig(b, "run_stats", "end_time"))
+            if start is None:
+                start, end = _dig(b, "scheduler_metrics", "measure_start_time"), _dig(b, "scheduler_metrics", "measure_end_time")
+            duration = (end - start) if isinstance(start, (int, float)) and isinstance(end, (int, float)) else None
+        duration = _num(duration, path, f"{where}.duration", positive=True)
+        if kind == "throughput":
+            stages.append(Stage(rate=math.inf, duration_s=0.0, num_requests=n, process="burst"))
+        else:
+            rate = _num(strategy.get("rate"), path, f"{where}.config.strategy.rate", positive=True)
+            stages.append(Stage(rate=rate, duration_s=n / rate, num_requests=n, process=_OPEN_LOOP[kind]))
+        e2e = {s: _g_stat(metrics, "request_latency", s, path, where, 1000.0) for s in LATENCY_STATS}
+        ttft = {s: _g_stat(metrics, "time_to_first_token_ms", s, path, where) for s in LATENCY_STATS}
+        p_mean = _g_stat(metrics, "prompt_token_count", "mean", path, where)
+        o_mean = _g_stat(metrics, "output_token_count", "mean", path, where)
+        if p_mean is None or o_mean is None:
+            raise RealRunError(f"{path}: {where}.metrics.prompt_token_count/output_token_count: "
+                               f"missing successful.mean (the replayed lengths)")
+        prompt_lens += [max(1, int(round(p_mean)))] * n
+        output_lens += [max(1, int(round(o_mean)))] * n
+        rps = _g_stat(metrics, "requests_per_second", "mean", path, where)
+        measured.append(MeasuredStage(index=len(measured), sent=n, completed=ok, failures=errored + incomplete,
+                                      e2el_ms=e2e, ttft_ms=ttft, tpot_ms=_tpot(e2e, ttft, o_mean),
+                                      request_throughput=rps if rps is not None else ok / duration,
+                                      output_len=o_mean, prompt_len=p_mean))
+    if not stages:
+        raise RealRunError(f"{path}: no open-loop benchmark (constant, poisson, throughput) to replay")
+    notes.append("GuideLLM reports mean lengths: every request of a stage replayed with them")
+    return RealRun(path=path, format="guidellm", name=path.stem, model=_find_model(d), server={},
+                   stages=stages, measured=measured, prompt_lens=prompt_lens, output_lens=output_lens,
+                   notes=notes)
+
+
+def _g_stat(metrics: dict, name: str, stat: str, path: Path, where: str, scale: float = 1.0) -> Optional[float]:
+    m = metrics.get(name)
+    if m is None:
+        return None
+    if not isinstance(m, dict):
+        raise RealRunError(f"{path}: {where}.metrics.{name}: expected {{successful: {{mean, percentiles}}}}")
+    s = m.get("successful", m)
+    if not isinstance(s, dict):
+        raise RealRunError(f"{path}: {where}.metrics.{name}.successful: expected an object")
+    v = s.get(stat) if stat in ("mean", "median") else (s.get("percentiles") or {}).get(stat)
+    return None if v is None else scale * _num(v, path, f"{where}.metrics.{name}.successful.{stat}")
+
+
+def _find_model(d: Any, depth: int = 0) -> Optional[str]:
+    """The first ``model`` / ``backend_model`` string in the report (where GuideLLM puts it moved
+    between versions)."""
+    if depth > 5:
+        return None
+    if isinstance(d, dict):
+        for key in ("model", "backend_model"):
+            if isinstance(d.get(key), str) and d[key]:
+                return d[key]
+        items = [v for k, v in d.items() if k not in ("requests", "metrics")]
+    elif isinstance(d, list):
+        items = d[:3]
+    else:
+        return None
+    for v in items:
+        found = _find_model(v, depth + 1)
+        if found:
+            return found
+    return None
+
+
+# --- small helpers ------------------------------------------------------------------------
+
+
+def _tpot(e2e: dict, ttft: dict, output_len: Optional[float]) -> Optional[float]:
+    if e2e.get("mean") is None or ttft.get("mean") is None or not output_len or output_len <= 1:
+        return None
+    return (e2e["mean"] - ttft["mean"]) / (output_len - 1)
+
+
+def _load_json(path: Path) -> Any:
+    try:
+        text = path.read_bytes()
+    except FileNotFoundError:
+        raise RealRunError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise RealRunError(f"{path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except (ValueError, UnicodeDecodeError) as exc:
+        where = f" (line {exc.lineno})" if isinstance(exc, json.JSONDecodeError) else ""
+        raise RealRunError(f"{path}: not valid JSON{where}") from None
+
+
+def _load_yaml(path: Path, required: bool = True) -> Any:
+    if not path.is_file():
+        if required:
+            raise RealRunError(f"{path}: file not found")
+        return None
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        line = getattr(getattr(exc, "problem_mark", None), "line", None)
+        raise RealRunError(f"{path}: not valid YAML{'' if line is None else f' (line {line + 1})'}") from None
+    except OSError as exc:
+        raise RealRunError(f"{path}: {exc.strerror or exc}") from None
+    if data is not None and not isinstance(data, dict):
+        raise RealRunError(f"{path}: expected a mapping at the top level")
+    return data
+
+
+def _get(d: Any, key: str, f: Path, kind: type, name: Optional[str] = None) -> Any:
+    v = d.get(key) if isinstance(d, dict) else None
+    if not isinstance(v, kind):
+        raise RealRunError(f"{f}: {name or key}: missing or not {'an object' if kind is dict else kind.__name__}")
+    return v
+
+
+def _dig(d: Any, *keys: str) -> Any:
+    for k in keys:
+        if not isinstance(d, dict):
+            return None
+        d = d.get(k)
+    return d
+
+
+def _num(v: Any, f: Path, name: str, positive: bool = False) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or (positive and v <= 0):
+        raise RealRunError(f"{f}: {name}: expected a {'positive ' if positive else ''}finite number, got {v!r}")
+    return float(v)
+
+
+def _opt_num(v: Any) -> Optional[float]:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
+
+
+def _int(v: Any, f: Path, name: str, minimum: int = 1) -> int:
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    if isinstance(v, bool) or not isinstance(v, int) or v < minimum:
+        raise RealRunError(f"{f}: {name}: expected an integer >= {minimum}, got {v!r}")
+    return v

@@ -1,0 +1,356 @@
+"""Score the simulator against a benchmark run measured outside kvplan (``kvplan validate --real``).
+
+Why: the in-process validation (``calibration.validate``) checks the simulator against kvplan's
+own engine; a user deciding on GPUs needs it checked against *their* vLLM on *their* GPUs. This
+module turns a run read by ``calibration.real_runs`` into a scenario (model, GPU, server
+settings) and the run's own workload (``sim.workload.shared_prefix``), simulates the whole
+multi-stage run once (the prefix cache stays warm across stages, as on the real server), cuts
+the predicted requests by the stage they arrived in and compares per stage: mean/p90/p99 E2E
+and TTFT, TPOT as ``(mean E2E - mean TTFT) / (output_len - 1)`` on both sides, request
+throughput. The result is a ``validation.json`` (``calibration.validation_file``) with one row
+per stage x metric, named ``stage<i>_<metric>`` (``i`` as in the run's own stage files).
+
+Overload is a verdict, not a latency: a stage is overloaded for real when requests failed, not
+all completed, or TTFT above 1 s was more than half the E2E (requests spent most of their life
+queued); in the prediction when TTFT grows over the stage (mean TTFT of the last fifth of the
+stage's arrivals more than 1 s and 2x above the first fifth's). A stage overloaded for real is
+not scored on latency: its row ``stage<i>_overloaded`` (1 = yes) is.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+import time
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from calibration.real_runs import SERVER_KEYS, MeasuredStage, RealRun, read_run
+from calibration.validation_file import write_validation
+from sim.errors import ConfigError, KvplanError
+from sim.policies.request import RequestState
+from sim.workload.shared_prefix import (DEFAULT_STAGE_GAP_S, Stage, shared_prefix_requests,
+                                        stage_slices, staged_requests)
+
+#: Folder-name fragments -> catalog hardware (checked in this order).
+HARDWARE_HINTS = (("h200", "h200"), ("h100", "h100-sxm"), ("a100", "a100-80gb"), ("l40s", "l40s"))
+#: The metrics scored per stage: (name, unit).
+STAGE_METRICS = (
+    ("mean_e2el_ms", "ms"), ("p90_e2el_ms", "ms"), ("p99_e2el_ms", "ms"),
+    ("mean_ttft_ms", "ms"), ("p90_ttft_ms", "ms"), ("p99_ttft_ms", "ms"),
+    ("mean_tpot_ms", "ms"), ("request_throughput", "req/s"),
+)
+OVERLOAD_TTFT_S = 1.0
+
+
+class ModelNotModelled(KvplanError):
+    """The run's model is of a kind kvplan does not simulate yet (e.g. mixture of experts)."""
+
+
+@dataclass
+class StageComparison:
+    index: int
+    stage: Stage
+    real: dict[str, Optional[float]]
+    predicted: dict[str, Optional[float]]
+    overloaded_real: bool
+    overloaded_predicted: bool
+
+    @property
+    def scored(self) -> bool:
+        return not self.overloaded_real
+
+
+@dataclass
+class RunComparison:
+    run: RealRun
+    config: dict
+    stages: list[StageComparison]
+    sim_seconds: float
+    summary: dict
+    notes: list[str] = field(default_factory=list)
+
+    def metric_rows(self) -> list[dict]:
+        """validation.json rows: latency rows of the stages scored, an overload row each."""
+        rows = []
+        for sc in self.stages:
+            p = f"stage{sc.index}_"
+            rows.append({"name": p + "overloaded", "unit": "", "real": float(sc.overloaded_real),
+                         "predicted": float(sc.overloaded_predicted)})
+            if not sc.scored:
+                continue
+            for name, unit in STAGE_METRICS:
+                r, q = sc.real.get(name), sc.predicted.get(name)
+                if r is not None and q is not None and math.isfinite(r) and math.isfinite(q):
+                    rows.append({"name": p + name, "unit": unit, "real": r, "predicted": q})
+        return rows
+
+    def source(self) -> dict:
+        cm = self.summary.get("cost_model") or {}
+        sc = self.summary.get("scenario", {})
+        return {
+            "kind": "real-run", "run": str(self.run.path), "format": self.run.format,
+            "model": self.config["model"], "hardware": self.config["hardware"], "dtype": self.config["dtype"],
+            "tensor_parallel_size": self.config["parallel"]["tensor_parallel_size"],
+            "pricer": cm.get("source") or ("profile" if self.config["cost_model"].get("profile") else "roofline"),
+            "pricer_description": cm.get("description") or sc.get("cost_model"),
+            "known_error": cm.get("known_error"),
+            "num_gpu_blocks": self.summary.get("num_gpu_blocks"),
+            "workload": _describe(self.run),
+            "stages": [{"index": s.index, "rate": s.stage.rate, "duration_s": s.stage.duration_s,
+                        "num_requests": s.stage.num_requests,
+                        "overloaded": f"real {_yes(s.overloaded_real)}, predicted {_yes(s.overloaded_predicted)}",
+                        "scored": s.scored} for s in self.stages],
+            "sim_seconds": round(self.sim_seconds, 2),
+            "notes": self.run.notes + self.notes,
+        }
+
+
+# --- scenario -----------------------------------------------------------------------------
+
+
+def resolve_model(run: RealRun) -> tuple[str, Optional[dict]]:
+    """The simulator's model for the run's HF id: a catalog alias, else
+    ``model_configs/<name>/config.json`` in a folder above the run; returns (model, config.json
+    contents or None). MoE models raise ``ModelNotModelled``."""
+    from sim.catalog.models import get_model
+
+    if not run.model:
+        raise ConfigError(f"{run.path}: the run does not name its model: pass --model")
+    hf_cfg = _find_model_config(run)
+    if hf_cfg is not None:
+        cfg, path = hf_cfg
+        if cfg.get("num_local_experts") or "moe" in str(cfg.get("model_type", "")).lower() \
+                or str(cfg.get("model_type", "")).lower() in ("mixtral", "qwen3_moe", "deepseek_v3"):
+            raise ModelNotModelled(f"{run.name}: skipped: {run.model} is a mixture-of-experts model "
+                                   f"({cfg.get('model_type')}), which kvplan does not model yet")
+    try:
+        get_model(run.model)
+        return run.model, hf_cfg[0] if hf_cfg else None
+    except ConfigError:
+        pass
+    if hf_cfg is None:
+        raise ConfigError(f"{run.path}: model {run.model!r} is neither in kvplan's catalog nor "
+                          f"described by a model_configs/<name>/config.json next to the runs: pass --model")
+    return str(hf_cfg[1]), hf_cfg[0]
+
+
+def _find_model_config(run: RealRun) -> Optional[tuple[dict, Path]]:
+    import json
+
+    name = run.model.rstrip("/").split("/")[-1]
+    for parent in list(run.path.resolve().parents)[:4]:
+        f = parent / "model_configs" / name / "config.json"
+        if f.is_file():
+            try:
+                return json.loads(f.read_text()), f
+            except (OSError, ValueError):
+                raise ConfigError(f"{f}: not valid JSON") from None
+    return None
+
+
+def infer_hardware(run: RealRun) -> tuple[Optional[str], Optional[str]]:
+    """(catalog hardware, note) from the run or its folder names (``..._h100/...``)."""
+    if run.hardware:
+        return run.hardware, None
+    text = str(run.path.resolve()).lower()
+    for hint, hw in HARDWARE_HINTS:
+        if re.search(rf"(^|[^a-z0-9]){hint}", text):
+            return hw, f"hardware {hw}: inferred from the folder name ({hint})"
+    return None, None
+
+
+def build_config(run: RealRun, hardware: Optional[str] = None, model: Optional[str] = None,
+                 overrides: Sequence[str] = (), cost_source: Optional[str] = None) -> tuple[dict, list[str]]:
+    """The scenario config (a checked dict) for the run, and notes on what was assumed."""
+    from sim import config as config_mod
+    from sim.scenario import DEFAULTS
+
+    notes: list[str] = []
+    hf_cfg = None
+    if model is None:
+        model, hf_cfg = resolve_model(run)
+    if hardware is None:
+        hardware, note = infer_hardware(run)
+        if hardware is None:
+            raise ConfigError(f"{run.path}: which GPU ran it is not recorded: pass --hardware (e.g. h100-sxm)")
+        notes.append(note)
+    dtype = run.dtype
+    if dtype is None:
+        torch_dtype = (hf_cfg or {}).get("torch_dtype")
+        if torch_dtype in ("float16", "bfloat16"):
+            dtype = torch_dtype
+        else:
+            dtype = "float16" if "llama-2" in str(run.model).lower() else "bfloat16"
+        notes.append(f"dtype {dtype} ({'config.json torch_dtype' if torch_dtype in ('float16', 'bfloat16') else 'fp16 for the Llama-2 family, bf16 otherwise'})")
+    cfg: dict[str, Any] = {"model": model, "hardware": hardware, "dtype": dtype,
+                           "kv_cache": {"prefix_caching": True},
+                           "scheduler": {"policy": "chunked"}}
+    for key, dotted in SERVER_KEYS.items():
+        if key in run.server:
+            section, leaf = dotted.split(".")
+            cfg.setdefault(section, {})[leaf] = run.server[key]
+    extra = list(overrides)
+    if cost_source not in (None, "auto"):
+        if "source" not in DEFAULTS.get("cost_model", {}):
+            if cost_source != "roofline":
+                raise ConfigError(f"--source {cost_source}: this kvplan has no cost_model.source "
+                                  f"(only the roofline pricer)")
+        else:
+            extra.append(f"cost_model.source={cost_source}")
+    return config_mod.build_config(cfg, extra), notes
+
+
+# --- simulate and compare -----------------------------------------------------------------
+
+
+def compare_run(run: RealRun, *, hardware: Optional[str] = None, model: Optional[str] = None,
+                overrides: Sequence[str] = (), seed: int = 0, stage_seconds: Optional[float] = None,
+                cost_source: Optional[str] = None, gap_s: float = DEFAULT_STAGE_GAP_S) -> RunComparison:
+    """Simulate the run once and compare it stage by stage."""
+    from sim.api import simulate
+
+    config, notes = build_config(run, hardware, model, overrides, cost_source)
+    stages = list(run.stages)
+    if stage_seconds is not None:
+        if not stage_seconds > 0:
+            raise ConfigError(f"--stage-seconds: expected > 0, got {stage_seconds}")
+        stages = [_shorten(s, stage_seconds) for s in stages]
+        if stages != list(run.stages):
+            notes.append(f"stages shortened to at most {stage_seconds:g} s each (real metrics are the full stages')")
+    block = int(config["kv_cache"]["block_size"])
+    if run.shared_prefix is not None:
+        reqs, stage_of, _ = shared_prefix_requests(run.shared_prefix, stages, seed, gap_s=gap_s,
+                                                   hash_block_size=block)
+    else:
+        ins, outs = _lengths_for(run, stages)
+        reqs, stage_of, _ = staged_requests(stages, ins, outs, seed, gap_s=gap_s)
+    max_len = int(config["kv_cache"]["max_model_len"])
+    too_long = sum(r.prompt_len + r.max_output_tokens > max_len for r in reqs)
+    if too_long:
+        notes.append(f"{too_long} requests longer than max_model_len {max_len}: the simulator rejects them")
+    t0 = time.perf_counter()
+    result = simulate(config, requests=reqs, seed=seed)
+    elapsed = time.perf_counter() - t0
+    done = result.requests  # fresh copies, same order as reqs
+    comparisons = []
+    for k, idx in enumerate(stage_slices(stage_of, len(stages))):
+        pred, grows = _stage_prediction([done[i] for i in idx], run.measured[k], stages[k])
+        comparisons.append(StageComparison(k if run.format != "inference-perf" else run.measured[k].index,
+                                           stages[k], _real_metrics(run.measured[k]), pred,
+                                           real_overloaded(run.measured[k]), grows))
+    return RunComparison(run, result.config, comparisons, elapsed, result.summary, [n for n in notes if n])
+
+
+def real_overloaded(m: MeasuredStage) -> bool:
+    """Failures, unfinished requests, or TTFT (> 1 s) more than half of E2E."""
+    if m.failures > 0 or (m.sent is not None and m.completed < m.sent):
+        return True
+    ttft, e2e = m.ttft_ms.get("mean"), m.e2el_ms.get("mean")
+    return ttft is not None and e2e is not None and ttft > 1000 * OVERLOAD_TTFT_S and ttft > 0.5 * e2e
+
+
+def _real_metrics(m: MeasuredStage) -> dict[str, Optional[float]]:
+    out: dict[str, Optional[float]] = {}
+    for s in ("mean", "p90", "p99"):
+        out[f"{s}_e2el_ms"] = m.e2el_ms.get(s)
+        out[f"{s}_ttft_ms"] = m.ttft_ms.get(s)
+    out["mean_tpot_ms"] = m.tpot_ms
+    out["request_throughput"] = m.request_throughput
+    return out
+
+
+def _stage_prediction(reqs: list, measured: MeasuredStage, stage: Stage) -> tuple[dict, bool]:
+    fin = [r for r in reqs if r.state is RequestState.FINISHED and r.token_times]
+    out: dict[str, Optional[float]] = {name: None for name, _ in STAGE_METRICS}
+    if not fin:
+        return out, bool(reqs)
+    ttft = np.array([r.token_times[0] - r.arrival_time for r in fin]) * 1000
+    e2e = np.array([r.finish_time - r.arrival_time for r in fin]) * 1000
+    for s, f in (("mean", np.mean), ("p90", lambda a: np.percentile(a, 90)), ("p99", lambda a: np.percentile(a, 99))):
+        out[f"{s}_e2el_ms"] = float(f(e2e))
+        out[f"{s}_ttft_ms"] = float(f(ttft))
+    n_out = float(np.mean([r.num_output_tokens for r in fin]))
+    if n_out > 1:
+        out["mean_tpot_ms"] = (out["mean_e2el_ms"] - out["mean_ttft_ms"]) / (n_out - 1)
+    start = min(r.arrival_time for r in reqs)
+    end = max(r.finish_time for r in fin)
+    out["request_throughput"] = len(fin) / max(end - start, 1e-9)
+    # Overload: TTFT grows over the stage (queue building up), or requests were rejected.
+    order = np.argsort([r.arrival_time for r in fin])
+    fifth = max(1, len(order) // 5)
+    first, last = ttft[order[:fifth]].mean(), ttft[order[-fifth:]].mean()
+    grows = (last - first > 1000 * OVERLOAD_TTFT_S and last > 2 * first) or len(fin) < len(reqs)
+    return out, bool(grows)
+
+
+def _shorten(s: Stage, seconds: float) -> Stage:
+    if s.process == "burst" or s.duration_s <= seconds:
+        return s
+    n = int(s.rate * seconds) if s.process == "rescaled_poisson" else max(1, int(round(s.num_requests * seconds / s.duration_s)))
+    return replace(s, duration_s=seconds, num_requests=n)
+
+
+def _lengths_for(run: RealRun, stages: list[Stage]) -> tuple[list[int], list[int]]:
+    """Per-request lengths of the (possibly shortened) stages, from the run's lists."""
+    ins, outs, pos = [], [], 0
+    for full, st in zip(run.stages, stages):
+        ins += run.prompt_lens[pos:pos + st.num_requests]
+        outs += run.output_lens[pos:pos + st.num_requests]
+        pos += full.num_requests
+    return ins, outs
+
+
+def _describe(run: RealRun) -> str:
+    parts = []
+    if run.shared_prefix is not None:
+        sp = run.shared_prefix
+        parts.append(f"shared prefix: {sp.num_groups} groups x {sp.prompts_per_group} prompts, "
+                     f"{sp.system_prompt_len} + {sp.question_len} in, {sp.output_len} out")
+    stages = ", ".join(f"{s.rate:g} req/s x {s.duration_s:g} s" if s.process != "burst"
+                       else f"{s.num_requests} at once" for s in run.stages)
+    parts.append(f"stages: {stages}")
+    return "; ".join(parts)
+
+
+def _yes(flag: bool) -> str:
+    return "yes" if flag else "no"
+
+
+# --- the command's work -------------------------------------------------------------------
+
+
+def validate_real(paths: Sequence[Path], out: Path, *, hardware: Optional[str] = None,
+                  model: Optional[str] = None, overrides: Sequence[str] = (), seed: int = 0,
+                  stage_seconds: Optional[float] = None, cost_source: Optional[str] = None,
+                  on_skip=None) -> list[tuple[RunComparison, Path]]:
+    """Validate each run; one run writes ``out/validation.json``, several write
+    ``out/<run name>/validation.json``. Models kvplan cannot simulate yet are reported through
+    ``on_skip(message)`` and skipped; if every run is skipped that is an error."""
+    runs = [read_run(p) for p in paths]  # every file is checked before anything runs
+    results = []
+    skipped = []
+    for run in runs:
+        try:
+            cmp = compare_run(run, hardware=hardware, model=model, overrides=overrides, seed=seed,
+                              stage_seconds=stage_seconds, cost_source=cost_source)
+        except ModelNotModelled as exc:
+            skipped.append(str(exc))
+            continue
+        folder = out if len(runs) == 1 else out / _safe(run.name)
+        folder.mkdir(parents=True, exist_ok=True)
+        path = write_validation(folder / "validation.json", cmp.metric_rows(), cmp.source())
+        results.append((cmp, path))
+    if results and on_skip is not None:
+        for msg in skipped:
+            on_skip(msg)
+    if not results:
+        raise ModelNotModelled(skipped[0] if len(skipped) == 1 else f"all {len(skipped)} runs skipped: {skipped[0]}")
+    return results
+
+
+def _safe(name: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "run"
