@@ -103,7 +103,7 @@ class EngineArgs:
         Refused with a ``ConfigError`` naming the key, because the runtime does not implement
         them: ``kv_cache.allocator`` other than paged, ``kv_cache.dtype`` other than auto,
         ``quantization.weights`` other than none, ``scheduler.queue_policy`` other than fcfs,
-        and more than one GPU or replica (``parallel.*``). Simulator-only keys are not used:
+        ``scheduler.async_scheduling`` true (the engine's loop is synchronous), and more than one GPU or replica (``parallel.*``). Simulator-only keys are not used:
         ``model``, ``hardware``, ``kv_cache.reserve``, ``cost_model``, the acceptance model
         (``speculative.acceptance*``, ``draft_cost_ratio``, ``draft_availability``: the runtime
         measures these), ``slo`` and ``workload``.
@@ -121,6 +121,9 @@ class EngineArgs:
         for key, value, supported in unsupported:
             if value != supported:
                 raise ConfigError(f"{key}: the runtime supports only {supported!r}, got {value!r}")
+        if sched.async_scheduling is True:  # auto resolves to off for kvplan's own engine
+            raise ConfigError("scheduler.async_scheduling: the runtime's loop is synchronous "
+                              "(false or auto), got true")
         mapped: dict[str, Any] = {
             "seed": scenario.seed,
             "dtype": DTYPE_ALIASES[scenario.dtype],

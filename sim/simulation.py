@@ -59,7 +59,8 @@ class Replica:
                  step_time: Callable, log: StepLog, on_finish: Callable[[Request], None],
                  spec: Optional[AcceptanceSampler] = None, draft_cost_ratio: float = 0.0,
                  fast_decode: bool = True,
-                 next_arrival: Callable[[], float] = lambda: math.inf) -> None:
+                 next_arrival: Callable[[], float] = lambda: math.inf,
+                 async_scheduling: bool = False) -> None:
         self.env = env
         self.index = index
         self.scheduler = scheduler
@@ -73,6 +74,10 @@ class Replica:
         if fast_decode and not (spec is not None and spec.draft_availability):
             self.bulk = BulkDecode(scheduler, step_time)
         self.next_arrival = next_arrival
+        self.async_scheduling = async_scheduling
+        #: Arrivals during a step under async scheduling: the next step was already scheduled
+        #: when they came, so they reach the scheduler only after it (vLLM V1's one-step lag).
+        self._pending: list[Request] = []
         self._wakeup: Optional[simpy.Event] = None
         self.num_steps = 0
         self.num_wakeups = 0
@@ -80,7 +85,7 @@ class Replica:
 
     @property
     def num_unfinished(self) -> int:
-        return self.scheduler.num_unfinished
+        return self.scheduler.num_unfinished + len(self._pending)
 
     @property
     def kv_free_fraction(self) -> float:
@@ -88,11 +93,17 @@ class Replica:
         return a.num_free_slots / a.num_slots
 
     def submit(self, req: Request) -> None:
+        idle = self._wakeup is not None
+        if self.async_scheduling and not idle:
+            self._pending.append(req)
+            return
+        self._admit(req)
+        if idle and not self._wakeup.triggered:
+            self._wakeup.succeed()
+
+    def _admit(self, req: Request) -> None:
         if not self.scheduler.add_request(req, self.env.now):
             self.on_finish(req)
-            return
-        if self._wakeup is not None and not self._wakeup.triggered:
-            self._wakeup.succeed()
 
     def _price(self, plan: StepPlan) -> float:
         dt = self.step_time(plan.shape)
@@ -117,7 +128,14 @@ class Replica:
                     if req.num_uncomputed_tokens == 1:
                         req.num_draft_tokens = self.spec.sample_drafts()
             plan = sched.schedule(env.now)
+            flushed = bool(self._pending)
+            if flushed:  # arrivals of the last step: seen by the step after this one
+                pending, self._pending = self._pending, []
+                for req in pending:
+                    self._admit(req)
             if plan.is_empty:
+                if flushed:
+                    continue
                 if sched.has_unfinished():
                     raise RuntimeError(
                         f"replica {self.index}: scheduler {sched.name} made no progress with "
@@ -130,7 +148,9 @@ class Replica:
             dt = self._price(plan)
             start = env.now
             self._record(plan, start, dt)
-            dts = bulk.durations(plan, dt, start, self.next_arrival()) if bulk is not None else [dt]
+            # Admitted arrivals change the next step's batch: no window starts here.
+            dts = (bulk.durations(plan, dt, start, self.next_arrival())
+                   if bulk is not None and not flushed else [dt])
             if len(dts) > 1:
                 self._record_window(plan, start, dts)  # reads step 0's holdings: before reserving
                 bulk.reserve(plan, len(dts))
@@ -185,7 +205,7 @@ class Simulation:
                  spec_samplers: Optional[Sequence[AcceptanceSampler]] = None,
                  draft_cost_ratio: float = 0.0,
                  progress: Optional[Callable[[int], None]] = None,
-                 fast_decode: bool = True) -> None:
+                 fast_decode: bool = True, async_scheduling: bool = False) -> None:
         self.env = simpy.Environment()
         self.requests = list(requests)
         self.router = router or Router()
@@ -197,7 +217,7 @@ class Simulation:
             Replica(self.env, i, s, step_time, self.log, self._on_finish,
                     spec=(spec_samplers[i] if spec_samplers else None),
                     draft_cost_ratio=draft_cost_ratio, fast_decode=fast_decode,
-                    next_arrival=self.next_arrival_time)
+                    next_arrival=self.next_arrival_time, async_scheduling=async_scheduling)
             for i, s in enumerate(schedulers)
         ]
         self.env.process(self._arrivals())
