@@ -10,6 +10,15 @@ runs are a check. MoE runs (Mixtral) are listed as skipped until MoE is modelled
         [--runs DIR] [--stage-seconds S] [--out benchmarks/results/sim_vs_real_vllm.json]
 
 Writes the JSON and prints a markdown table for the README.
+
+With ``--lomo``: the same runs calibrated as ``kvplan calibrate --real`` does
+(``calibration.real_fit``: step_scale and request_overhead_ms), each model's stages predicted
+by a fit on the OTHER models' runs only (leave-one-model-out), beside the uncalibrated pricer;
+JSON into benchmarks/results/sim_vs_real_vllm_lomo.json, and with ``--profile-out`` the profile
+fitted on all runs (calibration/profiles/vllm-0.15.1_h100_real.json):
+
+    .venv/bin/python benchmarks/sim_vs_real_vllm.py --lomo \
+        --profile-out calibration/profiles/vllm-0.15.1_h100_real.json
 """
 
 from __future__ import annotations
@@ -41,10 +50,16 @@ def main(argv=None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=None,
                     help="default benchmarks/results/sim_vs_real_vllm.json (auto) or _<source>.json")
+    ap.add_argument("--lomo", action="store_true",
+                    help="calibrate leave-one-model-out and print the held-out errors beside the uncalibrated ones")
+    ap.add_argument("--profile-out", type=Path, default=None,
+                    help="with --lomo: also write the profile fitted on all runs here")
     args = ap.parse_args(argv)
     if not args.runs.is_dir():
         print(f"{args.runs}: not found (the shared runs)", file=sys.stderr)
         return 2
+    if args.lomo:
+        return lomo(args)
     out = args.out or ROOT / "benchmarks" / "results" / (
         "sim_vs_real_vllm.json" if args.source == "auto" else f"sim_vs_real_vllm_{args.source}.json")
     rows, skipped, runs_out = [], [], []
@@ -159,6 +174,77 @@ def markdown(res: dict) -> str:
                  + (f" Predicted overloaded but real was not: {', '.join(res['false_overload'])}." if res["false_overload"] else ""))
     for s in res["skipped"]:
         lines.append(f"Skipped {_short(s['run'])}: {s['reason'].split(': ', 1)[-1]}")
+    return "\n".join(lines)
+
+
+def lomo(args) -> int:
+    """Leave-one-model-out calibration over the runs (``calibration.real_fit``)."""
+    from calibration.real_fit import REPORT_METRICS, calibrate_real
+
+    t0 = time.perf_counter()
+    res = calibrate_real([args.runs], seed=args.seed, stage_seconds=args.stage_seconds,
+                         cost_source=args.source,
+                         on_simulation=lambda name, scale: print(f"  {time.perf_counter() - t0:6.0f} s: "
+                                                                 f"{_short(name)} x{scale:g}", file=sys.stderr))
+    for info in res.runs:  # paths relative to the repository, as the docs cite them
+        info["run"] = _repo_relative(info["run"])
+    summary = res.summary()
+    result = {
+        "source": args.source, "base": res.base, "runs_dir": _repo_relative(str(args.runs)),
+        "stage_seconds": args.stage_seconds,
+        "seed": args.seed, "held_out_by": res.held_out_by,
+        "fitted_on_all": {"step_scale": res.fit.step_scale, "request_overhead_ms": res.fit.request_overhead_ms},
+        "num_stages_scored": len(res.stages),
+        "mape": {"lomo": res.mape("heldout"), "uncalibrated": res.mape("uncalibrated"),
+                 "fitted_in_sample": res.mape("fitted")},
+        "per_model": summary["per_model"], "folds": summary["folds"], "stages": res.stages,
+        "skipped": res.skipped, "num_simulations": res.num_simulations,
+        "wall_seconds": round(time.perf_counter() - t0, 1),
+    }
+    out = args.out or ROOT / "benchmarks" / "results" / "sim_vs_real_vllm_lomo.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2) + "\n")
+    if args.profile_out is not None:
+        res.to_profile().save(args.profile_out)
+        print(f"wrote {args.profile_out}", file=sys.stderr)
+    print(lomo_markdown(result, REPORT_METRICS))
+    print(f"\nwrote {out}", file=sys.stderr)
+    return 0
+
+
+def _repo_relative(path: str) -> str:
+    """``<repo>/../shared/...`` as ``../shared/...`` (other paths unchanged)."""
+    import os
+
+    p = os.path.normpath(path)
+    parent = os.path.normpath(str(ROOT.parent))
+    return os.path.relpath(p, ROOT) if p.startswith(parent + os.sep) else path
+
+
+def lomo_markdown(res: dict, metrics) -> str:
+    """Per stage: real, uncalibrated and leave-one-model-out predictions; MAPE per model and overall."""
+    lines = ["| run | stage | req/s | E2E mean real / uncal / LOMO | TTFT mean real / uncal / LOMO | "
+             "TPOT real / uncal / LOMO |", "|---" * 6 + "|"]
+    for s in res["stages"]:
+        def cell(m, digits):
+            r, u, h = s["real"][m], s["uncalibrated"][m], s["heldout"][m]
+            f = lambda v: "-" if v is None else f"{v:,.{digits}f}"  # noqa: E731
+            e = lambda v: "" if v["error"] is None else f" ({100 * v['error']:+.0f}%)"  # noqa: E731
+            return f"{f(r)} / {f(u['predicted'])}{e(u)} / {f(h['predicted'])}{e(h)}"
+        lines.append(f"| {_short(s['run'])} | {s['stage']} | {s['rate']:g} | {cell('mean_e2el_ms', 0)} | "
+                     f"{cell('mean_ttft_ms', 1)} | {cell('mean_tpot_ms', 1)} |")
+    fmt = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    lines += ["", "| held-out model | fit on the others: step_scale, overhead | E2E mean LOMO (uncal) | "
+              "TTFT mean LOMO (uncal) | TPOT LOMO (uncal) |", "|---" * 5 + "|"]
+    for f in res["folds"]:
+        pm = res["per_model"].get(f["held_out"], {})
+        h, u = pm.get("heldout", {}), pm.get("uncalibrated", {})
+        lines.append(f"| {f['held_out']} | x{f['step_scale']:g}, +{f['request_overhead_ms']:.1f} ms | "
+                     + " | ".join(f"{fmt(h.get(m))} ({fmt(u.get(m))})" for m in metrics) + " |")
+    h, u = res["mape"]["lomo"], res["mape"]["uncalibrated"]
+    lines.append(f"| **all {res['num_stages_scored']} stages** | on all: x{res['fitted_on_all']['step_scale']:g}, "
+                 f"+{res['fitted_on_all']['request_overhead_ms']:.1f} ms | "
+                 + " | ".join(f"**{fmt(h[m])}** ({fmt(u[m])})" for m in metrics) + " |")
     return "\n".join(lines)
 
 

@@ -41,13 +41,27 @@ def calibrate(
     seed: int = typer.Option(0, "--seed", help="Random prompts and the held-out split."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     as_json: bool = typer.Option(False, "--json", help="Print the profile as JSON."),
+    real: List[Path] = typer.Option(
+        [], "--real",
+        help="Fit step_scale and request_overhead_ms to benchmark runs measured outside kvplan "
+             "instead (repeatable): run folders/files as validate --real reads them, or folders of "
+             "them. No torch needed; the error is reported on runs left out of the fit."),
+    stage_seconds: Optional[float] = typer.Option(
+        0.0, "--stage-seconds",
+        help="With --real: simulate at most this many seconds of each load stage (default 0: whole "
+             "stages; shorter is quicker but biased: a shortened stage starts with a cold prefix "
+             "cache for a larger share of its requests)."),
 ) -> Path:
-    """Profile the real engine on a grid of batch shapes (or read traces); fit a step-cost profile."""
+    """Profile the real engine on a grid of batch shapes (or read traces); fit a step-cost profile.
+    With --real: fit the step scale and per-request overhead to measured benchmark runs."""
     from calibration.fit import Samples, fit, read_trace, samples_from_records
     from sim.pricing.machine import cpu_name
     from sim.pricing.profile_file import Profile, software_versions
 
     check_out_file(out)
+    if real:
+        return calibrate_real_runs(real, out, hardware=hardware, seed=seed, stage_seconds=stage_seconds,
+                                   progress=progress and not as_json, as_json=as_json)
     check_out_file(save_trace, "--save-trace")
     if warmup_steps < 0:
         raise ConfigError(f"--warmup-steps must be >= 0, got {warmup_steps}")
@@ -93,6 +107,57 @@ def calibrate(
     else:
         _print_profile(prof, path)
     return path
+
+
+def calibrate_real_runs(paths: List[Path], out: Optional[Path], *, hardware: Optional[str], seed: int,
+                        stage_seconds: Optional[float], progress: bool, as_json: bool) -> Path:
+    """``calibrate --real``: fit (step_scale, request_overhead_ms) to measured runs
+    (``calibration.real_fit``), print the held-out errors, write the profile."""
+    from calibration.real_fit import calibrate_real
+
+    if stage_seconds is not None:
+        require("--stage-seconds", stage_seconds, 0 <= stage_seconds < math.inf,
+                "a number of seconds >= 0 (0: whole stages)")
+        stage_seconds = stage_seconds or None
+    say = (lambda name, scale: typer.echo(f"simulating {name} at step scale {scale:g}", err=True)) \
+        if progress else None
+    result = calibrate_real(paths, hardware=hardware, seed=seed, stage_seconds=stage_seconds,
+                            on_skip=lambda msg: typer.echo(msg, err=True), on_simulation=say)
+    prof = result.to_profile()
+    path = prof.save(out or Path("calibration") / "profiles" / f"{result.hardware}_real.json")
+    if as_json:
+        typer.echo(json.dumps(prof.to_dict(), indent=2))
+    else:
+        print_real_fit(result, path)
+    return path
+
+
+def print_real_fit(result, path: Path) -> None:
+    """The fitted constants and the held-out error per model beside the uncalibrated pricer's."""
+    from calibration.real_fit import REPORT_METRICS
+
+    con = Console()
+    f = result.fit
+    con.print(f"{result.base} pricer x step_scale {f.step_scale:.4g}, + {f.request_overhead_ms:.3g} ms "
+              f"per request (fitted to {f.num_stages} stages of {len(result.runs)} runs on {result.hardware})")
+    how = {"model": "leave-one-model-out", "run": "leave-one-run-out", "none": "in-sample (one run)"}[result.held_out_by]
+    t = Table(title=f"mean |error| per stage, {how} (calibrated) vs uncalibrated", title_justify="left")
+    t.add_column("model")
+    t.add_column("stages", justify="right")
+    for m in ("E2E mean", "TTFT mean", "TPOT"):
+        t.add_column(m, justify="right")
+    pct = lambda v: "-" if v is None else f"{100 * v:.1f}%"  # noqa: E731
+    for model in result.models + [None]:
+        held, unc = result.mape("heldout", model), result.mape("uncalibrated", model)
+        n = sum(1 for s in result.stages if model is None or s["model"] == model)
+        t.add_row(model or "all", str(n), *(f"{pct(held[m])} (was {pct(unc[m])})" for m in REPORT_METRICS))
+    con.print(t)
+    for fold in result.folds:
+        con.print(f"  without {fold.held_out}: step_scale {fold.fit.step_scale:.4g}, "
+                  f"+ {fold.fit.request_overhead_ms:.3g} ms")
+    for note in result.notes:
+        con.print(f"note: {note}")
+    con.print(f"wrote {path} (use it: --set cost_model.profile={path})")
 
 
 def default_profile_path(prof) -> Path:

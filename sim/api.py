@@ -49,6 +49,11 @@ class Deployment:
     num_gpus_per_replica: int
     #: Which source priced the steps (``cost_model.source`` resolved: never ``auto``).
     cost_model_source: str = "roofline"
+    #: Under a profile fitted to real runs: the pricer it adjusts (operator_tables, roofline).
+    cost_model_base: Optional[str] = None
+    #: Seconds from a request's arrival to the scheduler (``cost_model.request_overhead_ms``
+    #: plus a real-run profile's): work outside the engine, added to TTFT and E2E.
+    request_overhead_s: float = 0.0
 
 
 @dataclass
@@ -126,36 +131,90 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
     if kv.num_gpu_blocks is not None:
         slots = kv.num_gpu_blocks * kv.block_size
         memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
-    cost, source = _make_cost_model(sc, model, weight_dtype)
-    return Deployment(model, hw, memory, cost, par.gpus_per_replica, source)
+    cost, source, base, overhead_ms = _make_cost_model(sc, model, weight_dtype)
+    return Deployment(model, hw, memory, cost, par.gpus_per_replica, source, base, overhead_ms / 1000)
 
 
 def _make_cost_model(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
-    """The step pricer ``cost_model.source`` asks for, and its name. ``auto``: the profile if
-    one is set, else the operator tables when they cover this GPU, dtype and parallelism,
-    else the roofline (silently: the summary's ``cost_model`` says which priced the steps)."""
-    from sim.pricing import ProfileError, make_pricer
-    from sim.pricing.operator_tables import TablesNotCovering
+    """The step pricer, its source name, the base pricer under a real-run profile (else None)
+    and the request overhead in ms. ``cost_model.source`` ``auto``: the profile if one is set,
+    else the operator tables when they cover this GPU, dtype and parallelism, else the roofline
+    (silently: the summary's ``cost_model`` says which priced the steps). A profile fitted to
+    real runs (``kvplan calibrate --real``) prices with its base pricer for this scenario's
+    model and GPU, scaled, plus its overhead; ``cost_model.step_scale`` multiplies and
+    ``cost_model.request_overhead_ms`` adds on top of whatever priced the steps."""
+    from sim.pricing import ProfileError, load_profile
+    from sim.pricing.adjusted import ScaledPricer
 
-    cm, par, kv = sc.cost_model, sc.parallel, sc.kv_cache
-    source = cm.source
-    if source == "profile" or (source == "auto" and cm.profile is not None):
+    cm = sc.cost_model
+    scale, overhead_ms, base = cm.step_scale, cm.request_overhead_ms, None
+    note = known = prov = None
+    warn: list[str] = []
+    if cm.source == "profile" or (cm.source == "auto" and cm.profile is not None):
         try:
-            return make_pricer("profile", cm.profile), "profile"
+            prof = load_profile(cm.profile)
         except ProfileError as exc:  # the message names the file and field
             raise ConfigError(f"cost_model.profile: {exc}") from None
+        if prof.base is None:
+            pricer, source = _base_pricer(sc, model, weight_dtype, "profile"), "profile"
+        else:
+            base, source = prof.base, "profile"
+            try:
+                pricer = _base_pricer(sc, model, weight_dtype, prof.base)
+            except ConfigError as exc:
+                raise ConfigError(f"cost_model.profile: {prof.path} adjusts the {prof.base} "
+                                  f"pricer: {exc}") from None
+            scale *= prof.step_scale
+            overhead_ms += prof.request_overhead_ms
+            note = (f"profile {prof.path}: fitted to real runs, "
+                    f"+{prof.request_overhead_ms:.3g} ms per request")
+            known = {"profile": prof.path, **{k: v for k, v in prof.fit.items() if k not in ("folds", "stages")}}
+            prov = {"calibration profile": prof.path, "base pricer": prof.base,
+                    "step_scale": f"{prof.step_scale:.4g}",
+                    "request_overhead_ms": f"{prof.request_overhead_ms:.3g}",
+                    "fitted to": f"{len(prof.source.get('runs', []))} real runs ({prof.hardware})",
+                    f"held-out ({prof.fit.get('held_out_by', 'model')}) MAPE": f"{100 * prof.fit['heldout_mape']:.1f}%"}
+            if prof.hardware != sc.hardware:
+                warn.append(f"profile {prof.path} was fitted to runs on {prof.hardware}; this scenario "
+                            f"runs on {sc.hardware}, where its constants were not measured")
+    else:
+        pricer, source = _auto_pricer(sc, model, weight_dtype)
+    if scale != 1.0 or note is not None:
+        pricer = ScaledPricer(pricer, scale, note, known, prov, warn)
+    return pricer, source, base, overhead_ms
+
+
+def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], kind: str):
+    """The ``kind`` pricer (profile, operator_tables or roofline) for the scenario."""
+    from sim.pricing import ProfileError, make_pricer
+
+    if kind == "profile":
+        try:
+            return make_pricer("profile", sc.cost_model.profile)
+        except ProfileError as exc:
+            raise ConfigError(f"cost_model.profile: {exc}") from None
+    par, kv = sc.parallel, sc.kv_cache
     common = dict(dtype=sc.dtype, tensor_parallel_size=par.tensor_parallel_size,
                   pipeline_parallel_size=par.pipeline_parallel_size,
                   kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype)
-    if source in ("auto", "operator_tables"):
+    if kind == "operator_tables":
+        return make_pricer("operator_tables", model, sc.hardware, tables=sc.cost_model.tables,
+                           max_num_seqs=sc.scheduler.max_num_seqs, **common)
+    return make_pricer("roofline", model, sc.hardware, **common)
+
+
+def _auto_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
+    """The pricer ``cost_model.source`` (auto, operator_tables, roofline) asks for, and its name."""
+    from sim.pricing.operator_tables import TablesNotCovering
+
+    cm = sc.cost_model
+    if cm.source in ("auto", "operator_tables"):
         try:
-            return make_pricer("operator_tables", model, sc.hardware, tables=cm.tables,
-                               max_num_seqs=sc.scheduler.max_num_seqs, **common), \
-                "operator_tables"
+            return _base_pricer(sc, model, weight_dtype, "operator_tables"), "operator_tables"
         except TablesNotCovering:
-            if source == "operator_tables" or cm.tables is not None:
+            if cm.source == "operator_tables" or cm.tables is not None:
                 raise
-    return make_pricer("roofline", model, sc.hardware, **common), "roofline"
+    return _base_pricer(sc, model, weight_dtype, "roofline"), "roofline"
 
 
 def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swap_slots: int = 0):
@@ -234,7 +293,8 @@ def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides
     sim = Simulation(reqs, schedulers, dep.cost_model.step_time, router=router,
                      spec_samplers=samplers, draft_cost_ratio=spec.draft_cost_ratio,
                      progress=progress, fast_decode=fast_decode,
-                     async_scheduling=async_scheduling_of(sc, dep))
+                     async_scheduling=async_scheduling_of(sc, dep),
+                     request_overhead=dep.request_overhead_s)
     sim.run()
     steps = sim.log.columns()
     queries = sum(s.allocator.num_prefix_queries for s in schedulers)
@@ -258,9 +318,16 @@ def cost_model_summary(dep: Deployment) -> dict:
     """summary.json's ``cost_model``: which source priced the steps, in words, and its known
     error on this GPU (None where nothing is known: the roofline and profiles report theirs in
     docs/cost_model.md and calibration's own validation)."""
+    from sim.pricing.adjusted import ScaledPricer
+
     known = getattr(dep.cost_model, "known_error", None)
-    return {"source": dep.cost_model_source, "description": dep.cost_model.describe(),
-            "known_error": known() if callable(known) else None}
+    out = {"source": dep.cost_model_source, "description": dep.cost_model.describe(),
+           "known_error": known() if callable(known) else None,
+           "step_scale": dep.cost_model.scale if isinstance(dep.cost_model, ScaledPricer) else 1.0,
+           "request_overhead_ms": dep.request_overhead_s * 1000}
+    if dep.cost_model_base is not None:  # a profile fitted to real runs adjusts this pricer
+        out["base"] = dep.cost_model_base
+    return out
 
 
 class _RecordingRouter(Router):
@@ -296,8 +363,8 @@ def async_scheduling_of(sc: Scenario, dep: Deployment) -> bool:
     synchronous loop it has always had, and a calibration profile prices kvplan's own engine,
     which is synchronous."""
     value = sc.scheduler.async_scheduling
-    if value == "auto":
-        return dep.cost_model_source == "operator_tables"
+    if value == "auto":  # a real-run profile over the tables prices a vLLM server's steps too
+        return "operator_tables" in (dep.cost_model_source, dep.cost_model_base)
     return bool(value)
 
 

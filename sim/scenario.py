@@ -277,6 +277,13 @@ class CostModelConfig(_Section):
     #: An AIConfigurator systems folder (default: $KVPLAN_GPU_TABLES, else
     #: <repo>/../shared/gpu_profiles/aiconfigurator when present).
     tables: Optional[str] = _field(None, _Check("dir", optional=True))
+    #: Every step's priced time is multiplied by this: kernels timed in isolation vs inside a
+    #: serving process (``kvplan calibrate --real`` fits it to measured runs).
+    step_scale: float = number(1.0, 0.0, 10.0, lo_open=True)
+    #: Fixed per-request latency outside the engine (HTTP, tokenisation, IPC, streaming the
+    #: first chunk), in ms: a request reaches the scheduler this long after it arrives, and
+    #: its TTFT and E2E (measured from the arrival) grow by it.
+    request_overhead_ms: float = number(0.0, 0.0, 1e6)
 
     def __post_init__(self) -> None:
         super().__post_init__()

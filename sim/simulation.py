@@ -205,8 +205,12 @@ class Simulation:
                  spec_samplers: Optional[Sequence[AcceptanceSampler]] = None,
                  draft_cost_ratio: float = 0.0,
                  progress: Optional[Callable[[int], None]] = None,
-                 fast_decode: bool = True, async_scheduling: bool = False) -> None:
+                 fast_decode: bool = True, async_scheduling: bool = False,
+                 request_overhead: float = 0.0) -> None:
         self.env = simpy.Environment()
+        #: Seconds between a request's arrival and its reaching the scheduler (work outside the
+        #: engine: HTTP, tokenisation, IPC). TTFT and E2E still count from ``arrival_time``.
+        self.request_overhead = request_overhead
         self.requests = list(requests)
         self.router = router or Router()
         self.log = StepLog()
@@ -228,16 +232,18 @@ class Simulation:
             self._progress(1)
 
     def next_arrival_time(self) -> float:
-        """Arrival time of the next request not yet submitted (inf when none is left)."""
+        """When the next request not yet submitted reaches the scheduler (its arrival plus the
+        request overhead; inf when none is left)."""
         if self._next_index < len(self.requests):
-            return self.requests[self._next_index].arrival_time
+            return self.requests[self._next_index].arrival_time + self.request_overhead
         return math.inf
 
     def _arrivals(self):
         env = self.env
         for index, req in enumerate(self.requests):
-            if req.arrival_time > env.now:
-                yield env.timeout(req.arrival_time - env.now)
+            at = req.arrival_time + self.request_overhead  # when it reaches the scheduler
+            if at > env.now:
+                yield env.timeout(at - env.now)
             self._next_index = index + 1
             i = self.router.route(req, self.replicas)
             self.replicas[i].submit(req)

@@ -74,6 +74,8 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "cost_model.profile": (profile, {}),
         "cost_model.source": ("roofline", {}),
         "cost_model.tables": (__import__("os").path.dirname(str(profile)), {}),
+        "cost_model.step_scale": (1.05, {}),
+        "cost_model.request_overhead_ms": (12.5, {}),
         "speculative.num_tokens": (3, {}),
         "speculative.acceptance": ("table", {"speculative.acceptance_table": [0.9, 0.5]}),
         "speculative.acceptance_rate": (0.5, {}),

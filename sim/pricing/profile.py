@@ -19,7 +19,7 @@ from sim.policies.step import StepShape
 from sim.pricing import features as feat
 from sim.pricing.base import ShapeColumns, StepPricer, register_pricer
 from sim.pricing.machine import machine_fingerprint, machine_mismatch
-from sim.pricing.profile_file import Profile, load_profile
+from sim.pricing.profile_file import Profile, ProfileError, load_profile
 
 
 @register_pricer
@@ -31,6 +31,9 @@ class ProfileCostModel(StepPricer):
     def __init__(self, profile: Union[Profile, str, Path]) -> None:
         if not isinstance(profile, Profile):
             profile = load_profile(profile)
+        if profile.base is not None:
+            raise ProfileError(f"{profile.path or 'profile'}: fitted to real runs over the {profile.base} "
+                               f"pricer (no coefficients): use it as a scenario's cost_model.profile")
         self.profile = profile
         self.features = tuple(profile.features)
         self.knee = profile.gemm_knee

@@ -18,6 +18,15 @@ One JSON object, written by ``kvplan calibrate`` and read by the simulator
      "fit": {"heldout_mape": 0.06, "heldout_p90_ape": 0.12, "num_samples": 412, ...},
      "source": {"kind": "grid", "grid": "full"}}
 
+A profile fitted to real benchmark runs (``kvplan calibrate --real``) has no coefficients: it
+names the pricer it adjusts and the adjustments, and the simulator prices the scenario's own
+model and GPU with that pricer::
+
+    {"format": "kvplan-profile/1", ..., "features": [], "coefficients": {}, "gemm_knee": null,
+     "base": "operator_tables",                                       # or "roofline"
+     "adjustments": {"step_scale": 1.01, "request_overhead_ms": 8.9},
+     "fit": {"heldout_mape": ..., "lomo": {...}}, "source": {"kind": "real_runs", "runs": [...]}}
+
 Every field is checked on load; a problem raises ``ProfileError`` naming the file and field.
 No torch here: the simulator loads profiles in its light core. Why it lives in ``sim.pricing``
 (not ``calibration``): the simulator reads it to price steps; calibration only writes it.
@@ -39,6 +48,10 @@ from sim.errors import KvplanError
 from sim.pricing.features import FEATURES
 
 FORMAT = "kvplan-profile/1"
+#: Pricers a real-run profile can adjust (``base``), and its adjustments with their ranges
+#: (the ``cost_model.step_scale`` / ``request_overhead_ms`` keys' ranges).
+BASES = ("operator_tables", "roofline")
+ADJUSTMENTS = {"step_scale": (0.0, 10.0), "request_overhead_ms": (0.0, 1e6)}
 
 
 class ProfileError(KvplanError):
@@ -66,10 +79,25 @@ class Profile:
     machine: Optional[dict[str, Any]] = None
     created: str = field(default_factory=lambda: datetime.now(timezone.utc).isoformat(timespec="seconds"))
     path: Optional[str] = None  # where it was loaded from (not written)
+    #: A real-run profile: the pricer it adjusts (``BASES``); None for a coefficient profile.
+    base: Optional[str] = None
+    #: ``step_scale`` and ``request_overhead_ms`` of a real-run profile.
+    adjustments: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def step_scale(self) -> float:
+        return float(self.adjustments.get("step_scale", 1.0))
+
+    @property
+    def request_overhead_ms(self) -> float:
+        return float(self.adjustments.get("request_overhead_ms", 0.0))
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d.pop("path")
+        if self.base is None:  # coefficient profiles are written as they always were
+            d.pop("base")
+            d.pop("adjustments")
         return {"format": FORMAT, **d}
 
     def save(self, path: Union[str, Path]) -> Path:
@@ -153,8 +181,13 @@ def parse_profile(data: Any, name: str = "profile") -> Profile:
             raise ProfileError(f"{name}: {key}: expected a non-empty string, got ''")
     if need("block_size", int, "a positive integer") < 1:
         raise ProfileError(f"{name}: block_size: expected a positive integer, got {data['block_size']!r}")
+    base, adjustments = _base_and_adjustments(data, name)
+    if base is not None:
+        data = {"features": [], "coefficients": {}, **data}
     feats = need("features", list, "a list of feature names")
-    if not feats:
+    if base is not None and feats:
+        raise ProfileError(f"{name}: features: a profile with a base ({base}) has no coefficients")
+    if base is None and not feats:
         raise ProfileError(f"{name}: features: expected a non-empty list of feature names")
     for i, f in enumerate(feats):
         if f not in FEATURES:
@@ -203,5 +236,32 @@ def parse_profile(data: Any, name: str = "profile") -> Profile:
         gemm_knee=None if knee is None else float(knee), fit=fit, source=source,
         num_threads=threads, catalog_model=data.get("catalog_model"),
         model_spec=data.get("model_spec"), software=software, machine=machine,
-        created=str(data.get("created", "")),
+        created=str(data.get("created", "")), base=base, adjustments=adjustments,
     )
+
+
+def _base_and_adjustments(data: dict, name: str) -> tuple[Optional[str], dict[str, float]]:
+    """A real-run profile's ``base`` and ``adjustments`` (None, {} for a coefficient profile)."""
+    base = data.get("base")
+    adj = data.get("adjustments")
+    if base is None:
+        if adj is not None:
+            raise ProfileError(f"{name}: adjustments: only a profile with a base ({', '.join(BASES)}) has them")
+        return None, {}
+    if base not in BASES:
+        raise ProfileError(f"{name}: base: {base!r} is not one of {', '.join(BASES)}")
+    if not isinstance(adj, dict):
+        raise ProfileError(f"{name}: adjustments: expected an object with step_scale and "
+                           f"request_overhead_ms, got {adj!r}")
+    out = {}
+    for key, value in adj.items():
+        if key not in ADJUSTMENTS:
+            raise ProfileError(f"{name}: adjustments.{key}: unknown (known: {', '.join(ADJUSTMENTS)})")
+        lo, hi = ADJUSTMENTS[key]
+        ok = (not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+              and lo <= value <= hi and not (key == "step_scale" and value == lo))
+        if not ok:
+            bound = f"({lo:g}, {hi:g}]" if key == "step_scale" else f"[{lo:g}, {hi:g}]"
+            raise ProfileError(f"{name}: adjustments.{key}: expected a number in {bound}, got {value!r}")
+        out[key] = float(value)
+    return base, out

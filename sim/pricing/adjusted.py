@@ -1,0 +1,66 @@
+"""A step pricer scaled by a constant: ``cost_model.step_scale`` and the step scale of a
+profile fitted to real benchmark runs (``kvplan calibrate --real``).
+
+Why: kernel timings measured in isolation (operator tables) or a roofline miss a few percent a
+serving process adds around every step; one factor fitted to a user's own runs carries that
+over to every scenario on the same software and GPU. Scaling the price, not the simulator,
+keeps ``price`` and ``price_many`` bit-identical (one multiplication each) and the fast decode
+path equal to step-by-step (both call ``price``).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from sim.policies.step import StepShape
+from sim.pricing.base import StepPricer
+
+
+class ScaledPricer(StepPricer):
+    """``base``'s price times ``scale``; ``note`` (e.g. the profile it came from) is shown in
+    ``describe``. Not registered: built by ``sim.api`` around the pricer the scenario resolves."""
+
+    kind = "scaled"
+
+    def __init__(self, base: StepPricer, scale: float, note: Optional[str] = None,
+                 known: Optional[dict] = None, provenance: Optional[dict] = None,
+                 warnings: Sequence[str] = ()) -> None:
+        self.base = base
+        self._warnings = list(warnings)
+        self.scale = float(scale)
+        self.note = note
+        self._known = known
+        #: What ``kvplan report`` prints as the cost model's origin (the base's when not given).
+        self.provenance = provenance if provenance is not None else getattr(base, "provenance", None)
+
+    def price(self, shape: StepShape) -> float:
+        return self.base.price(shape) * self.scale
+
+    step_time = price
+
+    def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
+        return self.base.price_columns(columns) * self.scale
+
+    def breakdown(self, shape: StepShape) -> dict[str, float]:
+        """The base's terms, each scaled (they still sum to ``price``)."""
+        return {k: v * self.scale for k, v in self.base.breakdown(shape).items()}
+
+    def describe(self) -> str:
+        text = f"{self.base.describe()}, step times x {self.scale:g}"
+        return f"{text} ({self.note})" if self.note else text
+
+    def warnings(self) -> list[str]:
+        return self._warnings + self.base.warnings()
+
+    def known_error(self) -> Any:
+        """The error measured with the scale applied (a fitted profile's leave-one-model-out
+        error) when given, else the base pricer's (measured unscaled)."""
+        if self._known is not None:
+            return self._known
+        known = getattr(self.base, "known_error", None)
+        return known() if callable(known) else None
+
+    def __repr__(self) -> str:
+        return f"ScaledPricer({self.base!r}, x{self.scale:g})"
