@@ -267,3 +267,24 @@ def test_shipped_real_profile_loads_and_applies(capsys):
     cm = res.summary["cost_model"]
     assert cm["base"] == "operator_tables" and cm["step_scale"] == prof.step_scale
     assert res.summary["scenario"]["async_scheduling"] is True  # priced as a vLLM server
+
+
+RUNS = Path(__file__).resolve().parents[2].parent / "shared" / "real_runs" / "vllm_0.15.1_h100"
+
+
+@pytest.mark.skipif(not (RUNS.is_dir() and TABLES.is_dir()), reason="../shared runs or tables absent")
+def test_calibrate_real_on_the_shared_runs(tmp_path, capsys, monkeypatch):
+    """End to end on two real runs of two models (short stages for speed): the fit lands in the
+    physically plausible range, and each model's error is reported held out."""
+    monkeypatch.setenv("KVPLAN_GPU_TABLES", str(TABLES))
+    runs = [next(RUNS.glob("*-llama-2-7b-tp1-codegen")), next(RUNS.glob("*-codellama-34b-tp2-roleplay"))]
+    prof_path = tmp_path / "h100.json"
+    code, out, err = _cli(["calibrate", *sum((["--real", str(r)] for r in runs), []), "--out", str(prof_path),
+                           "--stage-seconds", "30", "--no-progress"], capsys)
+    assert code == 0, err
+    from sim.pricing.profile_file import load_profile
+
+    prof = load_profile(prof_path)
+    assert prof.base == "operator_tables" and len(prof.fit["folds"]) == 2
+    assert 0.7 < prof.step_scale < 1.3 and 0 <= prof.request_overhead_ms < 50
+    assert "leave-one-model-out" in out
