@@ -10,6 +10,10 @@ test. Tests of the operator-table pricer pass ``cost_model.tables`` / ``tables=`
 import pytest
 
 
-@pytest.fixture(autouse=True)
-def _roofline_by_default(monkeypatch, tmp_path_factory):
-    monkeypatch.setenv("KVPLAN_GPU_TABLES", str(tmp_path_factory.getbasetemp() / "no-gpu-tables"))
+@pytest.fixture(autouse=True, scope="session")
+def _roofline_by_default(tmp_path_factory):
+    """Session-wide, so module- and session-scoped fixtures (simulations shared by several
+    tests) see it too, and worker processes (sweeps) inherit it."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KVPLAN_GPU_TABLES", str(tmp_path_factory.getbasetemp() / "no-gpu-tables"))
+        yield
