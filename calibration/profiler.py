@@ -11,6 +11,11 @@ token ids and fixed output lengths, so the grid decides the shapes:
   growing cached context.
 - **multi-prefill**: k prompts of p tokens in one step, then one decode step of k.
 - **mixed**: B short requests decode, then a P-token prompt joins: B decodes + a P chunk.
+- **steady**: continuous batching as a server runs it: N requests in flight with ShareGPT-like
+  lengths (x 1/8: means 20 in / 42 out), a new one joining whenever one finishes, so the grid
+  also holds the steps a served workload is made of (small decode batches with a prompt chunk
+  joining every few steps). The lengths are drawn from the profiling seed; validation draws its
+  own workload from its own seed.
 
 Every step of every case is a sample (the set-up steps too); a warm-up case runs first and is
 dropped. ``runtime`` (and torch) is imported only here, when profiling.
@@ -38,6 +43,9 @@ class Case:
     shared_prompt: bool = False  # every request of the case uses the same prompt tokens
     #: Draft tokens per step (n-gram speculation); prompts then repeat a motif so drafts exist.
     speculative: int = 0
+    #: Closed-loop continuous batching: keep this many requests in flight (``batches[0]`` is
+    #: the queue they are drawn from, in order).
+    steady: int = 0
 
 
 @dataclass(frozen=True)
@@ -52,6 +60,7 @@ class Grid:
     multi_prefill: tuple[tuple[int, int], ...]  # (sequences, prompt length)
     mixed: tuple[tuple[int, int], ...]  # (decode batch, prefill length)
     speculative: tuple[tuple[int, int, int], ...] = ()  # (decode batch, context, draft tokens k)
+    steady: tuple[int, ...] = ()  # requests in flight of each closed-loop served-workload case
     repeats: int = 1
 
     @property
@@ -76,7 +85,23 @@ class Grid:
             out += [Case(f"mixed B={n} + P={p}", (((32, 6),) * n, ((p, 1),)), b) for n, p in self.mixed]
             out += [Case(f"speculative B={n} C={c} k={k}", (((c, 16),) * n,), b,
                          speculative=k) for n, c, k in self.speculative]
+            out += [Case(f"steady N={n}", (served_lengths(3 * n + 8, seed=n),), b, steady=n)
+                    for n in self.steady]
         return out
+
+
+#: ShareGPT means (vLLM paper: 161 in / 338 out) scaled as ``kvplan validate`` scales them.
+SERVED_SCALE = 0.125
+
+
+def served_lengths(num_requests: int, seed: int) -> tuple[tuple[int, int], ...]:
+    """(prompt, output) lengths of a ShareGPT-like served workload at ``SERVED_SCALE``."""
+    from sim.workload.lengths import Lognormal
+
+    rng = np.random.default_rng(10_000 + seed)
+    ins = Lognormal(mean=161 * SERVED_SCALE, cv=1.0, min=2, max=512).sample(num_requests, rng)
+    outs = Lognormal(mean=338 * SERVED_SCALE, cv=0.8, min=2, max=512).sample(num_requests, rng)
+    return tuple((int(i), int(o)) for i, o in zip(ins, outs))
 
 
 GRIDS: dict[str, Grid] = {
@@ -90,7 +115,8 @@ GRIDS: dict[str, Grid] = {
                  chunked=((2048, 256), (2048, 512), (1024, 128)),
                  multi_prefill=((4, 16), (4, 64), (8, 32), (16, 16), (4, 256), (16, 64)),
                  mixed=((4, 64), (4, 512), (16, 32), (16, 256), (32, 128), (32, 1024), (64, 512)),
-                 speculative=((1, 64, 4), (8, 64, 2), (8, 256, 4), (24, 128, 4), (48, 64, 4))),
+                 speculative=((1, 64, 4), (8, 64, 2), (8, 256, 4), (24, 128, 4), (48, 64, 4)),
+                 steady=(1, 2, 4, 8, 16, 32)),
 }
 
 WARMUP = Case("warm-up", (((64, 4),) * 4, ((256, 1),)), 2048)
@@ -183,12 +209,30 @@ def _run_case(engine: Any, case: Case, rng: np.random.Generator) -> None:
             return shared.setdefault(n, rng.integers(3, vocab, size=n).tolist())
         return rng.integers(3, vocab, size=n).tolist()
 
+    if case.steady:
+        _run_steady(engine, case, prompt)
+        return
     pending = list(case.batches)
     live: list[Any] = []
     while pending or engine.has_unfinished():
         if pending and all(r.is_finished or r.num_computed_tokens >= r.prompt_len for r in live):
             live = [engine.add_request(prompt(p), SamplingParams(temperature=0.0, max_tokens=o, ignore_eos=True))
                     for p, o in pending.pop(0)]
+        engine.step()
+
+
+def _run_steady(engine: Any, case: Case, prompt: Callable[[int], list[int]]) -> None:
+    """Keep ``case.steady`` requests in flight: a new one joins as soon as one finishes."""
+    from runtime import SamplingParams
+
+    queue = list(case.batches[0])
+    live: list[Any] = []
+    while queue or engine.has_unfinished():
+        live = [r for r in live if not r.is_finished]
+        while queue and len(live) < case.steady:
+            p, o = queue.pop(0)
+            live.append(engine.add_request(prompt(p), SamplingParams(temperature=0.0, max_tokens=o,
+                                                                    ignore_eos=True)))
         engine.step()
 
 

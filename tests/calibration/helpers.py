@@ -28,7 +28,8 @@ def synthetic_samples(n: int = 600, noise: float = 0.01, seed: int = 1) -> Sampl
     kind = rng.integers(0, 3, n)  # 0 prefill, 1 decode, 2 mixed
     P = np.where(kind != 1, rng.integers(1, 2048, n), 0)
     PS = np.where(P > 0, np.minimum(rng.integers(1, 6, n), P), 0)
-    D = np.where(kind != 0, rng.integers(1, 96, n), 0)
+    # a fifth of the decode batches are a single sequence (one GEMM row), as a real grid has
+    D = np.where(kind != 0, np.where(rng.random(n) < 0.2, 1, rng.integers(1, 96, n)), 0)
     PC = np.where(P > 0, rng.integers(0, 2048, n) * (rng.random(n) < 0.5), 0)
     cols = {k: np.zeros(n) for k in SHAPE_FIELDS}
     cols.update(num_prefill_tokens=P, num_prefill_seqs=PS, num_decode_seqs=D,

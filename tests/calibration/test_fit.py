@@ -16,9 +16,11 @@ from tests.calibration.helpers import KNEE, TRUE, synthetic_samples
 def test_fit_recovers_known_coefficients_and_knee():
     result = fit(synthetic_samples(noise=0.01))
     assert result.knee == KNEE
-    assert set(result.features) == set(TRUE)
+    assert set(result.features) == set(TRUE) | {"gemm_multi_row"}
     for name, true in TRUE.items():
         assert result.coefficients[name] == pytest.approx(true, rel=0.15), name
+    # the synthetic truth has no one-row/many-row step: the fit finds (almost) none
+    assert result.coefficients["gemm_multi_row"] < 0.1 * TRUE["intercept"]
     err = result.error
     assert err["heldout_mape"] < 0.02 and err["heldout_p90_ape"] < 0.03
     assert err["num_heldout"] == 120 and err["num_train"] == 480
@@ -87,3 +89,15 @@ def test_read_trace_names_file_and_line(tmp_path):
         read_trace(p)
     with pytest.raises(TraceFormatError, match="trace file not found"):
         read_trace(tmp_path / "missing.jsonl")
+
+
+def test_fit_recovers_the_step_from_one_row_to_many():
+    """A CPU runs one decode as matrix-vector products and two or more as blocked GEMMs: the
+    fit must price the jump, not spread it over the slope (measured: 38 -> 58 ms, SmolLM2)."""
+    s = synthetic_samples(noise=0.01)
+    rows = s.cols["num_prefill_tokens"] + s.cols["num_decode_seqs"]
+    jump = 0.020
+    s.seconds = s.seconds + jump * (rows >= 2)
+    result = fit(s)
+    assert result.coefficients["gemm_multi_row"] == pytest.approx(jump, rel=0.1)
+    assert result.error["heldout_mape"] < 0.02
