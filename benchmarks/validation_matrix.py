@@ -111,7 +111,14 @@ def main() -> None:
     from sim.errors import KvplanError
     from sim.pricing.machine import machine_fingerprint
 
-    cells = []
+    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"validation_matrix_{platform.node() or 'host'}.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+
+    def save() -> None:  # after every cell: a long matrix interrupted keeps what it measured
+        out.write_text(json.dumps({"machine": machine_fingerprint(with_gpus=False), "profile": args.profile,
+                                   "cells": cells}, indent=2) + "\n")
+
+    cells: list[dict] = []
     try:
         for policy in args.policies.split(","):
             for load in args.loads.split(","):
@@ -122,6 +129,7 @@ def main() -> None:
                                 args.repeats, args.threads)
                 cell["load"] = load
                 cells.append(cell)
+                save()
                 print(f"{policy:8s} {load:16s} " + "  ".join(
                     f"{n} {100 * m['error']:+.1f}%" for n, m in cell["metrics"].items()
                     if m["error"] is not None) + f"  ({cell['wall_s']:.0f} s)", file=sys.stderr)
@@ -129,10 +137,6 @@ def main() -> None:
         raise SystemExit(f"error: {exc}") from None
     for w in sorted({w for c in cells for w in c["warnings"]}):
         print(f"warning: {w}", file=sys.stderr)
-    out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"validation_matrix_{platform.node() or 'host'}.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"machine": machine_fingerprint(with_gpus=False), "profile": args.profile,
-                               "cells": cells}, indent=2) + "\n")
     print(table(cells))
     print(f"\nwrote {out}")
 

@@ -16,6 +16,9 @@ token ids and fixed output lengths, so the grid decides the shapes:
   also holds the steps a served workload is made of (small decode batches with a prompt chunk
   joining every few steps). The lengths are drawn from the profiling seed; validation draws its
   own workload from its own seed.
+- **served**: an online replay (wall-clock Poisson arrivals, ``LLM.replay``) at fractions of
+  the rate the steady N=16 case served: the steps of a server between idle gaps and bursts,
+  which run measurably slower on a CPU than the same shapes back to back (measured: 6-10%).
 
 Every step of every case is a sample (the set-up steps too); a warm-up case runs first and is
 dropped. ``runtime`` (and torch) is imported only here, when profiling.
@@ -61,6 +64,9 @@ class Grid:
     mixed: tuple[tuple[int, int], ...]  # (decode batch, prefill length)
     speculative: tuple[tuple[int, int, int], ...] = ()  # (decode batch, context, draft tokens k)
     steady: tuple[int, ...] = ()  # requests in flight of each closed-loop served-workload case
+    #: Online replays after the grid: fractions of the steady N=16 case's served request rate.
+    served_loads: tuple[float, ...] = ()
+    served_requests: int = 32
     repeats: int = 1
 
     @property
@@ -116,7 +122,7 @@ GRIDS: dict[str, Grid] = {
                  multi_prefill=((4, 16), (4, 64), (8, 32), (16, 16), (4, 256), (16, 64)),
                  mixed=((4, 64), (4, 512), (16, 32), (16, 256), (32, 128), (32, 1024), (64, 512)),
                  speculative=((1, 64, 4), (8, 64, 2), (8, 256, 4), (24, 128, 4), (48, 64, 4)),
-                 steady=(1, 2, 4, 8, 16, 32)),
+                 steady=(1, 2, 4, 8, 16, 32), served_loads=(0.3, 0.7)),
 }
 
 WARMUP = Case("warm-up", (((64, 4),) * 4, ((256, 1),)), 2048)
@@ -166,6 +172,7 @@ def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device
     parts: list[Samples] = []
     records: list[dict] = []
     warmup_steps = 0
+    served_rate = 0.0
     wall0, cpu0 = time.perf_counter(), time.process_time()
     for i, case in enumerate([WARMUP] + cases):
         key = (case.budget, case.speculative)
@@ -182,8 +189,24 @@ def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device
         else:
             parts.append(samples_from_records(recs))
             records += recs
+        if case.steady == SERVED_REFERENCE and recs:
+            served_rate = len(case.batches[0]) / sum(r["seconds"] for r in recs)
         if progress is not None:
             progress(case.name)
+    if grid.served_loads and served_rate:
+        key = (grid.budget, 0)
+        if key not in engines:
+            engines.clear()
+            engines[key] = LLMEngine(loaded, replace(args, max_num_batched_tokens=grid.budget))
+        engine = engines[key]
+        for i, fraction in enumerate(grid.served_loads):
+            first = len(engine.tracer.records)
+            _run_served(engine, fraction * served_rate, grid.served_requests, seed=seed + 100 + i)
+            recs = engine.tracer.records[first:]
+            parts.append(samples_from_records(recs))
+            records += recs
+            if progress is not None:
+                progress(f"served {fraction:g} x {served_rate:.2f} req/s")
     share = (time.process_time() - cpu0) / ((time.perf_counter() - wall0) * torch.get_num_threads())
     eng = next(iter(engines.values()))
     hardware = torch.cuda.get_device_name(dev) if dev.type == "cuda" else cpu_name()
@@ -234,6 +257,24 @@ def _run_steady(engine: Any, case: Case, prompt: Callable[[int], list[int]]) -> 
             live.append(engine.add_request(prompt(p), SamplingParams(temperature=0.0, max_tokens=o,
                                                                     ignore_eos=True)))
         engine.step()
+
+
+#: The steady case whose served request rate sets the online replays' rates.
+SERVED_REFERENCE = 16
+
+
+def _run_served(engine: Any, rate: float, num_requests: int, seed: int) -> None:
+    """An online replay: Poisson arrivals at ``rate`` in wall-clock time, ShareGPT-like lengths."""
+    from runtime import LLM, SamplingParams, TimedRequest
+    from sim.workload.arrivals import poisson_arrivals
+
+    rng = np.random.default_rng(seed)
+    arrivals = poisson_arrivals(num_requests, rate, rng)
+    vocab = engine.config.vocab_size
+    timed = [TimedRequest(float(t), rng.integers(3, vocab, size=p).tolist(),
+                          SamplingParams(temperature=0.0, max_tokens=o, ignore_eos=True))
+             for t, (p, o) in zip(arrivals, served_lengths(num_requests, seed=seed))]
+    LLM.from_engine(engine).replay(timed)
 
 
 def _pool_bytes(grid: Grid) -> int:
