@@ -19,7 +19,6 @@ from typing import Callable
 
 import numpy as np
 
-from sim.policies.request import Request
 from sim.policies.schedulers.base import Scheduler
 from sim.policies.step import StepPlan, StepShape
 
@@ -101,48 +100,56 @@ class BulkDecode:
         return dts
 
     def reserve(self, plan: StepPlan, num_steps: int) -> None:
-        """Allocate KV for ``num_steps`` decode steps of ``plan``'s batch at once."""
+        """Allocate KV for ``num_steps`` decode steps of ``plan``'s batch at once. With a prefix
+        cache, ``begin_step`` allocates step by step instead: a block taken from the free queue
+        may evict a cached block whose hash a block filled earlier in the window would
+        otherwise have found registered, so allocations and publications must interleave as
+        they do step by step."""
         alloc = self.scheduler.allocator
+        if alloc.caches_prefixes:
+            return
         for s in plan.scheduled:
             if not alloc.allocate(s.request, num_steps):
                 raise RuntimeError("decode window allocation failed after BulkDecode.limit")
 
+    def begin_step(self, plan: StepPlan, index: int) -> None:
+        """Before step ``index`` (0-based) of a window runs. With a prefix cache, step ``index``'s
+        slots are allocated now, as ``schedule`` would (step 0's were, with ``plan``)."""
+        alloc = self.scheduler.allocator
+        if index and alloc.caches_prefixes:
+            for s in plan.scheduled:
+                if not alloc.allocate(s.request, 1):
+                    raise RuntimeError("decode window allocation failed after BulkDecode.limit")
+
+    def end_step(self, plan: StepPlan) -> None:
+        """After a step of a window ran. With a prefix cache, each request of the batch takes its
+        token and publishes the block it filled, in batch order, as ``update`` would: the first
+        to publish a hash owns it, and the next step's allocations may evict cached blocks."""
+        alloc = self.scheduler.allocator
+        if alloc.caches_prefixes:
+            for s in plan.scheduled:
+                req = s.request
+                req.num_computed_tokens += 1
+                req.num_output_tokens += 1
+                alloc.cache_full_blocks(req)
+
     def advance(self, plan: StepPlan, step_end_times: list[float]) -> None:
         """Apply ``len(step_end_times)`` pure-decode steps to ``plan``'s batch exactly as that
         many ``Scheduler.update`` calls would (nobody finishes inside a window). With a prefix
-        cache, blocks are published in the order the step-by-step path would publish them
-        (step by step, batch order within a step), since the first to publish a hash owns it."""
+        cache the tokens were taken step by step (``begin_step``/``end_step``): only the token
+        times are left."""
         k = len(step_end_times)
         reqs = [s.request for s in plan.scheduled]
         alloc = self.scheduler.allocator
         if alloc.caches_prefixes:
-            self._publish_in_step_order(reqs, k)
+            for req in reqs:
+                req.token_times.extend(step_end_times)
+            return
         for req in reqs:
             req.num_computed_tokens += k
             req.num_output_tokens += k
             req.token_times.extend(step_end_times)
             alloc.cache_full_blocks(req)
-
-    def _publish_in_step_order(self, reqs: list[Request], k: int) -> None:
-        """Call ``cache_full_blocks`` at each step where one of ``reqs`` fills a block, with the
-        request's counters as they would be after that step; counters are restored after."""
-        bs = self.scheduler.allocator.block_size
-        events: list[tuple[int, int]] = []  # (step 1..k after which a block is full, batch index)
-        for j, req in enumerate(reqs):
-            c = req.num_computed_tokens
-            m = (c // bs + 1) * bs  # the next block boundary past c
-            while m <= c + k:
-                events.append((m - c, j))
-                m += bs
-        events.sort()
-        cache = self.scheduler.allocator.cache_full_blocks
-        for i, j in events:
-            req = reqs[j]
-            req.num_computed_tokens += i
-            req.num_output_tokens += i
-            cache(req)
-            req.num_computed_tokens -= i
-            req.num_output_tokens -= i
 
     def kv_deltas(self, plan: StepPlan, num_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per step 0..num_steps-1 of a window, how the KV breakdown differs from step 0's:

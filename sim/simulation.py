@@ -155,9 +155,11 @@ class Replica:
                 self._record_window(plan, start, dts)  # reads step 0's holdings: before reserving
                 bulk.reserve(plan, len(dts))
                 ends = []
-                for d in dts:
+                for i, d in enumerate(dts):
+                    bulk.begin_step(plan, i)
                     yield env.timeout(d)
                     ends.append(env.now)
+                    bulk.end_step(plan)
                 bulk.advance(plan, ends)
                 self.num_steps += len(dts)
                 continue

@@ -246,6 +246,29 @@ def test_bulk_decode_equals_step_by_step_on_random_scenarios(params):
     assert fast["schedulers"] == slow["schedulers"]
 
 
+_PREFIX_EVICTION = dict(policy="chunked", allocator="paged", block_size=1, max_model_len=64,
+                        max_num_seqs=1, budget=None, preemption="recompute", swap_slots=0,
+                        queue_policy="fcfs", prefix_caching=True, spec_k=0, draft_availability=False,
+                        draft_cost_ratio=0.0, arrival_rate=20.0, async_scheduling=False)
+
+
+@pytest.mark.parametrize("case", [
+    # a window's allocations evict cached blocks whose hashes its own publications meet
+    dict(_PREFIX_EVICTION, num_slots=48, content="token_ids", replicas=1, router="round_robin",
+         num_requests=14, seed=48),
+    # the router reads a replica's free KV while the last step of a window runs
+    dict(_PREFIX_EVICTION, num_slots=77, max_model_len=96, content="lengths", replicas=2,
+         router="least_kv", num_requests=6, seed=0),
+], ids=["evictions-interleave-with-publications", "router-reads-kv-mid-window"])
+def test_bulk_decode_with_a_small_prefix_cache_is_exact(case):
+    """Found by the random test: with a prefix cache, a window must allocate and publish step by
+    step, at the simulated time each step would, not all at once."""
+    params = dict(case)
+    params["requests"] = _random_requests(random.Random(params["seed"]), params["num_requests"],
+                                          params["content"], params["max_model_len"], params["arrival_rate"])
+    assert _outcome(*_run(params, fast=True)[:3]) == _outcome(*_run(params, fast=False)[:3])
+
+
 def test_bulk_decode_takes_windows_and_saves_plans():
     """Not vacuous: on a plain decode-heavy scenario the fast path plans far fewer steps."""
     params = dict(policy="chunked", allocator="paged", block_size=16, num_slots=4096,
