@@ -51,3 +51,16 @@ def make_profile(**changes) -> Profile:
                   source={"kind": "synthetic"}, catalog_model="smollm2-135m", model_spec="smollm2")
     fields.update(changes)
     return Profile(**fields)
+
+
+def run_kvplan(argv: list, capsys) -> tuple:
+    """``kvplan argv`` in process: (exit code, stdout, stderr)."""
+    from cli.main import main
+
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as exc:
+        code = exc.code or 0
+    out = capsys.readouterr()
+    return code, out.out, out.err

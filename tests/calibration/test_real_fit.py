@@ -15,6 +15,7 @@ from calibration.real_fit import RealFitError, calibrate_real, make_folds, Stage
 from calibration.real_runs import read_run
 from calibration.validate_real import compare_run
 from sim.api import simulate
+from tests.calibration.helpers import run_kvplan
 
 SMALL = {"model": "llama-2-7b", "hardware": "h100-sxm", "seed": 3,
          "cost_model": {"source": "roofline"},
@@ -146,15 +147,7 @@ def test_lomo_folds_never_train_on_the_held_out_model():
 
 
 def _cli(argv, capsys):
-    from cli.main import main
-
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_kvplan(argv, capsys)
 
 
 def test_calibrate_real_end_to_end(synthetic, tmp_path, capsys):

@@ -15,6 +15,7 @@ import yaml
 
 from calibration.real_runs import RealRunError, read_run
 from sim.workload.shared_prefix import SharedPrefix, Stage, shared_prefix_requests, stage_arrivals
+from tests.calibration.helpers import run_kvplan
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared" / "real_runs" / "vllm_0.15.1_h100"
 GENERAL_7B = SHARED / "20260217-231439-llama-2-7b-tp1-general"
@@ -156,15 +157,7 @@ def test_shared_runs_read():
 
 
 def _cli(argv, capsys):
-    from cli.main import main
-
-    try:
-        main(argv)
-        code = 0
-    except SystemExit as exc:
-        code = exc.code or 0
-    out = capsys.readouterr()
-    return code, out.out, out.err
+    return run_kvplan(argv, capsys)
 
 
 @pytest.mark.parametrize("breakage,needle", [
