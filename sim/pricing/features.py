@@ -22,6 +22,8 @@ below, with every coefficient >= 0 (so more work never costs less):
 ``num_swap_tokens``        tokens whose KV crosses the host link
 ``num_spec_seqs``          decodes verifying drafts: beyond the drafts' GEMM rows, each is a
                            multi-token query (its own attention call per layer on a CPU)
+``num_padding_tokens``     padding rows of a static batch (finished members and short prompts
+                           padded to the longest), priced only if the engine computes them
 =========================  ================================================================
 
 Each feature is defined once, in ``feature_values``, over plain ``+ -`` and a ``max`` it is
@@ -50,6 +52,7 @@ FEATURES: tuple[str, ...] = (
     "prefill_attention_work",
     "num_swap_tokens",
     "num_spec_seqs",
+    "num_padding_tokens",
 )
 
 __all__ = ["FEATURES", "SHAPE_FIELDS", "columns", "feature_values", "gemm_rows", "is_busy",
@@ -57,14 +60,17 @@ __all__ = ["FEATURES", "SHAPE_FIELDS", "columns", "feature_values", "gemm_rows",
 
 
 def gemm_rows(s: Any) -> Any:
-    """Rows through the linear layers of a ``StepShape`` or ``ShapeColumns``."""
-    return s.num_prefill_tokens + s.num_decode_seqs + s.num_spec_tokens + s.num_padding_tokens
+    """Rows of live tokens through the linear layers of a ``StepShape`` or ``ShapeColumns``.
+    Padding rows of a static batch are their own feature (``num_padding_tokens``): an engine
+    that computes them pays for them, kvplan's runtime skips them (measured: one live decode
+    among finished members of a static batch costs what a lone decode does)."""
+    return s.num_prefill_tokens + s.num_decode_seqs + s.num_spec_tokens
 
 
 def is_busy(s: Any) -> Any:
     """True where a step does any work (empty steps are priced at 0), for a ``StepShape`` or
     a ``ShapeColumns``."""
-    return (gemm_rows(s) > 0) | (s.num_swap_tokens > 0)
+    return (gemm_rows(s) > 0) | (s.num_swap_tokens > 0) | (s.num_padding_tokens > 0)
 
 
 def feature_values(s: Any, names: Sequence[str], knee: Optional[float], mx: Max = max) -> list:
@@ -96,7 +102,7 @@ def linear_time(s: Any, names: Sequence[str], coefs: Sequence[float], knee: Opti
     t = 0.0
     for c, v in zip(coefs, _values(s, rows, names, knee, mx)):
         t = t + c * v
-    return ((rows > 0) | (s.num_swap_tokens > 0)) * t
+    return ((rows > 0) | (s.num_swap_tokens > 0) | (s.num_padding_tokens > 0)) * t
 
 
 def columns(cols: Mapping[str, Any], names: Sequence[str], knee: Optional[float]

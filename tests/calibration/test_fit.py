@@ -24,7 +24,7 @@ def test_fit_recovers_known_coefficients_and_knee():
     err = result.error
     assert err["heldout_mape"] < 0.02 and err["heldout_p90_ape"] < 0.03
     assert err["num_heldout"] == 120 and err["num_train"] == 480
-    assert err["unused_features"] == ["num_swap_tokens", "num_spec_seqs"]  # never seen: not fitted
+    assert err["unused_features"] == ["num_swap_tokens", "num_spec_seqs", "num_padding_tokens"]  # never seen: not fitted
 
 
 def test_heldout_error_is_honest_about_noise():
