@@ -83,13 +83,9 @@ def machine() -> dict:
 
     import transformers
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return {"cpu": cpu, "cores": os.cpu_count(), "torch": torch.__version__,
+    from sim.pricing.machine import cpu_name
+
+    return {"cpu": cpu_name(), "cores": os.cpu_count(), "torch": torch.__version__,
             "transformers": transformers.__version__, "python": platform.python_version()}
 
 

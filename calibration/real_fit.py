@@ -338,7 +338,7 @@ def _metrics(pred: dict[str, float], real: dict[str, float], overhead: float) ->
 
 
 def calibrate_real(paths: Sequence[Path], *, hardware: Optional[str] = None, seed: int = 0,
-                   stage_seconds: Optional[float] = 120.0, cost_source: Optional[str] = None,
+                   stage_seconds: Optional[float] = None, cost_source: Optional[str] = None,
                    start_grid: Sequence[float] = START_GRID, refine: bool = True,
                    on_skip: Optional[Callable[[str], None]] = None,
                    on_simulation: Optional[Callable[[str, float], None]] = None) -> RealFitResult:

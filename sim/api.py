@@ -156,7 +156,9 @@ def _make_cost_model(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[st
         except ProfileError as exc:  # the message names the file and field
             raise ConfigError(f"cost_model.profile: {exc}") from None
         if prof.base is None:
-            pricer, source = _base_pricer(sc, model, weight_dtype, "profile"), "profile"
+            from sim.pricing import make_pricer
+
+            pricer, source = make_pricer("profile", prof), "profile"
         else:
             base, source = prof.base, "profile"
             try:
@@ -185,14 +187,9 @@ def _make_cost_model(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[st
 
 
 def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], kind: str):
-    """The ``kind`` pricer (profile, operator_tables or roofline) for the scenario."""
-    from sim.pricing import ProfileError, make_pricer
+    """The ``kind`` pricer (operator_tables or roofline) for the scenario."""
+    from sim.pricing import make_pricer
 
-    if kind == "profile":
-        try:
-            return make_pricer("profile", sc.cost_model.profile)
-        except ProfileError as exc:
-            raise ConfigError(f"cost_model.profile: {exc}") from None
     par, kv = sc.parallel, sc.kv_cache
     common = dict(dtype=sc.dtype, tensor_parallel_size=par.tensor_parallel_size,
                   pipeline_parallel_size=par.pipeline_parallel_size,
