@@ -27,6 +27,7 @@ from scipy.optimize import nnls
 from sim.errors import KvplanError, TraceFormatError, file_error
 from sim.pricing import features as feat
 from sim.pricing.base import ShapeColumns
+from sim.pricing.gemm_table import GemmTables
 
 #: Candidate GEMM knees (rows); None = no knee term. Chosen by training error.
 KNEES: tuple[Optional[int], ...] = (None, 16, 32, 64, 128, 256, 512)
@@ -129,17 +130,23 @@ class FitResult:
     coefficients: dict[str, float]
     knee: Optional[float]
     error: dict
+    tables: Optional[GemmTables] = None
 
     def predict(self, cols: dict[str, np.ndarray]) -> np.ndarray:
         """Seconds per step of ``cols`` (StepShape field columns), as the profile prices them."""
         coefs = [self.coefficients[f] for f in self.features]
         return feat.linear_time(ShapeColumns(cols, "predict"), self.features, coefs, self.knee,
-                                np.maximum)
+                                np.maximum, self.tables)
 
 
 def fit(samples: Samples, knees: Iterable[Optional[int]] = KNEES, heldout: float = 0.2,
-        seed: int = 0) -> FitResult:
-    """Fit on a random ``1 - heldout`` of the samples, report the error on the rest."""
+        seed: int = 0, tables: Optional[GemmTables] = None) -> FitResult:
+    """Fit on a random ``1 - heldout`` of the samples, report the error on the rest.
+
+    With ``tables`` (the GEMM times ``kvplan calibrate`` measured beside the grid) the linear
+    layers are priced by table lookup: the knee candidates are not tried (the table already
+    bends where the kernels do), and the row-count features stay for what scales with rows
+    outside the GEMMs (norms, activations, rotary)."""
     n = samples.n
     if n < MIN_SAMPLES:
         raise FitError(f"{n} usable steps; a fit needs at least {MIN_SAMPLES} "
@@ -149,14 +156,14 @@ def fit(samples: Samples, knees: Iterable[Optional[int]] = KNEES, heldout: float
     n_test = max(1, int(round(heldout * n))) if heldout > 0 else 0
     test, train = samples.take(order[:n_test]), samples.take(order[n_test:])
     best = None
-    for knee in knees:
-        cand = _fit_one(train, knee)
+    for knee in ((None,) if tables is not None else knees):
+        cand = _fit_one(train, knee, tables)
         if cand is not None and (best is None or cand[2] < best[2] - 1e-12):
             best = cand
     if best is None:
         raise FitError("no candidate fit: give knees including None")
     names, coefs, _, knee = best
-    result = FitResult(names, coefs, None if knee is None else float(knee), {})
+    result = FitResult(names, coefs, None if knee is None else float(knee), {}, tables)
     train_ape = _ape(result, train)
     test_ape = _ape(result, test) if test.n else train_ape
     result.error = {
@@ -171,16 +178,19 @@ def fit(samples: Samples, knees: Iterable[Optional[int]] = KNEES, heldout: float
         "seed": seed,
         "num_warmup_dropped": samples.num_warmup_dropped,
         "target": "step period (executor seconds + engine bookkeeping until the next step)",
-        "unused_features": [f for f in feat.FEATURES if f not in names],
+        "unused_features": [f for f in feat.FEATURES if f not in names
+                            and (f not in feat.TABLE_FEATURES or tables is not None)],
     }
     return result
 
 
-def _fit_one(s: Samples, knee: Optional[int]) -> Optional[tuple]:
+def _fit_one(s: Samples, knee: Optional[int], tables: Optional[GemmTables] = None
+             ) -> Optional[tuple]:
     """(feature names, coefficients, mean squared relative training error, knee), or None
     when the knee term would be all zero."""
-    names = [f for f in feat.FEATURES if f != "gemm_rows_over_knee" or knee is not None]
-    X = np.column_stack(feat.columns(s.cols, names, knee))
+    names = [f for f in feat.FEATURES if (f != "gemm_rows_over_knee" or knee is not None)
+             and (f not in feat.TABLE_FEATURES or tables is not None)]
+    X = np.column_stack(feat.columns(s.cols, names, knee, tables))
     used = [i for i, f in enumerate(names) if np.any(X[:, i] != 0)]
     if knee is not None and names.index("gemm_rows_over_knee") not in used:
         return None  # no step has more rows than the knee: same as no knee

@@ -33,6 +33,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 
 from calibration.fit import Samples, samples_from_records
+from calibration.gemm_profiler import measure_gemm_tables
+from sim.pricing.gemm_table import GemmTables
 from sim.pricing.machine import cpu_name, machine_fingerprint
 
 @dataclass(frozen=True)
@@ -68,6 +70,20 @@ class Grid:
     served_loads: tuple[float, ...] = ()
     served_requests: int = 32
     repeats: int = 1
+
+    @property
+    def max_step_rows(self) -> int:
+        """The most token rows one step of the grid runs (how far the GEMM table must reach)."""
+        return max((*self.prefill_lens, *(n for n, _ in self.chunked), *(k * p for k, p in self.multi_prefill),
+                    *(n + p for n, p in self.mixed), *self.decode_batches,
+                    *(n * (k + 1) for n, _, k in self.speculative)))
+
+    @property
+    def max_sampled_rows(self) -> int:
+        """The most rows one step of the grid samples (how far the LM-head table must reach)."""
+        return max((32, *self.decode_batches, *(k for k, _ in self.multi_prefill),
+                    *(n + 1 for n, _ in self.mixed), *(n * (k + 1) for n, _, k in self.speculative),
+                    *self.steady))
 
     @property
     def budget(self) -> int:
@@ -147,6 +163,8 @@ class ProfileRun:
     #: ``machine_fingerprint()`` of the machine measured (the profile records it, and
     #: ``simulate``/``validate`` warn when it differs from theirs).
     machine: Optional[dict] = None
+    #: The model's linear layers timed by row count (``calibration.gemm_profiler``).
+    gemm_tables: Optional[GemmTables] = None
 
 
 def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device: str = "auto",
@@ -193,6 +211,8 @@ def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device
             served_rate = len(case.batches[0]) / sum(r["seconds"] for r in recs)
         if progress is not None:
             progress(case.name)
+    # After the grid (warm allocator and threads), before the served replays' idle gaps.
+    tables = measure_gemm_tables(loaded.model, grid.max_step_rows, grid.max_sampled_rows, progress)
     if grid.served_loads and served_rate:
         key = (grid.budget, 0)
         if key not in engines:
@@ -215,7 +235,7 @@ def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device
     return ProfileRun(samples, records, loaded.name, catalog_model_of(loaded.config),
                       dev.type, hardware, str(eng.dtype).replace("torch.", ""), block_size,
                       torch.get_num_threads(), round(share, 3),
-                      machine_fingerprint(with_gpus=dev.type == "cuda"))
+                      machine_fingerprint(with_gpus=dev.type == "cuda"), tables)
 
 
 def _run_case(engine: Any, case: Case, rng: np.random.Generator) -> None:

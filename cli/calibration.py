@@ -23,7 +23,8 @@ from sim.errors import ConfigError
 BUSY_SHARE = 0.85  # below this CPU share the machine was busy while profiling
 #: A validation runs every request through the real engine: more than this is a typo.
 MAX_VALIDATION_REQUESTS = 100_000
-UNITS = {"intercept": ("ms", 1e3), "prefill_attention_work": ("ns / pair", 1e9)}
+UNITS = {"intercept": ("ms", 1e3), "prefill_attention_work": ("ns / pair", 1e9),
+         "gemm_table_body": ("x measured table", 1.0), "gemm_table_lm_head": ("x measured table", 1.0)}
 
 
 def calibrate(
@@ -74,12 +75,14 @@ def calibrate(
                     hardware=hardware or cpu_name(), dtype=dtype, block_size=block_size,
                     num_threads=threads)
         source = {"kind": "trace", "files": [str(p) for p in trace], "warmup_steps": warmup_steps}
+        tables = None  # a trace has steps, not the model's GEMMs
     else:
         need_runtime("calibrate")
         from calibration.profiler import GRIDS, profile_engine
 
         grid = GRIDS["quick" if quick else "full"]
-        bar = progress_bar(len(grid.cases()) + 1, "profiling", "case", progress and not as_json)
+        # the warm-up, each case, the two GEMM tables, each served replay
+        bar = progress_bar(len(grid.cases()) + 3 + len(grid.served_loads), "profiling", "case", progress and not as_json)
         try:
             run = profile_engine(model, grid, dtype=dtype, device=device, block_size=block_size,
                                  num_threads=threads, seed=seed,
@@ -87,7 +90,7 @@ def calibrate(
         finally:
             if bar is not None:
                 bar.close()
-        samples = run.samples
+        samples, tables = run.samples, run.gemm_tables
         meta = dict(model=run.model, model_spec=model or "smollm2", catalog_model=run.catalog_model,
                     device=run.device, hardware=hardware or run.hardware, dtype=run.dtype,
                     block_size=run.block_size, num_threads=run.num_threads, machine=run.machine)
@@ -98,9 +101,10 @@ def calibrate(
             with open(save_trace, "w", encoding="utf-8") as fh:
                 fh.writelines(json.dumps(r) + "\n" for r in run.records)
             source["trace"] = str(save_trace)
-    result = fit(samples, seed=seed)
+    result = fit(samples, seed=seed, tables=tables)
     prof = Profile(features=result.features, coefficients=result.coefficients, gemm_knee=result.knee,
-                   fit=result.error, source=source, software=software_versions(), **meta)
+                   fit=result.error, source=source, software=software_versions(),
+                   gemm_tables=tables, **meta)
     path = prof.save(out or default_profile_path(prof))
     if as_json:
         typer.echo(json.dumps(prof.to_dict(), indent=2))
@@ -178,6 +182,11 @@ def _print_profile(prof, path: Path) -> None:
         name = f"gemm_rows_over_{prof.gemm_knee:g}" if f == "gemm_rows_over_knee" else f
         t.add_row(name, f"{prof.coefficients[f] * mult:.4g}", unit)
     con.print(t)
+    if prof.gemm_tables is not None:
+        g = prof.gemm_tables
+        row = lambda tab, rs: ", ".join(f"{r} rows {1e3 * tab.value(r):.2f} ms" for r in rs if r <= tab.rows[-1])
+        con.print(f"measured GEMM tables: decoder layers {row(g.body, (1, 2, 3, 4, 8, 64))}; "
+                  f"LM head {row(g.lm_head, (1, 2, 3, 4, 8))}")
     fit = prof.fit
     con.print(f"fit error on {fit['num_heldout']} held-out steps (of {fit['num_samples']}): "
               f"MAPE {100 * fit['heldout_mape']:.1f}%, p90 {100 * fit['heldout_p90_ape']:.1f}%, "

@@ -17,7 +17,7 @@ from sim.pricing import (
     PRICERS, SHAPE_FIELDS, ProfileCostModel, RooflineCostModel, StepPricer, make_pricer,
 )
 from sim.pricing.machine import cpu_flags, machine_fingerprint, machine_mismatch
-from tests.calibration.helpers import make_profile
+from tests.calibration.helpers import make_profile, table_profile
 
 
 def _random_shape(rng: random.Random) -> StepShape:
@@ -47,6 +47,7 @@ PRICERS_UNDER_TEST = [
                                   coefficients={"intercept": 0.01, "gemm_rows": 1e-4,
                                                 "num_swap_tokens": 3e-6, "num_spec_seqs": 2e-3},
                                   gemm_knee=None)),
+    ProfileCostModel(table_profile()),
 ]
 
 

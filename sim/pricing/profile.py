@@ -37,6 +37,7 @@ class ProfileCostModel(StepPricer):
         self.profile = profile
         self.features = tuple(profile.features)
         self.knee = profile.gemm_knee
+        self.tables = profile.gemm_tables
         self._coefs = tuple(profile.coefficients[f] for f in self.features)
 
     @property
@@ -50,20 +51,20 @@ class ProfileCostModel(StepPricer):
 
     def price(self, shape: StepShape) -> float:
         """Seconds for one step of ``shape`` (0 for an empty step)."""
-        return feat.linear_time(shape, self.features, self._coefs, self.knee, max)
+        return feat.linear_time(shape, self.features, self._coefs, self.knee, max, self.tables)
 
     step_time = price
 
     def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
         """Vectorised ``price`` (see ``StepPricer.price_columns``); bit-identical to it."""
         sc = ShapeColumns(columns, "step_times")
-        return feat.linear_time(sc, self.features, self._coefs, self.knee, np.maximum)
+        return feat.linear_time(sc, self.features, self._coefs, self.knee, np.maximum, self.tables)
 
     def breakdown(self, shape: StepShape) -> dict[str, float]:
         """Seconds per feature term; they sum to ``price(shape)``."""
         if shape.is_empty:
             return dict.fromkeys(self.features, 0.0)
-        vals = feat.feature_values(shape, self.features, self.knee)
+        vals = feat.feature_values(shape, self.features, self.knee, max, self.tables)
         return {f: c * v for f, c, v in zip(self.features, self._coefs, vals)}
 
     def describe(self) -> str:

@@ -15,6 +15,8 @@ One JSON object, written by ``kvplan calibrate`` and read by the simulator
      "features": ["intercept", "gemm_rows", ...],
      "coefficients": {"intercept": 0.021, "gemm_rows": 0.0009, ...},   # seconds per unit
      "gemm_knee": 64,                                                 # or null
+     "gemm_tables": {"body": {"rows": [1, 2, ...], "seconds": [...]},  # optional: measured
+                     "lm_head": {...}, "method": "..."},               # linear-layer times
      "fit": {"heldout_mape": 0.06, "heldout_p90_ape": 0.12, "num_samples": 412, ...},
      "source": {"kind": "grid", "grid": "full"}}
 
@@ -45,7 +47,8 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 from sim.errors import KvplanError
-from sim.pricing.features import FEATURES
+from sim.pricing.features import FEATURES, TABLE_FEATURES
+from sim.pricing.gemm_table import GemmTables, TableError
 
 FORMAT = "kvplan-profile/1"
 #: Pricers a real-run profile can adjust (``base``), and its adjustments with their ranges
@@ -83,6 +86,9 @@ class Profile:
     base: Optional[str] = None
     #: ``step_scale`` and ``request_overhead_ms`` of a real-run profile.
     adjustments: dict[str, float] = field(default_factory=dict)
+    #: Linear-layer times by row count measured with the profile (``sim.pricing.gemm_table``);
+    #: None in profiles fitted from traces or made before tables existed.
+    gemm_tables: Optional[GemmTables] = None
 
     @property
     def step_scale(self) -> float:
@@ -98,6 +104,10 @@ class Profile:
         if self.base is None:  # coefficient profiles are written as they always were
             d.pop("base")
             d.pop("adjustments")
+        if self.gemm_tables is None:
+            d.pop("gemm_tables")
+        else:
+            d["gemm_tables"] = self.gemm_tables.to_dict()
         return {"format": FORMAT, **d}
 
     def save(self, path: Union[str, Path]) -> Path:
@@ -197,6 +207,15 @@ def parse_profile(data: Any, name: str = "profile") -> Profile:
         v = coefs.get(f)
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
             raise ProfileError(f"{name}: coefficients.{f}: expected a finite number >= 0, got {v!r}")
+    tables = None
+    if data.get("gemm_tables") is not None:
+        try:
+            tables = GemmTables.from_dict(data["gemm_tables"])
+        except TableError as exc:
+            raise ProfileError(f"{name}: gemm_tables.{exc}") from None
+    for f in feats:
+        if f in TABLE_FEATURES and tables is None:
+            raise ProfileError(f"{name}: features: {f} needs gemm_tables, which this profile lacks")
     extra = sorted(set(coefs) - set(feats))
     if extra:
         raise ProfileError(f"{name}: coefficients.{extra[0]}: not in features")
@@ -237,6 +256,7 @@ def parse_profile(data: Any, name: str = "profile") -> Profile:
         num_threads=threads, catalog_model=data.get("catalog_model"),
         model_spec=data.get("model_spec"), software=software, machine=machine,
         created=str(data.get("created", "")), base=base, adjustments=adjustments,
+        gemm_tables=tables,
     )
 
 

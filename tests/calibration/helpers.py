@@ -6,6 +6,7 @@ import numpy as np
 
 from calibration.fit import Samples
 from sim.pricing.base import SHAPE_FIELDS
+from sim.pricing.gemm_table import GemmTables, RowTable
 from sim.pricing.profile_file import Profile
 
 #: Seconds per unit, of the order SmolLM2-135M takes on a CPU; every term matters somewhere.
@@ -42,6 +43,27 @@ def synthetic_samples(n: int = 600, noise: float = 0.01, seed: int = 1) -> Sampl
               "prefill_context_tokens", "prefill_attention_work"):
         y = y + TRUE[f] * cols[f]
     return Samples(cols, y * (1 + noise * rng.standard_normal(n)))
+
+
+def nonmonotone_tables() -> GemmTables:
+    """GEMM tables shaped like a CPU BLAS's (SmolLM2 fp32, 2-core EPYC): 3 rows cost more than
+    4, the LM head jumps at 2, 3, 6 and 7 rows, smooth past a dozen."""
+    body_rows = list(range(1, 33)) + [64, 128, 512, 2048]
+    body = [0.026 + 0.004 * (r % 4 == 3) + 0.0006 * r for r in body_rows]
+    head_rows = list(range(1, 33)) + [64, 256]
+    head = [0.007 * (r if r < 4 else 1.5) * (1 + 0.5 * (r % 4 == 3 and r < 12)) + 1e-4 * r
+            for r in head_rows]
+    return GemmTables(RowTable(tuple(body_rows), tuple(body)), RowTable(tuple(head_rows), tuple(head)),
+                      "synthetic")
+
+
+def table_profile(**changes) -> Profile:
+    """A profile pricing GEMMs by ``nonmonotone_tables`` plus attention and a fixed cost."""
+    coefs = {"intercept": 0.004, "gemm_table_body": 1.0, "gemm_table_lm_head": 1.0,
+             "gemm_rows": 1e-5, "num_decode_seqs": 3e-4, "decode_context_tokens": 1e-6,
+             "prefill_attention_work": 1e-8}
+    return make_profile(features=list(coefs), coefficients=coefs, gemm_knee=None,
+                        gemm_tables=nonmonotone_tables(), **changes)
 
 
 def make_profile(**changes) -> Profile:
