@@ -219,6 +219,13 @@ class LLMEngine:
             self.swap_space.apply(plan.swap_out_blocks, plan.swap_in_blocks)
         done: list[RequestOutput] = [self._retire(r) for r in plan.rejected]
         if not plan.scheduled:
+            if not plan.shape.is_empty:
+                # Padding only: a static batch whose live members were all preempted. Nothing to
+                # compute (padding rows are skipped), but the policy ends the batch in update;
+                # without this call its finished members would wait for ever.
+                for req in self.scheduler.update(plan, StepResult(), self.now()):
+                    done.append(self._retire(req))
+                return done
             if self.scheduler.running or not self.has_unfinished():
                 return done
             raise RuntimeError(
