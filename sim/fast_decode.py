@@ -99,63 +99,72 @@ class BulkDecode:
             t += dt
         return dts
 
-    def reserve(self, plan: StepPlan, num_steps: int) -> None:
-        """Allocate KV for ``num_steps`` decode steps of ``plan``'s batch at once. With a prefix
-        cache, ``begin_step`` allocates step by step instead: a block taken from the free queue
-        may evict a cached block whose hash a block filled earlier in the window would
-        otherwise have found registered, so allocations and publications must interleave as
-        they do step by step."""
-        alloc = self.scheduler.allocator
-        if alloc.caches_prefixes:
-            return
-        for s in plan.scheduled:
-            if not alloc.allocate(s.request, num_steps):
-                raise RuntimeError("decode window allocation failed after BulkDecode.limit")
+    def apply(self, plan: StepPlan, num_steps: int) -> None:
+        """Apply ``num_steps`` pure-decode steps of ``plan``'s batch to the scheduler's state
+        (KV allocations, prefix-cache publications, token counts) exactly as that many
+        ``schedule``/``update`` rounds would; token times are ``advance``'s. Nobody finishes
+        inside a window (``limit``).
 
-    def begin_step(self, plan: StepPlan, index: int) -> None:
-        """Before step ``index`` (0-based) of a window runs. With a prefix cache, step ``index``'s
-        slots are allocated now, as ``schedule`` would (step 0's were, with ``plan``)."""
+        Without a prefix cache, the window's KV is allocated at once. With one, allocations and
+        publications interleave as they do step by step (a block taken from the free queue may
+        evict a cached block whose hash a block filled earlier in the window would otherwise
+        have found registered), but only where something happens: a request takes a block at
+        the step its next token starts one, and publishes at the step it fills one. At every
+        other step both calls are no-ops (the blocks held already cover the token, and the
+        number of full blocks has not changed), so skipping them changes nothing, and the work
+        per window is O(batch + steps x batch / block_size) instead of O(steps x batch)."""
         alloc = self.scheduler.allocator
-        if index and alloc.caches_prefixes:
-            for s in plan.scheduled:
-                if not alloc.allocate(s.request, 1):
+        reqs = [s.request for s in plan.scheduled]
+        k = num_steps
+        if not alloc.caches_prefixes:
+            for req in reqs:
+                if not alloc.allocate(req, k):
                     raise RuntimeError("decode window allocation failed after BulkDecode.limit")
-
-    def end_step(self, plan: StepPlan) -> None:
-        """After a step of a window ran. With a prefix cache, each request of the batch takes its
-        token and publishes the block it filled, in batch order, as ``update`` would: the first
-        to publish a hash owns it, and the next step's allocations may evict cached blocks."""
-        alloc = self.scheduler.allocator
-        if alloc.caches_prefixes:
-            for s in plan.scheduled:
-                req = s.request
-                req.num_computed_tokens += 1
-                req.num_output_tokens += 1
+            for req in reqs:
+                req.num_computed_tokens += k
+                req.num_output_tokens += k
                 alloc.cache_full_blocks(req)
+            return
+        bs = alloc.block_size
+        c0 = [r.num_computed_tokens for r in reqs]
+        o0 = [r.num_output_tokens for r in reqs]
+        # Step 0 (allocated by ``schedule``): every request takes its token and publishes.
+        for req in reqs:
+            req.num_computed_tokens += 1
+            req.num_output_tokens += 1
+            alloc.cache_full_blocks(req)
+        # Steps 1..k-1: (step, phase, batch position); phase 0 allocates before the step runs,
+        # phase 1 publishes after it. Sorted, they run in the step-by-step order.
+        events = []
+        for j, c in enumerate(c0):
+            first_alloc = (-c) % bs or bs  # smallest i >= 1 with (c + i) % bs == 0
+            events.extend((i, 0, j) for i in range(first_alloc, k, bs))
+            first_full = (-(c + 1)) % bs or bs  # smallest i >= 1 with (c + i + 1) % bs == 0
+            events.extend((i, 1, j) for i in range(first_full, k, bs))
+        events.sort()
+        for i, phase, j in events:
+            req = reqs[j]
+            req.num_computed_tokens = c0[j] + i + phase
+            req.num_output_tokens = o0[j] + i + phase
+            if phase == 0:
+                if not alloc.allocate(req, 1):
+                    raise RuntimeError("decode window allocation failed after BulkDecode.limit")
+            else:
+                alloc.cache_full_blocks(req)
+        for j, req in enumerate(reqs):
+            req.num_computed_tokens = c0[j] + k
+            req.num_output_tokens = o0[j] + k
 
     def advance(self, plan: StepPlan, step_end_times: list[float]) -> None:
-        """Apply ``len(step_end_times)`` pure-decode steps to ``plan``'s batch exactly as that
-        many ``Scheduler.update`` calls would (nobody finishes inside a window). With a prefix
-        cache the tokens were taken step by step (``begin_step``/``end_step``): only the token
-        times are left."""
-        k = len(step_end_times)
-        reqs = [s.request for s in plan.scheduled]
-        alloc = self.scheduler.allocator
-        if alloc.caches_prefixes:
-            for req in reqs:
-                req.token_times.extend(step_end_times)
-            return
-        for req in reqs:
-            req.num_computed_tokens += k
-            req.num_output_tokens += k
-            req.token_times.extend(step_end_times)
-            alloc.cache_full_blocks(req)
+        """Record the window's token times (``apply`` made every other change)."""
+        for s in plan.scheduled:
+            s.request.token_times.extend(step_end_times)
 
     def kv_deltas(self, plan: StepPlan, num_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per step 0..num_steps-1 of a window, how the KV breakdown differs from step 0's:
         (token states, reserved, internal fragmentation, held slots), each summed over the batch.
         Derived from step 0's holdings by each request's growth, vectorised; call it before
-        ``reserve``. External fragmentation does not change (nobody new asks for memory)."""
+        ``apply``. External fragmentation does not change (nobody new asks for memory)."""
         alloc = self.scheduler.allocator
         reqs = [s.request for s in plan.scheduled]
         n = len(reqs)

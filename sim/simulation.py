@@ -152,14 +152,21 @@ class Replica:
             dts = (bulk.durations(plan, dt, start, self.next_arrival())
                    if bulk is not None and not flushed else [dt])
             if len(dts) > 1:
-                self._record_window(plan, start, dts)  # reads step 0's holdings: before reserving
-                bulk.reserve(plan, len(dts))
+                self._record_window(plan, start, dts)  # reads step 0's holdings: before apply
+                bulk.apply(plan, len(dts))
                 ends = []
-                for i, d in enumerate(dts):
-                    bulk.begin_step(plan, i)
-                    yield env.timeout(d)
-                    ends.append(env.now)
-                    bulk.end_step(plan)
+                t = start
+                for d in dts:  # the clock as simpy advances it, one step at a time
+                    t += d
+                    ends.append(t)
+                if start + (t - start) == t:
+                    # One event for the window: nothing observes the replica between its steps
+                    # (the window ends before the next arrival, the only cross-replica event),
+                    # and the clock lands exactly where step-by-step timeouts would.
+                    yield env.timeout(t - start)
+                else:  # rounding would move the end: keep the steps' own timeouts
+                    for d in dts:
+                        yield env.timeout(d)
                 bulk.advance(plan, ends)
                 self.num_steps += len(dts)
                 continue

@@ -14,7 +14,7 @@ from typing import Optional
 from sim.policies.request import Request
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class StepShape:
     """What a step costs depends on, and nothing else.
 
@@ -65,7 +65,7 @@ class StepShape:
         return asdict(self)
 
 
-@dataclass
+@dataclass(slots=True)
 class ScheduledRequest:
     """One request's share of a step: compute ``num_new_tokens`` tokens starting at
     ``request.num_computed_tokens`` (KV slots are already allocated), plus

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from sim.policies.request import Request
 
@@ -108,6 +108,24 @@ class KVAllocator(ABC):
     def allocate(self, req: Request, num_new_tokens: int,
                  prefix: Optional[PrefixHit] = None) -> bool:
         """Make room for ``req.num_computed_tokens + prefix tokens + num_new_tokens`` tokens."""
+
+    def allocate_decodes(self, reqs: Sequence[Request], start: int, limit: int) -> int:
+        """Give one more token's room to ``reqs[start]``, ``reqs[start + 1]``, ... in order,
+        each a plain decode (exactly one uncomputed token), stopping at the first that is not
+        one, the first that does not fit, or after ``limit``; returns how many got their room.
+
+        Exactly ``allocate(req, 1)`` per request, in order: a scheduler's decode loop calls it
+        once per step instead of once per running request (the simulator's hottest loop);
+        allocators may inline it."""
+        n = 0
+        end = min(len(reqs), start + limit)
+        for i in range(start, end):
+            req = reqs[i]
+            if req.prompt_len + req.num_output_tokens - req.num_computed_tokens != 1 \
+                    or not self.allocate(req, 1):
+                break
+            n += 1
+        return n
 
     @abstractmethod
     def free(self, req: Request) -> None:

@@ -7,7 +7,7 @@ of KV memory holding token states where contiguous reservation keeps under 40%.
 
 from __future__ import annotations
 
-from typing import Iterable, Optional
+from typing import Iterable, Optional, Sequence
 
 from sim.policies.kv.base import KVAllocator, KVUsage, PrefixHit
 from sim.policies.kv.block_pool import BlockPool
@@ -132,6 +132,30 @@ class PagedAllocator(KVAllocator):
             blocks.extend(self.pool.allocate(need))
         return True
 
+    def allocate_decodes(self, reqs: Sequence[Request], start: int, limit: int) -> int:
+        # ``allocate(req, 1)`` per request (its hot path), inlined: one call per step.
+        bs = self.block_size
+        get = self.req_blocks.get
+        free_queue = self.pool.free_queue
+        end = min(len(reqs), start + limit)
+        i = start
+        while i < end:
+            req = reqs[i]
+            computed = req.num_computed_tokens
+            if req.prompt_len + req.num_output_tokens - computed != 1:
+                break
+            blocks = get(req.request_id)
+            held = len(blocks) if blocks else 0
+            need = -(-(computed + 1) // bs) - held
+            if need > 0:
+                if need > len(free_queue):
+                    break
+                if blocks is None:
+                    blocks = self.req_blocks[req.request_id] = []
+                blocks.extend(self.pool.allocate(need))
+            i += 1
+        return i - start
+
     def free(self, req: Request) -> None:
         blocks = self.req_blocks.pop(req.request_id, None)
         self.num_published.pop(req.request_id, None)
@@ -167,21 +191,34 @@ class PagedAllocator(KVAllocator):
 
     # --- accounting -----------------------------------------------------------------------
     def usage(self, holders: Iterable[Request], waiting: Optional[Request]) -> KVUsage:
+        # Called for every logged step: locals and inlined properties (``final_kv_len`` is
+        # prompt + max outputs - 1) keep it to a few arithmetic operations per holder.
         bs = self.block_size
         tokens = reserved = internal = 0
+        get = self.req_blocks.get
         for req in holders:
-            blocks = self.req_blocks.get(req.request_id)
+            blocks = get(req.request_id)
             if not blocks:
                 continue
             held = len(blocks) * bs
-            will_use = min(held, req.final_kv_len)
-            computed = min(req.num_computed_tokens, will_use)
+            final = req.prompt_len + req.max_output_tokens - 1
+            will_use = held if held < final else final
+            computed = req.num_computed_tokens
+            if computed > will_use:
+                computed = will_use
             tokens += computed
             reserved += will_use - computed
             internal += held - will_use
         # A block shared through the prefix cache is counted once, as token states.
         tokens -= self.pool.num_shared_refs * bs
         return KVUsage(tokens, reserved, internal, 0, self.pool.num_free * bs)
+
+    def growth_slots(self, req: Request, num_tokens: int) -> int:
+        # The base class's definition, inlined: the bulk-decode window asks it per request.
+        bs = self.block_size
+        blocks = self.req_blocks.get(req.request_id)
+        need = -(-num_tokens // bs) - (len(blocks) if blocks else 0)
+        return need * bs if need > 0 else 0
 
     def check_invariants(self) -> None:
         held: dict[int, int] = {}

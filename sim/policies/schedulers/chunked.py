@@ -21,17 +21,21 @@ class ChunkedScheduler(Scheduler):
         plan = StepPlan()
         budget = self.budget
         running = self.running
-        allocate = self.allocator.allocate
+        allocate_decodes = self.allocator.allocate_decodes
+        plain = not self.config.num_speculative_tokens
         scheduled = plan.scheduled
         # Invariant: the scheduled requests are exactly running[:len(scheduled)].
         while len(scheduled) < len(running) and budget > 0:
-            req = running[len(scheduled)]
-            n = req.prompt_len + req.num_output_tokens - req.num_computed_tokens
-            if n == 1 and not self.config.num_speculative_tokens and allocate(req, 1):
-                # Plain decode with room to grow: the overwhelmingly common case.
-                scheduled.append(ScheduledRequest(req, 1))
-                budget -= 1
-                continue
+            start = len(scheduled)
+            if plain:
+                # Plain decodes with room to grow, the overwhelmingly common case: as many as
+                # run in a row, allocated by one call.
+                k = allocate_decodes(running, start, budget)
+                if k:
+                    scheduled.extend([ScheduledRequest(r, 1) for r in running[start:start + k]])
+                    budget -= k
+                    continue
+            req = running[start]
             n, spec = self._decode_tokens(req)
             n = min(n, budget)
             spec = min(spec, budget - n)
