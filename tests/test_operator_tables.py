@@ -282,3 +282,28 @@ def test_real_tables_tp_and_gqa():
                                max_num_seqs=128)
     d = StepShape(num_decode_seqs=64, decode_context_tokens=64 * 700)
     assert 5e-3 < p.price(d) < 60e-3
+
+
+@needs_shared
+def test_reading_tables_reads_the_same_arrays_without_importing_pandas():
+    """The table reader builds NumPy arrays itself: pyarrow's own conversion imports pandas
+    (130 ms of every simulate process); the arrays must be the ones pyarrow would give."""
+    import os
+    import subprocess
+    import sys
+
+    from sim.pricing.table_data import _to_numpy
+
+    path = next(SHARED.glob("a100_sxm/gemm/**/*.parquet"))
+    t = pq.read_table(path)
+    for name in t.column_names:
+        ours, theirs = _to_numpy(t.column(name)), t.column(name).to_numpy(zero_copy_only=False)
+        assert ours.dtype == theirs.dtype and np.array_equal(ours, theirs), name
+    code = ("import sys; from sim.api import simulate; "
+            "simulate(overrides=['workload.num_requests=20', 'cost_model.source=operator_tables']); "
+            "print('pandas' in sys.modules, 'pyarrow.dataset' in sys.modules)")
+    env = {**os.environ, "KVPLAN_GPU_TABLES": str(SHARED)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[1],
+                         capture_output=True, text=True, env=env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "False"]

@@ -144,11 +144,33 @@ def _read(path: str, columns: tuple[str, ...], mtime: float) -> dict[str, np.nda
         raise ConfigError("cost_model.source operator_tables needs pyarrow "
                           "(pip install pyarrow)") from None
     try:
-        t = pq.read_table(path, columns=list(columns))
+        # ParquetFile reads the file directly; read_table goes through pyarrow.dataset, which
+        # imports pandas: 150 ms of every simulate process for nothing.
+        t = pq.ParquetFile(path).read(columns=list(columns))
     except Exception as exc:  # pyarrow raises many types for a broken file
         msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
         raise TableError(f"{path}: cannot read parquet table ({msg[:160]})") from None
-    return {c: t.column(c).to_numpy(zero_copy_only=False) for c in columns}
+    return {c: _to_numpy(t.column(c)) for c in columns}
+
+
+#: Arrow types read as a NumPy view of their data buffer.
+_NUMERIC = {"int8": np.int8, "int16": np.int16, "int32": np.int32, "int64": np.int64,
+            "uint8": np.uint8, "uint16": np.uint16, "uint32": np.uint32, "uint64": np.uint64,
+            "float": np.float32, "double": np.float64}
+
+
+def _to_numpy(column) -> np.ndarray:
+    """A parquet column as NumPy, the same array ``to_numpy(zero_copy_only=False)`` gives, but
+    without pyarrow's conversion layer, which imports pandas (130 ms of every simulate process
+    that prices with operator tables): numbers from the data buffer, strings as objects."""
+    arr = column.combine_chunks()
+    kind = str(arr.type)
+    if arr.null_count == 0 and kind in _NUMERIC:
+        data = np.frombuffer(arr.buffers()[1], dtype=_NUMERIC[kind])
+        return data[arr.offset:arr.offset + len(arr)].copy()
+    if arr.null_count == 0 and kind in ("string", "large_string"):
+        return np.array(arr.to_pylist(), dtype=object)
+    return column.to_numpy(zero_copy_only=False)  # rare types and nulls: pyarrow's own path
 
 
 def read_columns(path: Path, columns: Sequence[str]) -> dict[str, np.ndarray]:

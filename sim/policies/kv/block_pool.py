@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 
-@dataclass
+@dataclass(slots=True)
 class Block:
     block_id: int
     ref_cnt: int = 0
@@ -25,7 +25,7 @@ class BlockPool:
         if num_blocks < 1:
             raise ValueError(f"a block pool needs at least one block, got {num_blocks}")
         self.blocks = [Block(i) for i in range(num_blocks)]
-        self.free_queue: OrderedDict[int, None] = OrderedDict((i, None) for i in range(num_blocks))
+        self.free_queue: OrderedDict[int, None] = OrderedDict.fromkeys(range(num_blocks))
         self.cached: dict[int, int] = {}  # block hash -> block id
         #: Sum over blocks of max(ref_cnt - 1, 0): extra holders of shared blocks.
         self.num_shared_refs = 0

@@ -290,9 +290,12 @@ class Scheduler(ABC):
         finished: list[Request] = []
         sampled = result.sampled_token_ids
         accepted = result.num_accepted
+        running = RequestState.RUNNING
+        # Without a prefix cache, publishing full blocks is a no-op: skip the call.
+        publish = self.allocator.cache_full_blocks if self.allocator.caches_prefixes else None
         for s in plan.scheduled:
             req = s.request
-            if req.state is not RequestState.RUNNING:
+            if req.state is not running:
                 continue  # aborted while the step ran
             if (sampled is None and s.num_new_tokens == 1 and not s.num_spec_tokens
                     and req.num_computed_tokens + 1 == req.prompt_len + req.num_output_tokens):
@@ -300,7 +303,8 @@ class Scheduler(ABC):
                 req.num_computed_tokens += 1
                 req.num_output_tokens += 1
                 req.token_times.append(now)
-                self.allocator.cache_full_blocks(req)
+                if publish is not None:
+                    publish(req)
                 if req.num_output_tokens >= req.max_output_tokens:
                     self._on_finished(req, "length", now, finished)
                 continue
