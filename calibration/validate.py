@@ -15,6 +15,7 @@ and the provenance; beside it ``runtime_steps.jsonl`` (the replay's step trace) 
 from __future__ import annotations
 
 import json
+from array import array
 import sys
 from pathlib import Path
 from typing import Any, Optional, Union
@@ -190,7 +191,7 @@ def _as_request(out: Any) -> Request:
     if out.finish_reason != "rejected":
         req.state = RequestState.FINISHED
         req.num_output_tokens = n
-        req.token_times = list(out.outputs[0].token_times)
+        req.token_times = array("d", out.outputs[0].token_times)
         req.finish_time = m.finish_time
         req.num_spec_proposed = m.num_spec_proposed
         req.num_spec_accepted = m.num_spec_accepted

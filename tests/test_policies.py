@@ -76,7 +76,7 @@ def test_paged_schedulers_account_for_every_token_and_block(policy, block_size, 
             assert r.num_output_tokens == r.max_output_tokens
         else:
             assert r.finish_reason == "stop" and 1 <= r.num_output_tokens <= r.max_output_tokens
-        assert r.token_times == sorted(r.token_times)
+        assert list(r.token_times) == sorted(r.token_times)
     # Nothing leaked: every block back in the free queue, no host blocks held.
     assert alloc.pool.num_free == alloc.pool.num_blocks
     assert not alloc.req_blocks and not alloc.host_blocks

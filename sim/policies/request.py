@@ -7,6 +7,8 @@ preemption by recompute and speculative tokens are all moves of that one counter
 
 from __future__ import annotations
 
+from array import array
+
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional
@@ -48,7 +50,9 @@ class Request:
     num_computed_tokens: int = 0
     num_output_tokens: int = 0
     output_token_ids: list[int] = field(default_factory=list)
-    token_times: list[float] = field(default_factory=list)
+    #: When each output token was emitted. A float array, not a list: it is the bulk of a long
+    #: run's memory (8 bytes a token instead of 32 for a list of float objects).
+    token_times: array = field(default_factory=lambda: array("d"))
     first_scheduled_time: Optional[float] = None
     finish_time: Optional[float] = None
     finish_reason: Optional[str] = None  # "length", "stop", "abort"
