@@ -35,8 +35,9 @@ class BulkDecode:
 
     def limit(self, plan: StepPlan) -> int:
         """How many consecutive steps, starting with ``plan``, are certain to repeat ``plan``'s
-        batch as pure decode: nobody finishes before the last of them, memory suffices for all
-        of them, and (because free memory only shrinks while nobody finishes, and simulated
+        batch as pure decode: nobody finishes before the last of them (the last may be where
+        someone finishes: the caller runs it through ``Scheduler.update``), memory suffices for
+        all of them, and (because free memory only shrinks while nobody finishes, and simulated
         output tokens carry no content a waiting prompt could hit in the prefix cache) no
         waiting or swapped request can be admitted meanwhile. Arrivals are the caller's
         business (``durations``). Returns 1 when the plan is not a plain decode step."""
@@ -52,7 +53,7 @@ class BulkDecode:
             if s.num_new_tokens != 1:
                 return 1
             req = s.request
-            left = req.max_output_tokens - req.num_output_tokens - 1
+            left = req.max_output_tokens - req.num_output_tokens  # steps to its last token
             limit = left if limit is None or left < limit else limit
         if limit is None or limit < 2:
             return 1
@@ -100,10 +101,11 @@ class BulkDecode:
         return dts
 
     def apply(self, plan: StepPlan, num_steps: int) -> None:
-        """Apply ``num_steps`` pure-decode steps of ``plan``'s batch to the scheduler's state
-        (KV allocations, prefix-cache publications, token counts) exactly as that many
-        ``schedule``/``update`` rounds would; token times are ``advance``'s. Nobody finishes
-        inside a window (``limit``).
+        """Apply a window of ``num_steps`` pure-decode steps of ``plan``'s batch to the
+        scheduler's state exactly as step-by-step ``schedule``/``update`` rounds would: the KV
+        allocations of all of them, and the tokens and prefix-cache publications of all but the
+        last. The last step's results are the caller's, through ``Scheduler.update`` (it is the
+        step where a request may finish); token times are ``advance``'s.
 
         Without a prefix cache, the window's KV is allocated at once. With one, allocations and
         publications interleave as they do step by step (a block taken from the free queue may
@@ -116,14 +118,14 @@ class BulkDecode:
         alloc = self.scheduler.allocator
         reqs = [s.request for s in plan.scheduled]
         k = num_steps
+        done = k - 1  # steps whose tokens are applied here
         if not alloc.caches_prefixes:
             for req in reqs:
                 if not alloc.allocate(req, k):
                     raise RuntimeError("decode window allocation failed after BulkDecode.limit")
             for req in reqs:
-                req.num_computed_tokens += k
-                req.num_output_tokens += k
-                alloc.cache_full_blocks(req)
+                req.num_computed_tokens += done
+                req.num_output_tokens += done
             return
         bs = alloc.block_size
         c0 = [r.num_computed_tokens for r in reqs]
@@ -133,14 +135,14 @@ class BulkDecode:
             req.num_computed_tokens += 1
             req.num_output_tokens += 1
             alloc.cache_full_blocks(req)
-        # Steps 1..k-1: (step, phase, batch position); phase 0 allocates before the step runs,
-        # phase 1 publishes after it. Sorted, they run in the step-by-step order.
+        # (step, phase, batch position); phase 0 allocates before step 1..k-1 runs, phase 1
+        # publishes after step 1..k-2. Sorted, they run in the step-by-step order.
         events = []
         for j, c in enumerate(c0):
             first_alloc = (-c) % bs or bs  # smallest i >= 1 with (c + i) % bs == 0
             events.extend((i, 0, j) for i in range(first_alloc, k, bs))
             first_full = (-(c + 1)) % bs or bs  # smallest i >= 1 with (c + i + 1) % bs == 0
-            events.extend((i, 1, j) for i in range(first_full, k, bs))
+            events.extend((i, 1, j) for i in range(first_full, done, bs))
         events.sort()
         for i, phase, j in events:
             req = reqs[j]
@@ -152,13 +154,14 @@ class BulkDecode:
             else:
                 alloc.cache_full_blocks(req)
         for j, req in enumerate(reqs):
-            req.num_computed_tokens = c0[j] + k
-            req.num_output_tokens = o0[j] + k
+            req.num_computed_tokens = c0[j] + done
+            req.num_output_tokens = o0[j] + done
 
     def advance(self, plan: StepPlan, step_end_times: list[float]) -> None:
-        """Record the window's token times (``apply`` made every other change)."""
+        """Record the token times of the window's steps but the last (``apply`` made every
+        other change; the last step's token is ``Scheduler.update``'s)."""
         for s in plan.scheduled:
-            s.request.token_times.extend(step_end_times)
+            s.request.token_times.extend(step_end_times[:-1])
 
     def kv_deltas(self, plan: StepPlan, num_steps: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per step 0..num_steps-1 of a window, how the KV breakdown differs from step 0's:

@@ -169,6 +169,9 @@ class Replica:
                         yield env.timeout(d)
                 bulk.advance(plan, ends)
                 self.num_steps += len(dts)
+                # The last step of the window as any step ends: someone may finish in it.
+                for req in sched.update(plan, self._result(plan), env.now):
+                    self.on_finish(req)
                 continue
             yield env.timeout(dt)
             self.num_steps += 1
