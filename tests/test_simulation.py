@@ -360,3 +360,24 @@ def test_async_scheduling_auto_follows_the_pricer(tmp_path):
     assert r.summary["scenario"]["async_scheduling"] is False
     r = simulate(None, overrides=["workload.num_requests=5", "scheduler.async_scheduling=true"], seed=0)
     assert r.summary["scenario"]["async_scheduling"] is True
+
+
+@pytest.mark.parametrize("allocator", ALLOCATOR_KINDS)
+@pytest.mark.parametrize("policy", sorted(SCHEDULERS))
+def test_every_scheduler_fills_memory_before_queueing(policy, allocator):
+    """Eight short requests arrive together into a pool that holds all eight at once (even as
+    max-length contiguous reservations, with vLLM v0's 1% watermark spare): every scheduler with
+    every allocator must run all eight together, not queue them. vLLM v0 with the contiguous
+    allocator once admitted one at a time: its watermark asked the allocator how far a request
+    could grow, which for a request not yet holding a reservation read "never"."""
+    max_len = 64
+    kind, _, reserve = allocator.partition("-")
+    alloc = make_allocator(kind, num_slots=8 * max_len + 16, block_size=16, reserve=reserve or "max",
+                           max_model_len=max_len)
+    sched = make_scheduler(policy, alloc, max_model_len=max_len, max_num_seqs=64,
+                           max_num_batched_tokens=2048)
+    reqs = [Request(f"r{i}", 0.0, 16, 4) for i in range(8)]
+    sim = Simulation(reqs, [sched], _toy_step_time)
+    sim.run()
+    assert max(sim.log.columns()["num_running"]) == 8
+    assert all(r.state is RequestState.FINISHED for r in reqs)

@@ -69,8 +69,17 @@ class ContiguousAllocator(KVAllocator):
         return list(range(ext[0], ext[0] + ext[1])) if ext else []
 
     def growth_slots(self, req: Request, num_tokens: int) -> int:
+        held = self.num_held_slots(req)
+        if num_tokens <= held:
+            return 0
+        if held == 0:
+            # Not admitted yet: admission takes its whole reservation at once (vLLM v0's
+            # watermark asks this before admitting; answering "never" here made it admit
+            # nothing while anyone ran).
+            size = self.reservation(req)
+            return size if num_tokens <= size else self._num_slots + 1
         # A reservation never grows: past it the request cannot continue at all.
-        return 0 if num_tokens <= self.num_held_slots(req) else self._num_slots + 1
+        return self._num_slots + 1
 
     def _first_fit(self, size: int) -> int:
         for i, length in enumerate(self._free_lens):
