@@ -32,7 +32,7 @@ def calibrate(
     dtype: str = typer.Option("auto", "--dtype", help="auto (float32 on CPU; on CUDA bfloat16 where native, else float16), float32, float16, bfloat16."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     out: Optional[Path] = typer.Option(None, "--out", help="Profile file to write (default calibration/profiles/<model>_<dtype>_<device>.json)."),
-    quick: bool = typer.Option(False, "--quick", help="A small grid (~40 steps, ~15 s for SmolLM2 on an idle 2-core CPU)."),
+    quick: bool = typer.Option(False, "--quick", help="A small grid (~40 steps plus the GEMM tables: ~40 s for SmolLM2 on an idle 2-core CPU)."),
     trace: List[Path] = typer.Option([], "--trace", help="Fit from these runtime step traces (JSONL) instead of profiling (repeatable)."),
     warmup_steps: int = typer.Option(4, "--warmup-steps", help="With --trace: steps dropped from the start of each file."),
     block_size: int = typer.Option(16, "--block-size"),
