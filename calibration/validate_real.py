@@ -109,6 +109,10 @@ class RunComparison:
         }
 
 
+#: Mixture-of-experts architectures the simulator prices (``sim.catalog.models``).
+MODELLED_MOE = ("mixtral",)
+
+
 # --- scenario -----------------------------------------------------------------------------
 
 
@@ -123,10 +127,13 @@ def resolve_model(run: RealRun) -> tuple[str, Optional[dict]]:
     hf_cfg = _find_model_config(run)
     if hf_cfg is not None:
         cfg, path = hf_cfg
-        if cfg.get("num_local_experts") or "moe" in str(cfg.get("model_type", "")).lower() \
-                or str(cfg.get("model_type", "")).lower() in ("mixtral", "qwen3_moe", "deepseek_v3"):
+        kind = str(cfg.get("model_type", "")).lower()
+        moe = cfg.get("num_local_experts") or cfg.get("num_experts") or "moe" in kind \
+            or kind in ("deepseek_v3", "deepseek_v2", "gpt_oss", "llama4")
+        if moe and kind not in MODELLED_MOE:
             raise ModelNotModelled(f"{run.name}: skipped: {run.model} is a mixture-of-experts model "
-                                   f"({cfg.get('model_type')}), which kvplan does not model yet")
+                                   f"({cfg.get('model_type')}) of a kind kvplan does not model yet "
+                                   f"(it models {', '.join(MODELLED_MOE)})")
     try:
         get_model(run.model)
         return run.model, hf_cfg[0] if hf_cfg else None

@@ -103,13 +103,17 @@ def activation_reserve_bytes(model: ModelSpec, prec: Precision, tp: int = 1, pp:
 
     One layer's live tensors at its peak, for ``max_num_batched_tokens`` rows: the residual
     stream and the normed hidden state (2h), plus the larger of attention's (q,k,v output and
-    attention output) or the MLP's (gate+up output and activation output) shards. Logits for
+    attention output) or the MLP's (gate+up output and activation output) shards, top-k of
+    them for a mixture of experts. Logits for
     ``max_num_seqs`` sampled rows in fp32, twice (logits and probabilities). Plus the fixed
     reserve for CUDA context, workspaces and CUDA graphs (and NCCL buffers when parallel).
     """
     t = max_num_batched_tokens
     attn = (model.qkv_size + model.q_size) / tp
     mlp = (model.mlp_in_size + model.intermediate_size) / tp
+    if model.is_moe:
+        # vLLM's fused MoE keeps each row's top-k expert outputs (gate+up, activation) at once.
+        mlp *= model.num_experts_per_tok
     layer_peak = t * prec.act_bytes * (2 * model.hidden_size + max(attn, mlp))
     logits = min(max_num_seqs, t) * model.vocab_size * 4 * 2
     fixed = FIXED_RESERVE_BYTES + (PARALLEL_RESERVE_BYTES if tp * pp > 1 else 0)

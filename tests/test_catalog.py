@@ -88,6 +88,7 @@ def test_model_slugs_are_the_contract():
     ("mistral-7b", 7.242e9),
     ("qwen2.5-7b", 7.616e9),
     ("smollm2-135m", 134.5e6),
+    ("mixtral-8x7b", 46.703e9),
 ])
 def test_parameter_count_from_shapes_matches_published(slug, params):
     assert get_model(slug).params == pytest.approx(params, rel=0.002)

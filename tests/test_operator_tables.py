@@ -4,6 +4,7 @@ to tmp_path; tests on the real AIConfigurator tables skip when ../shared is abse
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 
@@ -307,3 +308,54 @@ def test_reading_tables_reads_the_same_arrays_without_importing_pandas():
                          capture_output=True, text=True, env=env, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
+
+
+@needs_shared
+def test_mixtral_prices_its_experts_from_the_measured_moe_table():
+    """Mixtral TP 2 on H100: the experts come from AIConfigurator's fused-MoE table (exact at a
+    measured token count), the rest as for a dense model; scalar and vectorised agree."""
+    from sim.api import resolve_deployment
+    from sim.config import build_scenario
+
+    sc = build_scenario({"model": "mixtral-8x7b", "hardware": "h100-sxm", "dtype": "bfloat16",
+                         "parallel": {"tensor_parallel_size": 2},
+                         "cost_model": {"source": "operator_tables", "tables": str(SHARED)}})
+    p = resolve_deployment(sc).cost_model
+    assert "experts" in p._gemm_ms and "mlp_up" not in p.gemm_shapes
+    shapes = [StepShape(num_decode_seqs=b, decode_context_tokens=300 * b) for b in (1, 4, 16, 64, 200)]
+    shapes += [StepShape(num_prefill_tokens=n, num_prefill_seqs=1, prefill_attention_work=n * (n + 1) // 2)
+               for n in (17, 512, 2048)]
+    scalar = [p.price(s) for s in shapes]
+    assert p.price_many(shapes).tolist() == scalar
+    decode = scalar[:5]
+    assert all(a < b for a, b in zip(decode, decode[1:]))
+    # at a measured token count the experts' curve is the table's row (power_law_1.01, TP 2)
+    from sim.pricing.table_data import read_columns, table_file
+
+    path, _ = table_file(SHARED / "h100_sxm" / "moe" / "vllm", "moe_perf")
+    c = read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
+                            "num_experts", "moe_tp_size", "moe_ep_size", "distribution", "latency"))
+    sel = ((c["moe_dtype"] == "bfloat16") & (c["num_tokens"] == 64) & (c["hidden_size"] == 4096)
+           & (c["inter_size"] == 14336) & (c["num_experts"] == 8) & (c["topk"] == 2)
+           & (c["moe_tp_size"] == 2) & (c["moe_ep_size"] == 1) & (c["distribution"] == "power_law_1.01"))
+    i = int(np.flatnonzero(p._gemm_m == 64)[0])
+    assert p._gemm_ms["experts"][i] >= float(c["latency"][sel][0]) - 1e-12
+
+
+@needs_shared
+def test_moe_shapes_the_tables_do_not_cover_fall_back_or_fail_in_one_line(tmp_path, monkeypatch):
+    """Experts no table measured (4 experts, top-1): ``auto`` prices them with the roofline,
+    an explicit ``operator_tables`` says which rows are missing, in one line."""
+    from sim.api import resolve_deployment
+    from sim.config import build_scenario
+
+    cfg = {"model_type": "mixtral", "hidden_size": 1024, "intermediate_size": 2816,
+           "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 8,
+           "vocab_size": 32000, "num_local_experts": 4, "num_experts_per_tok": 1}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    monkeypatch.setenv("KVPLAN_GPU_TABLES", str(SHARED))
+    base = {"model": str(tmp_path), "hardware": "h100-sxm", "dtype": "bfloat16"}
+    assert resolve_deployment(build_scenario(base)).cost_model_source == "roofline"
+    with pytest.raises(KvplanError) as exc:
+        resolve_deployment(build_scenario({**base, "cost_model": {"source": "operator_tables"}}))
+    assert "MoE rows" in str(exc.value) and "\n" not in str(exc.value)

@@ -21,7 +21,12 @@ from sim.errors import ConfigError
 
 @dataclass(frozen=True)
 class ModelSpec:
-    """A dense decoder-only transformer.
+    """A decoder-only transformer, dense or mixture-of-experts.
+
+    - ``num_experts`` / ``num_experts_per_tok``: 0 for a dense model; for a Mixtral-style MoE
+      every layer's MLP is ``num_experts`` experts of ``intermediate_size`` each, and a router
+      (``hidden x num_experts``) sends each token to ``num_experts_per_tok`` of them. All
+      experts are held in memory (``params``); a token computes through k (``active_params``).
 
     - ``gated_mlp``: SwiGLU (gate, up, down: three h x ffn matrices) as in Llama, versus
       OPT's two-matrix ReLU MLP (fc1, fc2).
@@ -53,8 +58,16 @@ class ModelSpec:
     sliding_window: Optional[int] = None
     rope_theta: float = 10000.0
     hf_id: Optional[str] = None
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
 
     def __post_init__(self) -> None:
+        if (self.num_experts > 0) != (self.num_experts_per_tok > 0) or self.num_experts < 0:
+            raise ConfigError(f"model {self.name}: num_experts and num_experts_per_tok must both "
+                              f"be positive (mixture-of-experts) or both 0 (dense)")
+        if self.num_experts_per_tok > self.num_experts:
+            raise ConfigError(f"model {self.name}: num_experts_per_tok ({self.num_experts_per_tok}) "
+                              f"exceeds num_experts ({self.num_experts})")
         for attr in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "head_dim",
                      "intermediate_size", "vocab_size", "max_position_embeddings"):
             if int(getattr(self, attr)) <= 0:
@@ -86,12 +99,28 @@ class ModelSpec:
         """Output width of the first MLP GEMM (gate+up fused, or fc1)."""
         return (2 if self.gated_mlp else 1) * self.intermediate_size
 
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
     # -- parameter counts ------------------------------------------------------------------
     @property
+    def expert_params(self) -> int:
+        """Weights of one MLP (a dense layer's, or one expert's)."""
+        return (self.mlp_in_size + self.intermediate_size) * self.hidden_size
+
+    @property
+    def router_params(self) -> int:
+        """The MoE router of one layer (``hidden x num_experts``); 0 for a dense model."""
+        return self.hidden_size * self.num_experts
+
+    @property
     def linear_params_per_layer(self) -> int:
-        """Weights of the four GEMMs of one layer (what weight quantisation shrinks)."""
+        """Weights of one layer's GEMMs, every expert included (what weight quantisation
+        shrinks, and what memory must hold)."""
         h = self.hidden_size
-        return h * self.qkv_size + self.q_size * h + (self.mlp_in_size + self.intermediate_size) * h
+        mlp = self.expert_params * max(self.num_experts, 1) + self.router_params
+        return h * self.qkv_size + self.q_size * h + mlp
 
     @property
     def other_params_per_layer(self) -> int:
@@ -128,6 +157,13 @@ class ModelSpec:
         return (self.num_layers * self.params_per_layer + self.embedding_params
                 + self.lm_head_params + self.final_norm_params)
 
+    @property
+    def active_params(self) -> int:
+        """Parameters one token computes through: ``params`` less the experts it is not routed
+        to (equal to ``params`` for a dense model)."""
+        idle = max(self.num_experts - self.num_experts_per_tok, 0) * self.expert_params
+        return self.params - self.num_layers * idle
+
 
 def _llama(name: str, hf_id: str, layers: int, hidden: int, heads: int, kv_heads: int,
            ffn: int, vocab: int, max_pos: int, **kw: Any) -> ModelSpec:
@@ -159,6 +195,8 @@ _CATALOG: dict[str, ModelSpec] = {
                qkv_bias=True, rope_theta=1000000.0),
         _llama("smollm2-135m", "HuggingFaceTB/SmolLM2-135M", 30, 576, 9, 3, 1536, 49152, 8192,
                tie_word_embeddings=True, rope_theta=100000.0),
+        _llama("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", 32, 4096, 32, 8, 14336, 32000,
+               32768, rope_theta=1000000.0, num_experts=8, num_experts_per_tok=2),
     )
 }
 
@@ -174,6 +212,7 @@ _EXTRA_ALIASES: dict[str, tuple[str, ...]] = {
     "mistral-7b": ("mistralai/Mistral-7B-Instruct-v0.1",),
     "qwen2.5-7b": ("Qwen/Qwen2.5-7B-Instruct",),
     "smollm2-135m": ("HuggingFaceTB/SmolLM2-135M-Instruct",),
+    "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1",),
 }
 
 
@@ -215,12 +254,12 @@ def list_models() -> list[ModelSpec]:
     return list(_CATALOG.values())
 
 
-_LLAMA_LIKE = ("llama", "mistral", "qwen2")
+_LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = _LLAMA_LIKE + ("opt",)
 
 
 def load_hf_config(path: "str | os.PathLike[str]") -> ModelSpec:
-    """Read an HF ``config.json`` (Llama, Mistral, Qwen2 or OPT architecture)."""
+    """Read an HF ``config.json`` (Llama, Mistral, Qwen2, Mixtral or OPT architecture)."""
     path = os.fspath(path)
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     try:
@@ -276,6 +315,8 @@ def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
         rope_theta=float(cfg.get("rope_theta", 10000.0)),
         sliding_window=(int(cfg["sliding_window"]) if cfg.get("sliding_window")
                         and cfg.get("use_sliding_window", model_type == "mistral") else None),
+        num_experts=int(cfg["num_local_experts"]) if model_type == "mixtral" else 0,
+        num_experts_per_tok=int(cfg["num_experts_per_tok"]) if model_type == "mixtral" else 0,
     )
 
 

@@ -31,6 +31,7 @@ from sim.catalog.models import ModelSpec, get_model
 from sim.memory_plan import check_parallel, kv_bytes_per_token, kv_heads_per_gpu
 from sim.policies.step import StepShape
 from sim.pricing.base import Max, ShapeColumns, StepPricer, register_pricer
+from sim.pricing.experts import ExpertLayer
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,18 @@ class RooflineCostModel(StepPricer):
             "mlp_up": gemm(hd, m.mlp_in_size / tp, wb),
             "mlp_down": gemm(ffn, hd, wb),
         }
+        #: A mixture of experts prices its MLP apart (``sim.pricing.experts``): the weights read
+        #: depend on how many experts the step's tokens touch, not only on the row count.
+        self._experts: Optional[ExpertLayer] = None
+        if m.is_moe:
+            k_top, up = m.num_experts_per_tok, m.mlp_in_size / tp
+            del self._gemms["mlp_up"], self._gemms["mlp_down"]
+            self._gemms["router"] = gemm(hd, m.num_experts, ab)
+            self._experts = ExpertLayer(
+                compute_per_row=2 * k_top * hd * (up + ffn) / peak,
+                weight_per_expert=hd * (up + ffn) * wb / gemm_bw,
+                memory_per_row=k_top * (2 * hd + up + ffn) * ab / gemm_bw,
+                latency=2 * e.gemm_latency_s, num_experts=m.num_experts, top_k=k_top)
         # LM head: 16-bit weights, 16-bit compute, vocab-parallel over tp.
         head_peak = h.flops(DTYPE_COMPUTE[p.dtype]) * e.gemm_compute
         vocab = m.vocab_size / tp
@@ -175,7 +188,7 @@ class RooflineCostModel(StepPricer):
             "post_attn_norm": 2 * hd * ab / norm_bw,
             "rope": (2 * (q + kv) * ab / ew_bw) if m.learned_position_rows == 0 else None,
             "residual_add": 3 * hd * ab / gemm_bw,  # two per layer
-            "mlp_act": (m.mlp_in_size / tp + ffn) * ab / ew_bw,
+            "mlp_act": (m.mlp_in_size / tp + ffn) * ab / ew_bw * max(m.num_experts_per_tok, 1),
             "kv_cache_write": 2 * kv * (ab + p.kv_bytes) / gemm_bw,
         }
         self._embed_per_row = 2 * hd * ab / gemm_bw      # gather + write, once per step
@@ -206,8 +219,8 @@ class RooflineCostModel(StepPricer):
 
     # -- per-operator primitives (per layer, per GPU, seconds) ------------------------------
     def gemm_time(self, op: str, num_tokens: float) -> float:
-        """One layer's ``qkv_proj``, ``o_proj``, ``mlp_up`` or ``mlp_down`` on ``num_tokens``
-        rows."""
+        """One layer's ``qkv_proj``, ``o_proj``, ``mlp_up`` or ``mlp_down`` (a mixture of experts:
+        ``router``; its experts are ``ExpertLayer``) on ``num_tokens`` rows."""
         return self._gemms[op].time(num_tokens, self.efficiency.gemm_latency_s)
 
     def elementwise_time(self, op: str, num_tokens: float) -> float:
@@ -338,6 +351,12 @@ class RooflineCostModel(StepPricer):
         if parts is not None:
             parts.update(attn_prefill=prefill, attn_decode=attn_decode, lm_head=head, swap=swap)
         busy = (rows > 0) | (s.num_swap_tokens > 0)
+        if self._experts is not None:
+            experts = layers * self._experts.time(rows, mx)
+            if parts is not None:
+                parts["experts"] = experts
+            return busy * (rows_time(rows) + experts + prefill + attn_decode + head + swap
+                           + e.cpu_step_s + e.cpu_per_seq_s * (s.num_prefill_seqs + decode))
         return busy * (rows_time(rows) + prefill + attn_decode + head + swap
                        + e.cpu_step_s + e.cpu_per_seq_s * (s.num_prefill_seqs + decode))
 
@@ -368,8 +387,12 @@ class RooflineCostModel(StepPricer):
         if rows > 0:
             out["qkv_proj"] = L * self.gemm_time("qkv_proj", rows)
             out["o_proj"] = L * self.gemm_time("o_proj", rows)
-            out["mlp"] = L * (self.gemm_time("mlp_up", rows) + self.gemm_time("mlp_down", rows)
-                              + self.elementwise_time("mlp_act", rows))
+            if self._experts is not None:
+                out["mlp"] = (out.pop("experts") + L * (self.gemm_time("router", rows)
+                                                        + self.elementwise_time("mlp_act", rows)))
+            else:
+                out["mlp"] = L * (self.gemm_time("mlp_up", rows) + self.gemm_time("mlp_down", rows)
+                                  + self.elementwise_time("mlp_act", rows))
             ew = sum(self.elementwise_time(op, rows) for op in LAYER_ELEMENTWISE
                      if op != "mlp_act") + self.elementwise_time("residual_add", rows)
             out["norms_elementwise"] = (L * ew + self._embed_per_row * rows
