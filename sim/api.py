@@ -196,7 +196,8 @@ def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], 
                   kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype)
     if kind == "operator_tables":
         return make_pricer("operator_tables", model, sc.hardware, tables=sc.cost_model.tables,
-                           max_num_seqs=sc.scheduler.max_num_seqs, **common)
+                           max_num_seqs=sc.scheduler.max_num_seqs,
+                           moe_routing=sc.cost_model.moe_routing, **common)
     return make_pricer("roofline", model, sc.hardware, **common)
 
 

@@ -42,6 +42,8 @@ ACCEPTANCE: tuple[str, ...] = ACCEPTANCE_MODES
 
 #: Step pricers a scenario can ask for (``cost_model.source``).
 COST_MODEL_SOURCES: tuple[str, ...] = ("auto", "roofline", "operator_tables", "profile")
+#: Routing skews the measured MoE tables hold (AIConfigurator's ``distribution``).
+MOE_ROUTINGS: tuple[str, ...] = ("balanced", "power_law_1.01", "power_law_1.2")
 
 #: Bytes in a GiB. ``kv_cache.swap_space_gb`` is in GiB, like vLLM's ``swap_space``; the
 #: simulator and the runtime both size the host swap pool with this constant.
@@ -284,6 +286,11 @@ class CostModelConfig(_Section):
     #: first chunk), in ms: a request reaches the scheduler this long after it arrives, and
     #: its TTFT and E2E (measured from the arrival) grow by it.
     request_overhead_ms: float = number(0.0, 0.0, 1e6)
+    #: How evenly a mixture of experts' router spreads tokens, for the measured MoE tables:
+    #: ``balanced`` (the default: Mixtral's routing analysis finds experts about evenly used,
+    #: and the roofline assumes uniform routing too) or a power law (few experts take most
+    #: tokens; AIConfigurator's model of skewed routers).
+    moe_routing: str = choice("balanced", MOE_ROUTINGS)
 
     def __post_init__(self) -> None:
         super().__post_init__()

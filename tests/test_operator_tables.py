@@ -329,7 +329,7 @@ def test_mixtral_prices_its_experts_from_the_measured_moe_table():
     assert p.price_many(shapes).tolist() == scalar
     decode = scalar[:5]
     assert all(a < b for a, b in zip(decode, decode[1:]))
-    # at a measured token count the experts' curve is the table's row (power_law_1.01, TP 2)
+    # at a measured token count the experts' curve is the table's row (balanced routing, TP 2)
     from sim.pricing.table_data import read_columns, table_file
 
     path, _ = table_file(SHARED / "h100_sxm" / "moe" / "vllm", "moe_perf")
@@ -337,9 +337,30 @@ def test_mixtral_prices_its_experts_from_the_measured_moe_table():
                             "num_experts", "moe_tp_size", "moe_ep_size", "distribution", "latency"))
     sel = ((c["moe_dtype"] == "bfloat16") & (c["num_tokens"] == 64) & (c["hidden_size"] == 4096)
            & (c["inter_size"] == 14336) & (c["num_experts"] == 8) & (c["topk"] == 2)
-           & (c["moe_tp_size"] == 2) & (c["moe_ep_size"] == 1) & (c["distribution"] == "power_law_1.01"))
+           & (c["moe_tp_size"] == 2) & (c["moe_ep_size"] == 1) & (c["distribution"] == "balanced"))
     i = int(np.flatnonzero(p._gemm_m == 64)[0])
     assert p._gemm_ms["experts"][i] >= float(c["latency"][sel][0]) - 1e-12
+
+
+@needs_shared
+def test_moe_routing_picks_the_table_rows(monkeypatch):
+    """``cost_model.moe_routing`` chooses the measured rows: a skewed router (power law) makes
+    the experts of a 64-token decode dearer than balanced routing on Mixtral at TP 2."""
+    from sim.api import resolve_deployment
+    from sim.config import build_scenario
+
+    def price(routing: str) -> float:
+        sc = build_scenario({"model": "mixtral-8x7b", "hardware": "h100-sxm", "dtype": "bfloat16",
+                             "parallel": {"tensor_parallel_size": 2},
+                             "cost_model": {"source": "operator_tables", "tables": str(SHARED),
+                                            "moe_routing": routing}})
+        p = resolve_deployment(sc).cost_model
+        assert routing in p.describe()
+        return p.price(StepShape(num_decode_seqs=64, decode_context_tokens=64 * 300))
+
+    assert price("power_law_1.01") > price("balanced")
+    with pytest.raises(KvplanError, match="moe_routing"):
+        build_scenario({"cost_model": {"moe_routing": "zipf"}})
 
 
 @needs_shared

@@ -76,6 +76,7 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "cost_model.tables": (__import__("os").path.dirname(str(profile)), {}),
         "cost_model.step_scale": (1.05, {}),
         "cost_model.request_overhead_ms": (12.5, {}),
+        "cost_model.moe_routing": ("power_law_1.01", {}),
         "speculative.num_tokens": (3, {}),
         "speculative.acceptance": ("table", {"speculative.acceptance_table": [0.9, 0.5]}),
         "speculative.acceptance_rate": (0.5, {}),

@@ -177,11 +177,6 @@ def _fill_monotone(z: np.ndarray, xs: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(z, axis=1)
 
 
-#: Routing skew of the MoE table rows used (AIConfigurator measures balanced, power_law_1.01
-#: and power_law_1.2); a mild power law stands for a real router's imbalance.
-MOE_DISTRIBUTION = "power_law_1.01"
-
-
 def _loglog(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
     """Interpolate y(x) in log-log between sorted measured points (construction time only);
     proportional past the ends' last point, flat below the first."""
@@ -211,8 +206,10 @@ class OperatorTableCostModel(StepPricer):
                  pipeline_parallel_size: int = 1, kv_cache_dtype: str = "auto",
                  weight_dtype: Optional[str] = None, tables: Optional[Union[str, Path]] = None,
                  max_num_seqs: int = 256, cuda_graphs: bool = True,
-                 async_scheduling: bool = True) -> None:
+                 async_scheduling: bool = True, moe_routing: str = "balanced") -> None:
         self.model = m = get_model(model)
+        #: Routing skew of the MoE table rows used (``cost_model.moe_routing``).
+        self.moe_routing = moe_routing
         self.hardware = h = get_hardware(hw)
         tp, pp = tensor_parallel_size, pipeline_parallel_size
         self.tensor_parallel_size, self.pipeline_parallel_size = tp, pp
@@ -292,11 +289,11 @@ class OperatorTableCostModel(StepPricer):
         """Milliseconds of one layer's experts (vLLM's fused MoE kernels: the experts' grouped
         GEMMs and activation, for routing already decided) at each row count ``ms``, from the
         measured MoE table for this model's experts (hidden, intermediate, E, top-k) at this TP
-        degree, experts sharded by TP (no expert parallelism), with the skewed routing
-        AIConfigurator measures as ``power_law_1.01`` (a real router is not balanced; on
-        Mixtral's shapes at TP 2 that is up to 24% slower than balanced routing between 32 and
-        4,096 tokens). Log-log between measured token counts, proportional past the largest,
-        made non-decreasing in rows."""
+        degree, experts sharded by TP (no expert parallelism), at the routing skew
+        ``moe_routing`` (``balanced`` by default; on Mixtral's shapes at TP 2 AIConfigurator's
+        ``power_law_1.01`` rows are up to 24% slower between 32 and 4,096 tokens). Log-log
+        between measured token counts, proportional past the largest, made non-decreasing in
+        rows."""
         m, tp = self.model, self.tensor_parallel_size
         path, _ = table_file(self.gpu_dir / "moe" / "vllm", "moe_perf")
         c = read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
@@ -307,10 +304,10 @@ class OperatorTableCostModel(StepPricer):
         sel = ((c["moe_dtype"] == dt) & (c["hidden_size"] == m.hidden_size)
                & (c["inter_size"] == m.intermediate_size) & (c["topk"] == m.num_experts_per_tok)
                & (c["num_experts"] == m.num_experts) & (c["moe_tp_size"] == tp)
-               & (c["moe_ep_size"] == 1) & (c["distribution"] == MOE_DISTRIBUTION))
+               & (c["moe_ep_size"] == 1) & (c["distribution"] == self.moe_routing))
         if not sel.any():
             raise TablesNotCovering(
-                f"cost_model.tables: no {dt} MoE rows measured for {m.name}'s experts "
+                f"cost_model.tables: no {dt} MoE rows ({self.moe_routing} routing) measured for {m.name}'s experts "
                 f"({m.num_experts} x {m.hidden_size}x{m.intermediate_size}, top-{m.num_experts_per_tok}) "
                 f"at TP {tp} on {self.hardware.name}")
         order = np.argsort(c["num_tokens"][sel], kind="stable")
@@ -586,7 +583,9 @@ class OperatorTableCostModel(StepPricer):
         return (f"operator tables (AIConfigurator, vLLM {self.version}, {self.gpu_dir.name}; "
                 f"{self.model.name}, {p.dtype} GEMMs as {self.gemm_dtype}, kv {p.kv_cache_dtype}, "
                 f"tp={self.tensor_parallel_size}, {mode} up to {self.max_capture} tokens, "
-                f"async scheduling {'on' if self.async_scheduling else 'off'})")
+                f"async scheduling {'on' if self.async_scheduling else 'off'}"
+                + (f", MoE experts from the fused-MoE table, {self.moe_routing} routing"
+                   if self.model.is_moe else "") + ")")
 
     def warnings(self) -> list[str]:
         return list(dict.fromkeys(self._warnings))
