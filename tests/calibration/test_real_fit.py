@@ -249,7 +249,7 @@ def test_shipped_real_profile_loads_and_applies(capsys):
 
     prof = load_profile(SHIPPED)
     assert prof.base == "operator_tables" and prof.fit["held_out_by"] == "model"
-    assert len(prof.fit["folds"]) == 3 and all(f["held_out"] not in f["train_models"] for f in prof.fit["folds"])
+    assert len(prof.fit["folds"]) == 4 and all(f["held_out"] not in f["train_models"] for f in prof.fit["folds"])
     sets = [f"cost_model.profile={SHIPPED}", "workload.num_requests=8"]
     if not TABLES.is_dir():  # its base pricer needs the tables: one line says so
         with pytest.raises(Exception, match="adjusts the operator_tables pricer"):
