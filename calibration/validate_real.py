@@ -110,7 +110,7 @@ class RunComparison:
 
 
 #: Mixture-of-experts architectures the simulator prices (``sim.catalog.models``).
-MODELLED_MOE = ("mixtral",)
+MODELLED_MOE = ("mixtral", "qwen3_moe")
 
 
 # --- scenario -----------------------------------------------------------------------------

@@ -89,6 +89,11 @@ def test_model_slugs_are_the_contract():
     ("qwen2.5-7b", 7.616e9),
     ("smollm2-135m", 134.5e6),
     ("mixtral-8x7b", 46.703e9),
+    ("qwen3-8b", 8.191e9),
+    ("qwen3-14b", 14.768e9),
+    ("qwen3-32b", 32.762e9),
+    ("qwen3-30b-a3b", 30.532e9),
+    ("qwen3-235b-a22b", 235.094e9),
 ])
 def test_parameter_count_from_shapes_matches_published(slug, params):
     assert get_model(slug).params == pytest.approx(params, rel=0.002)

@@ -103,3 +103,49 @@ def test_mixtral_roofline_scalar_and_vectorised_prices_are_bit_identical():
     scalar = [mix.price(s) for s in shapes]
     cols = {f: np.array([getattr(s, f) for s in shapes]) for f in SHAPE_FIELDS}
     assert mix.price_columns(cols).tolist() == scalar
+
+
+QWEN3_MOE_CONFIG = {  # Qwen/Qwen3-30B-A3B config.json (the keys kvplan reads)
+    "model_type": "qwen3_moe", "hidden_size": 2048, "intermediate_size": 6144,
+    "moe_intermediate_size": 768, "num_hidden_layers": 48, "num_attention_heads": 32,
+    "num_key_value_heads": 4, "head_dim": 128, "vocab_size": 151936,
+    "max_position_embeddings": 40960, "rope_theta": 1e6, "num_experts": 128,
+    "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [],
+    "tie_word_embeddings": False, "attention_bias": False,
+}
+
+
+@pytest.mark.parametrize("slug,total,active", [
+    ("qwen3-30b-a3b", 30.5e9, 3.3e9),      # model card: 30.5B total, 3.3B activated
+    ("qwen3-235b-a22b", 235e9, 22e9),      # model card: 235B total, 22B activated
+])
+def test_qwen3_moe_total_and_active_parameters_match_the_model_cards(slug, total, active):
+    m = get_model(slug)
+    assert m.params == pytest.approx(total, rel=0.01)
+    assert m.active_params == pytest.approx(active, rel=0.02)
+    assert m.qk_norm  # per-head q/k RMSNorm weights are counted
+
+
+def test_qwen3_moe_config_json_prices_the_expert_width(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(QWEN3_MOE_CONFIG))
+    spec = get_model(tmp_path)
+    ref = get_model("qwen3-30b-a3b")
+    assert spec.intermediate_size == 768 and (spec.num_experts, spec.num_experts_per_tok) == (128, 8)
+    assert spec.params == ref.params and spec.active_params == ref.active_params
+    dense = dict(QWEN3_MOE_CONFIG, model_type="qwen3", intermediate_size=12288)
+    for k in ("num_experts", "num_experts_per_tok", "moe_intermediate_size"):
+        dense.pop(k)
+    (tmp_path / "config.json").write_text(json.dumps(dense))
+    assert not get_model(tmp_path).is_moe and get_model(tmp_path).qk_norm
+    mixed = dict(QWEN3_MOE_CONFIG, mlp_only_layers=[0, 1])
+    (tmp_path / "config.json").write_text(json.dumps(mixed))
+    with pytest.raises(ConfigError, match="dense layers"):
+        get_model(tmp_path)
+
+
+def test_qwen3_moe_decode_reads_few_of_its_128_experts():
+    m = RooflineCostModel("qwen3-30b-a3b", "h100-sxm", "bfloat16")
+    mlp = lambda b: m.breakdown(StepShape(num_decode_seqs=b, decode_context_tokens=100 * b))["mlp"]
+    # 8 of 128 experts at one token, about 52 at 8 tokens (128 (1 - (120/128)^8)), all by ~300
+    assert touched_table(128, 8)[1] == pytest.approx(8.0)
+    assert mlp(1) < mlp(8) < mlp(64)

@@ -23,10 +23,13 @@ from sim.errors import ConfigError
 class ModelSpec:
     """A decoder-only transformer, dense or mixture-of-experts.
 
-    - ``num_experts`` / ``num_experts_per_tok``: 0 for a dense model; for a Mixtral-style MoE
-      every layer's MLP is ``num_experts`` experts of ``intermediate_size`` each, and a router
-      (``hidden x num_experts``) sends each token to ``num_experts_per_tok`` of them. All
-      experts are held in memory (``params``); a token computes through k (``active_params``).
+    - ``num_experts`` / ``num_experts_per_tok``: 0 for a dense model; for a mixture of experts
+      (Mixtral, Qwen3-MoE: every layer sparse, no shared expert) every layer's MLP is
+      ``num_experts`` experts of ``intermediate_size`` each (the expert's, e.g. Qwen3-MoE's
+      ``moe_intermediate_size``), and a router (``hidden x num_experts``) sends each token to
+      ``num_experts_per_tok`` of them. All experts are held in memory (``params``); a token
+      computes through k (``active_params``).
+    - ``qk_norm``: RMSNorm over each head's query and key (Qwen3); priced as part of the norms.
 
     - ``gated_mlp``: SwiGLU (gate, up, down: three h x ffn matrices) as in Llama, versus
       OPT's two-matrix ReLU MLP (fc1, fc2).
@@ -60,6 +63,7 @@ class ModelSpec:
     hf_id: Optional[str] = None
     num_experts: int = 0
     num_experts_per_tok: int = 0
+    qk_norm: bool = False
 
     def __post_init__(self) -> None:
         if (self.num_experts > 0) != (self.num_experts_per_tok > 0) or self.num_experts < 0:
@@ -127,6 +131,8 @@ class ModelSpec:
         """Biases and norm weights of one layer (kept in the activation dtype)."""
         h = self.hidden_size
         n = 2 * (h if self.norm == "rmsnorm" else 2 * h)
+        if self.qk_norm:
+            n += 2 * self.head_dim
         if self.qkv_bias or self.linear_bias:
             n += self.qkv_size
         if self.linear_bias:
@@ -197,6 +203,19 @@ _CATALOG: dict[str, ModelSpec] = {
                tie_word_embeddings=True, rope_theta=100000.0),
         _llama("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", 32, 4096, 32, 8, 14336, 32000,
                32768, rope_theta=1000000.0, num_experts=8, num_experts_per_tok=2),
+        _llama("qwen3-8b", "Qwen/Qwen3-8B", 36, 4096, 32, 8, 12288, 151936, 40960,
+               head_dim=128, qk_norm=True, rope_theta=1000000.0),
+        _llama("qwen3-14b", "Qwen/Qwen3-14B", 40, 5120, 40, 8, 17408, 151936, 40960,
+               head_dim=128, qk_norm=True, rope_theta=1000000.0),
+        _llama("qwen3-32b", "Qwen/Qwen3-32B", 64, 5120, 64, 8, 25600, 151936, 40960,
+               head_dim=128, qk_norm=True, rope_theta=1000000.0),
+        # Qwen3-MoE: intermediate_size is each expert's (the config's moe_intermediate_size).
+        _llama("qwen3-30b-a3b", "Qwen/Qwen3-30B-A3B", 48, 2048, 32, 4, 768, 151936, 40960,
+               head_dim=128, qk_norm=True, rope_theta=1000000.0, num_experts=128,
+               num_experts_per_tok=8),
+        _llama("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", 94, 4096, 64, 4, 1536, 151936, 40960,
+               head_dim=128, qk_norm=True, rope_theta=1000000.0, num_experts=128,
+               num_experts_per_tok=8),
     )
 }
 
@@ -254,12 +273,13 @@ def list_models() -> list[ModelSpec]:
     return list(_CATALOG.values())
 
 
-_LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral")
+_LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen3", "qwen3_moe")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = _LLAMA_LIKE + ("opt",)
 
 
 def load_hf_config(path: "str | os.PathLike[str]") -> ModelSpec:
-    """Read an HF ``config.json`` (Llama, Mistral, Qwen2, Mixtral or OPT architecture)."""
+    """Read an HF ``config.json`` (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE or OPT
+    architecture)."""
     path = os.fspath(path)
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     try:
@@ -294,9 +314,24 @@ def _name_from(cfg: dict, file: str) -> str:
     return str(raw).rstrip("/").split("/")[-1].lower() or "custom"
 
 
+def _experts(model_type: str, cfg: dict) -> tuple[int, int, int]:
+    """(experts, experts per token, the MLP width priced) of a llama-like config: 0, 0 and the
+    dense ``intermediate_size`` for a dense model; for Qwen3-MoE the expert's width, every
+    layer sparse (a config mixing dense and sparse layers is refused: not modelled)."""
+    if model_type == "mixtral":
+        return int(cfg["num_local_experts"]), int(cfg["num_experts_per_tok"]), int(cfg["intermediate_size"])
+    if model_type == "qwen3_moe":
+        if int(cfg.get("decoder_sparse_step", 1)) != 1 or cfg.get("mlp_only_layers"):
+            raise ValueError("Qwen3-MoE with dense layers (decoder_sparse_step != 1 or "
+                             "mlp_only_layers) is not modelled")
+        return int(cfg["num_experts"]), int(cfg["num_experts_per_tok"]), int(cfg["moe_intermediate_size"])
+    return 0, 0, int(cfg["intermediate_size"])
+
+
 def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
     hidden = int(cfg["hidden_size"])
     heads = int(cfg["num_attention_heads"])
+    experts, per_token, ffn = _experts(model_type, cfg)
     return ModelSpec(
         name=name,
         num_layers=int(cfg["num_hidden_layers"]),
@@ -304,7 +339,7 @@ def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
         num_heads=heads,
         num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
         head_dim=int(cfg.get("head_dim") or hidden // heads),
-        intermediate_size=int(cfg["intermediate_size"]),
+        intermediate_size=ffn,
         vocab_size=int(cfg["vocab_size"]),
         max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
         gated_mlp=True,
@@ -315,8 +350,9 @@ def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
         rope_theta=float(cfg.get("rope_theta", 10000.0)),
         sliding_window=(int(cfg["sliding_window"]) if cfg.get("sliding_window")
                         and cfg.get("use_sliding_window", model_type == "mistral") else None),
-        num_experts=int(cfg["num_local_experts"]) if model_type == "mixtral" else 0,
-        num_experts_per_tok=int(cfg["num_experts_per_tok"]) if model_type == "mixtral" else 0,
+        num_experts=experts,
+        num_experts_per_tok=per_token,
+        qk_norm=model_type in ("qwen3", "qwen3_moe"),
     )
 
 

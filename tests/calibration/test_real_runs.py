@@ -281,19 +281,19 @@ def test_mixtral_run_is_validated(tmp_path, capsys):
 
 
 def test_unmodelled_moe_run_is_skipped_in_one_line(tmp_path, capsys):
-    """A mixture of experts of a kind kvplan does not price yet (Qwen3-MoE) is refused by name."""
+    """A mixture of experts of a kind kvplan does not price yet (DeepSeek-V3) is refused by name."""
     import shutil
 
     if not GENERAL_7B.is_dir():
         pytest.skip("../shared real runs absent")
     root = tmp_path / "runs_h100"
-    run = root / "x-qwen3-30b-a3b-tp1-general"
+    run = root / "x-deepseek-v3-tp8-general"
     shutil.copytree(GENERAL_7B, run)
     cfg = yaml.safe_load((run / "exp-config.yaml").read_text())
-    cfg["model"] = "Qwen/Qwen3-30B-A3B"
+    cfg["model"] = "deepseek-ai/DeepSeek-V3"
     (run / "exp-config.yaml").write_text(yaml.safe_dump(cfg))
-    mc = root / "model_configs" / "Qwen3-30B-A3B"
+    mc = root / "model_configs" / "DeepSeek-V3"
     mc.mkdir(parents=True)
-    (mc / "config.json").write_text(json.dumps({"model_type": "qwen3_moe", "num_experts": 128}))
+    (mc / "config.json").write_text(json.dumps({"model_type": "deepseek_v3", "n_routed_experts": 256}))
     code, _, err = _cli(["validate", "--real", str(run), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "mixture-of-experts" in err
