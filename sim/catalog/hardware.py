@@ -126,6 +126,27 @@ _CATALOG: dict[str, HardwareSpec] = {
         _hopper("h100-sxm", 80, 3350, 2.99, "NVIDIA H100-SXM5-80GB",
                 ("h100", "h100-sxm5", "h100-80gb", "nvidia-h100-80gb-hbm3")),
         _hopper("h200", 141, 4800, 3.79, "NVIDIA H200-SXM-141GB", ("h200-sxm", "nvidia-h200")),
+        # NVIDIA HGX B200 (Blackwell, 1,000 W per GPU), per GPU: 180 GB HBM3e (1,440 GB per
+        # 8-GPU baseboard; CUDA reports 179 GiB), 8 TB/s; dense FP32 80 TF, TF32 1,100 TF,
+        # BF16/FP16 2,250 TF, FP8 4,500 TF, INT8 4,500 TOPS (half the HGX B200 sheet's "with
+        # sparsity" 4.5/9/9 PF; FP4's 9 PF dense is not priced yet); NVLink 5: 1.8 TB/s
+        # bidirectional (900 GB/s each way) through NVSwitch; host link PCIe Gen5 x16
+        # (64 GB/s); DGX B200: 8 GPUs, 8x ConnectX-7 400 Gb/s (50 GB/s per GPU).
+        HardwareSpec(
+            name="b200",
+            memory_bytes=180 * GiB,
+            memory_bandwidth=8000 * GB,
+            peak_flops={"fp32": 80 * TFLOPS, "tf32": 1100 * TFLOPS, "fp16": 2250 * TFLOPS,
+                        "bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "int8": 4500 * TFLOPS},
+            interconnect="NVLink 5 (NVSwitch)",
+            interconnect_bandwidth=900 * GB,
+            pcie_bandwidth=64 * GB,
+            network_bandwidth=50 * GB,
+            gpus_per_node=8,
+            usd_per_gpu_hour=5.99,
+            description="NVIDIA B200 (HGX, 180GB)",
+            aliases=("b200-sxm", "nvidia-b200", "hgx-b200"),
+        ),
         # NVIDIA L40S datasheet: 48 GB GDDR6 864 GB/s; FP32 91.6 TF, TF32 183 TF,
         # BF16/FP16 362.05 TF, FP8 733 TF, INT8 733 TOPS (dense); no NVLink: GPUs talk over
         # PCIe Gen4 x16 (32 GB/s per direction).
