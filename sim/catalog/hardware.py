@@ -147,6 +147,62 @@ _CATALOG: dict[str, HardwareSpec] = {
             description="NVIDIA B200 (HGX, 180GB)",
             aliases=("b200-sxm", "nvidia-b200", "hgx-b200"),
         ),
+        # NVIDIA GB200 NVL72, per GPU (1,200 W): 186 GB HBM3e (13.4 TB per 72 GPUs), 8 TB/s
+        # (576 TB/s per rack); dense FP32 80 TF, TF32 1,250 TF, BF16/FP16 2,500 TF, FP8 5,000 TF,
+        # INT8 5,000 TOPS (half the NVL72 sheet's sparse 180/360/720/720 PF over 72 GPUs);
+        # NVLink 5, 1.8 TB/s bidirectional, one NVLink domain of 72 GPUs; host link NVLink-C2C
+        # to Grace, 900 GB/s bidirectional (450 GB/s each way, what KV offload to CPU crosses).
+        HardwareSpec(
+            name="gb200",
+            memory_bytes=186 * GiB,
+            memory_bandwidth=8000 * GB,
+            peak_flops={"fp32": 80 * TFLOPS, "tf32": 1250 * TFLOPS, "fp16": 2500 * TFLOPS,
+                        "bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "int8": 5000 * TFLOPS},
+            interconnect="NVLink 5 (NVL72 rack)",
+            interconnect_bandwidth=900 * GB,
+            pcie_bandwidth=450 * GB,
+            network_bandwidth=50 * GB,
+            gpus_per_node=72,
+            usd_per_gpu_hour=6.99,
+            description="NVIDIA GB200 NVL72, per GPU (186GB)",
+            aliases=("gb200-nvl72", "nvidia-gb200"),
+        ),
+        # NVIDIA H20 (Hopper, export-compliant): 96 GB HBM3, 4.0 TB/s; dense FP32 44 TF,
+        # TF32 74 TF, BF16/FP16 148 TF, FP8 296 TF, INT8 296 TOPS; NVLink 4, 900 GB/s
+        # bidirectional; PCIe Gen5 x16 (64 GB/s); 8 GPUs per HGX node.
+        HardwareSpec(
+            name="h20",
+            memory_bytes=96 * GiB,
+            memory_bandwidth=4000 * GB,
+            peak_flops={"fp32": 44 * TFLOPS, "tf32": 74 * TFLOPS, "fp16": 148 * TFLOPS,
+                        "bf16": 148 * TFLOPS, "fp8": 296 * TFLOPS, "int8": 296 * TFLOPS},
+            interconnect="NVLink 4 (NVSwitch)",
+            interconnect_bandwidth=450 * GB,
+            pcie_bandwidth=64 * GB,
+            network_bandwidth=50 * GB,
+            gpus_per_node=8,
+            usd_per_gpu_hour=1.50,
+            description="NVIDIA H20 96GB",
+            aliases=("nvidia-h20", "h20-96gb"),
+        ),
+        # NVIDIA L4 datasheet: 24 GB GDDR6, 300 GB/s; FP32 30.3 TF, TF32 60 TF, BF16/FP16
+        # 121 TF, FP8 242.5 TF, INT8 242.5 TOPS (dense: half the sheet's sparse figures); no
+        # NVLink, PCIe Gen4 x16 (32 GB/s). GCP g2-standard-8 on-demand: about $0.85/h.
+        HardwareSpec(
+            name="l4",
+            memory_bytes=24 * GiB,
+            memory_bandwidth=300 * GB,
+            peak_flops={"fp32": 30.3 * TFLOPS, "tf32": 60 * TFLOPS, "fp16": 121 * TFLOPS,
+                        "bf16": 121 * TFLOPS, "fp8": 242.5 * TFLOPS, "int8": 242.5 * TFLOPS},
+            interconnect="PCIe Gen4 x16",
+            interconnect_bandwidth=32 * GB,
+            pcie_bandwidth=32 * GB,
+            network_bandwidth=12.5 * GB,
+            gpus_per_node=8,
+            usd_per_gpu_hour=0.85,
+            description="NVIDIA L4 24GB",
+            aliases=("nvidia-l4",),
+        ),
         # NVIDIA L40S datasheet: 48 GB GDDR6 864 GB/s; FP32 91.6 TF, TF32 183 TF,
         # BF16/FP16 362.05 TF, FP8 733 TF, INT8 733 TOPS (dense); no NVLink: GPUs talk over
         # PCIe Gen4 x16 (32 GB/s per direction).
@@ -202,6 +258,25 @@ _CATALOG: dict[str, HardwareSpec] = {
             usd_per_gpu_hour=2.50,
             description="AMD Instinct MI300X 192GB",
             aliases=("amd-mi300x", "instinct-mi300x"),
+        ),
+        # AMD Instinct MI325X datasheet: 256 GB HBM3E, 6 TB/s; MI300X's compute (FP32 163.4 TF
+        # matrix, TF32 653.7 TF, BF16/FP16 1,307.4 TF, FP8 2,614.9 TF, INT8 2,614.9 TOPS dense);
+        # Infinity Fabric 896 GB/s bidirectional; PCIe Gen5 x16; 8 GPUs per platform.
+        HardwareSpec(
+            name="mi325x",
+            memory_bytes=256 * GiB,
+            memory_bandwidth=6000 * GB,
+            peak_flops={"fp32": 163.4 * TFLOPS, "tf32": 653.7 * TFLOPS,
+                        "fp16": 1307.4 * TFLOPS, "bf16": 1307.4 * TFLOPS,
+                        "fp8": 2614.9 * TFLOPS, "int8": 2614.9 * TFLOPS},
+            interconnect="AMD Infinity Fabric",
+            interconnect_bandwidth=448 * GB,
+            pcie_bandwidth=64 * GB,
+            network_bandwidth=50 * GB,
+            gpus_per_node=8,
+            usd_per_gpu_hour=3.00,
+            description="AMD Instinct MI325X 256GB",
+            aliases=("amd-mi325x", "instinct-mi325x"),
         ),
     )
 }
