@@ -48,6 +48,9 @@ def simulate(
         result.write(out)
     for warning in result.summary.get("warnings", []):
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+    message = result.summary.get("overload", {}).get("message")
+    if message:  # the first thing a planner must know about the numbers below
+        err.print(f"[red]{message}[/red]", highlight=False, soft_wrap=True)
     if as_json:
         typer.echo(json.dumps(result.summary, indent=2))
     else:

@@ -78,6 +78,42 @@ def meets_slo(req: Request, ttft_ms: Optional[float], tpot_ms: Optional[float]) 
     return True
 
 
+#: A queue "grows" when the TTFT of the last fifth of arrivals exceeds the first fifth's by more
+#: than this and by more than 2x (a server that keeps up has flat TTFT over a run).
+OVERLOAD_TTFT_GROWTH_S = 1.0
+
+
+def overload(requests: Sequence[Request]) -> dict:
+    """Whether the server kept up: the arrival rate, the rate requests were served, and whether
+    waiting grew over the run (TTFT of the last fifth of arrivals against the first fifth's).
+    ``message`` is a plain sentence when overloaded (what a planner must see first), else None.
+    A run whose requests do not all finish counts as overloaded too."""
+    reqs = sorted(requests, key=lambda r: r.arrival_time)
+    fin = [r for r in reqs if r.state is RequestState.FINISHED and r.token_times]
+    out: dict = {"overloaded": False, "arrival_rate": None, "served_rate": None,
+                 "ttft_first_fifth_ms": None, "ttft_last_fifth_ms": None, "message": None}
+    if len(reqs) > 1 and reqs[-1].arrival_time > reqs[0].arrival_time:
+        out["arrival_rate"] = (len(reqs) - 1) / (reqs[-1].arrival_time - reqs[0].arrival_time)
+    if not fin:
+        return out
+    end = max(r.finish_time for r in fin)
+    out["served_rate"] = len(fin) / max(end - reqs[0].arrival_time, 1e-12)
+    fifth = max(1, len(fin) // 5)
+    first = float(np.mean([r.token_times[0] - r.arrival_time for r in fin[:fifth]]))
+    last = float(np.mean([r.token_times[0] - r.arrival_time for r in fin[-fifth:]]))
+    out["ttft_first_fifth_ms"], out["ttft_last_fifth_ms"] = 1000 * first, 1000 * last
+    unfinished = sum(r.state is not RequestState.FINISHED and r.state is not RequestState.REJECTED
+                     for r in reqs)
+    grows = last - first > OVERLOAD_TTFT_GROWTH_S and last > 2 * first
+    if grows or unfinished:
+        out["overloaded"] = True
+        rate = f"{out['arrival_rate']:.2f}" if out["arrival_rate"] is not None else "?"
+        out["message"] = (f"overloaded: arrivals {rate} req/s, served {out['served_rate']:.2f} "
+                          f"req/s, queue growing (mean TTFT {1000 * first:,.0f} ms for the first "
+                          f"fifth of arrivals, {1000 * last:,.0f} ms for the last)")
+    return out
+
+
 def kv_breakdown(steps: dict[str, list]) -> dict:
     """Duration-weighted KV fractions over the steps with a waiting request (or all steps)."""
     dur = np.asarray(steps["duration_s"], dtype=float)
@@ -150,4 +186,5 @@ def summarize(requests: Sequence[Request], steps: dict[str, list], *,
         }
     if rejected:
         summary["rejected_examples"] = sorted({r.reject_reason for r in rejected})[:3]
+    summary["overload"] = overload(requests)
     return summary

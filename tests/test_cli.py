@@ -228,3 +228,21 @@ def test_os_errors_on_user_paths_are_one_line_exit_2(monkeypatch, capsys, exc, n
 def test_usage_errors_are_one_line_exit_2():
     assert_one_line_error(kvplan("simulate", "--bogus"), "--bogus")
     assert_one_line_error(kvplan("capacity", "--slo", "ttft_p99_ms=500", "--seeds", "many"), "--seeds")
+
+
+def test_a_server_that_cannot_keep_up_is_said_in_plain_words(tmp_path):
+    """summary.json's ``overload`` and the CLI's red line: arrivals, served rate, queue growing
+    (the What-if page shows the same sentence above its tiles); nothing at a light load."""
+    from sim.api import simulate
+
+    heavy = simulate(None, overrides=["workload.num_requests=600", "workload.arrival.rate=40"])
+    o = heavy.summary["overload"]
+    assert o["overloaded"] and o["arrival_rate"] > 30 and o["served_rate"] < 0.8 * o["arrival_rate"]
+    assert o["message"].startswith("overloaded: arrivals") and "queue growing" in o["message"]
+    assert o["ttft_last_fifth_ms"] > 2 * o["ttft_first_fifth_ms"]
+    light = simulate(None, overrides=["workload.num_requests=200", "workload.arrival.rate=2"])
+    assert light.summary["overload"]["overloaded"] is False and light.summary["overload"]["message"] is None
+    proc = subprocess.run([sys.executable, "-m", "cli.main", "simulate", "--no-progress", "--set",
+                           "workload.num_requests=600", "--set", "workload.arrival.rate=40"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "overloaded: arrivals" in proc.stderr

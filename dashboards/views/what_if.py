@@ -52,6 +52,8 @@ except common.KvplanError as exc:
     st.stop()
 
 s = record["summary"]
+if (s.get("overload") or {}).get("message"):  # a server that cannot keep up is said first
+    st.error(s["overload"]["message"])
 cols = st.columns(4)
 cols[0].metric("Completed / rejected", f"{s['completed']} / {s['rejected']}")
 cols[1].metric("Output tok/s per GPU", f"{s['output_throughput_per_gpu']:,.0f}")
