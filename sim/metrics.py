@@ -119,6 +119,7 @@ def kv_breakdown(steps: dict[str, list]) -> dict:
     dur = np.asarray(steps["duration_s"], dtype=float)
     if dur.size == 0:
         out = {k: 0.0 for k in KV_FIELDS}
+        out["fragmentation_of_used"] = out["token_states_of_used"] = 0.0
         out["averaged_over"] = "no steps"
         return out
     waiting = np.asarray(steps["num_waiting"]) > 0
@@ -128,6 +129,18 @@ def kv_breakdown(steps: dict[str, list]) -> dict:
     total[total == 0] = 1.0
     w = dur[mask]
     out = {k: float(np.sum(cols[k] / total * w) / w.sum()) for k in KV_FIELDS}
+    # The same split as a share of the memory in use (not free): at light load fragmentation
+    # is a sliver of all memory but may be a large part of what requests hold, which is where
+    # block size shows.
+    used = total - cols["free"]
+    held = used > 0
+    if held.any():
+        wu = w[held]
+        frag = (cols["internal_fragmentation"] + cols["external_fragmentation"])[held] / used[held]
+        out["fragmentation_of_used"] = float(np.sum(frag * wu) / wu.sum())
+        out["token_states_of_used"] = float(np.sum(cols["token_states"][held] / used[held] * wu) / wu.sum())
+    else:
+        out["fragmentation_of_used"] = out["token_states_of_used"] = 0.0
     out["averaged_over"] = over
     out["time_with_waiting_s"] = float(dur[waiting].sum())
     return out

@@ -51,6 +51,9 @@ def summary_table(summary: dict, title: str = "kvplan simulation") -> Table:
     t.add_row("reserved", f"{kv['reserved']:.1%}")
     t.add_row("internal / external fragmentation",
               f"{kv['internal_fragmentation']:.1%} / {kv['external_fragmentation']:.1%}")
+    if "fragmentation_of_used" in kv:
+        t.add_row("of memory in use: tokens / fragmentation",
+                  f"{kv['token_states_of_used']:.1%} / {kv['fragmentation_of_used']:.1%}")
     t.add_row("free", f"{kv['free']:.1%}")
     t.add_row("preemptions", _fmt(kv["preemptions"]))
     t.add_row("prefix cache hit rate", f"{kv['prefix_cache_hit_rate']:.1%}")

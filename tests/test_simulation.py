@@ -381,3 +381,19 @@ def test_every_scheduler_fills_memory_before_queueing(policy, allocator):
     sim.run()
     assert max(sim.log.columns()["num_running"]) == 8
     assert all(r.state is RequestState.FINISHED for r in reqs)
+
+
+def test_kv_split_of_memory_in_use_shows_what_block_size_and_reservation_cost():
+    """At light load fragmentation is a sliver of all KV memory; as a share of the memory in use
+    it shows what bigger blocks and max-length reservations waste (summary kv_cache
+    ``token_states_of_used`` / ``fragmentation_of_used``, time-averaged like the rest)."""
+    light = ["workload.num_requests=300", "workload.arrival.rate=2"]
+    kv = lambda *o: simulate(None, overrides=light + list(o)).summary["kv_cache"]
+    small, big = kv("kv_cache.block_size=16"), kv("kv_cache.block_size=128")
+    assert small["token_states_of_used"] > big["token_states_of_used"] + 0.05
+    assert big["fragmentation_of_used"] > small["fragmentation_of_used"]
+    contiguous = kv("kv_cache.allocator=contiguous")
+    all_mem = contiguous["internal_fragmentation"] + contiguous["external_fragmentation"]
+    assert all_mem < 0.2 < 0.5 < contiguous["fragmentation_of_used"]
+    for k in (small, big, contiguous):
+        assert 0.0 <= k["fragmentation_of_used"] <= 1.0 and 0.0 <= k["token_states_of_used"] <= 1.0

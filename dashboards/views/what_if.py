@@ -62,7 +62,9 @@ cols[3].metric("TPOT p99 (ms)", f"{s['p99_tpot_ms']:,.2f}" if s["p99_tpot_ms"] i
 cols = st.columns(4)
 kv = s["kv_cache"]
 cols[0].metric("KV holding token states", f"{kv['token_states']:.1%}", help=f"averaged over {kv['averaged_over']}")
-cols[1].metric("KV fragmentation (int + ext)", f"{kv['internal_fragmentation'] + kv['external_fragmentation']:.1%}")
+cols[1].metric("KV fragmentation (int + ext)", f"{kv['internal_fragmentation'] + kv['external_fragmentation']:.1%}",
+               help=(f"of all KV memory; {kv['fragmentation_of_used']:.1%} of the memory in use"
+                     if "fragmentation_of_used" in kv else "of all KV memory"))
 cols[2].metric("Preemptions", f"{kv['preemptions']:,}")
 if "goodput" in s:
     cols[3].metric("Goodput (req/s)", f"{s['goodput']:.2f}", help=f"SLO attainment {s['slo_attainment']:.1%}")
