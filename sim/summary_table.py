@@ -14,6 +14,23 @@ def _fmt(v, digits: int = 2) -> str:
     return f"{v:,}" if isinstance(v, int) else str(v)
 
 
+#: (unit, milliseconds per unit, decimals), smallest first: a latency section is shown in the
+#: largest unit its p99 reaches twice over (an overloaded run's TTFT of 1,305,857 ms reads as
+#: 21.8 min, not seven digits of milliseconds).
+LATENCY_UNITS = (("ms", 1.0, 2), ("s", 1000.0, 2), ("min", 60_000.0, 1))
+
+
+def latency_unit(values_ms) -> tuple[str, float, int]:
+    """The unit for a set of millisecond values (``None`` ignored): ms below 10 s, seconds
+    below 10 min, minutes above."""
+    top = max((v for v in values_ms if v is not None), default=0.0)
+    if top >= 600_000:
+        return LATENCY_UNITS[2]
+    if top >= 10_000:
+        return LATENCY_UNITS[1]
+    return LATENCY_UNITS[0]
+
+
 def summary_table(summary: dict, title: str = "kvplan simulation") -> Table:
     sc = summary.get("scenario", {})
     t = Table(title=title, show_header=False, title_justify="left", pad_edge=False)
@@ -42,9 +59,12 @@ def summary_table(summary: dict, title: str = "kvplan simulation") -> Table:
         t.add_row("SLO attainment", f"{summary['slo_attainment']:.1%}")
     for name, label in (("ttft", "Time to first token"), ("tpot", "Time per output token"),
                         ("itl", "Inter-token latency"), ("e2el", "End-to-end latency")):
-        section(f"{label} (ms)")
-        t.add_row("mean / median", f"{_fmt(summary[f'mean_{name}_ms'])} / {_fmt(summary[f'median_{name}_ms'])}")
-        t.add_row("p90 / p99", f"{_fmt(summary[f'p90_{name}_ms'])} / {_fmt(summary[f'p99_{name}_ms'])}")
+        stats = [summary[f"{st}_{name}_ms"] for st in ("mean", "median", "p90", "p99")]
+        unit, per, digits = latency_unit(stats)
+        v = [None if x is None else x / per for x in stats]
+        section(f"{label} ({unit})")
+        t.add_row("mean / median", f"{_fmt(v[0], digits)} / {_fmt(v[1], digits)}")
+        t.add_row("p90 / p99", f"{_fmt(v[2], digits)} / {_fmt(v[3], digits)}")
     kv = summary["kv_cache"]
     section(f"KV memory ({kv['averaged_over']})")
     t.add_row("token states", f"{kv['token_states']:.1%}")

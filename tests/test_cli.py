@@ -246,3 +246,19 @@ def test_a_server_that_cannot_keep_up_is_said_in_plain_words(tmp_path):
                            "workload.num_requests=600", "--set", "workload.arrival.rate=40"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "overloaded: arrivals" in proc.stderr
+
+
+def test_summary_table_scales_latency_units():
+    """Millions of ms read as minutes, tens of thousands as seconds, the rest stays in ms."""
+    from sim.summary_table import latency_unit
+
+    assert latency_unit([12.5, 40.0, None])[0] == "ms"
+    assert latency_unit([900.0, 25_000.0])[0] == "s"
+    assert latency_unit([576_531.7, 1_305_857.0])[0] == "min"
+    assert latency_unit([None, None])[0] == "ms"
+    # 1,000 requests at 100 req/s: TTFT p99 of 30-50 s whichever pricer (tables or roofline)
+    proc = subprocess.run([sys.executable, "-m", "cli.main", "simulate", "--no-progress", "--set",
+                           "workload.num_requests=1000", "--set", "workload.arrival.rate=100"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0
+    assert "Time to first token (s)" in proc.stdout and "Time per output token (ms)" in proc.stdout
