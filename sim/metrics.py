@@ -34,8 +34,8 @@ def _stats(values_s: np.ndarray, consume: bool = False) -> dict[str, Optional[fl
         ms *= 1000.0
     else:
         ms = values_s * 1000.0
-    out = {"mean": float(ms.mean()), "median": None, "std": float(ms.std())}
-    out["median"] = float(np.median(ms, overwrite_input=True))
+    mean, std = float(ms.mean()), float(ms.std())  # before the median reorders ``ms``
+    out = {"mean": mean, "median": float(np.median(ms, overwrite_input=True)), "std": std}
     for p, v in zip(PERCENTILES, np.percentile(ms, PERCENTILES, overwrite_input=True)):
         out[f"p{p}"] = float(v)
     return out

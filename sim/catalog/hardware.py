@@ -118,6 +118,30 @@ def _hopper(name: str, memory_gib: int, bandwidth_gbs: float, usd: float, desc: 
     )
 
 
+def _cdna3(name: str, memory_gib: int, bandwidth_gbs: float, usd: float, desc: str,
+           aliases: tuple[str, ...]) -> HardwareSpec:
+    # AMD Instinct MI300X / MI325X datasheets (CDNA 3, same compute): FP32 163.4 TF (matrix),
+    # TF32 653.7 TF, BF16/FP16 1,307.4 TF, FP8 2,614.9 TF, INT8 2,614.9 TOPS (dense);
+    # Infinity Fabric: 7 links, 896 GB/s aggregate bidirectional (448 GB/s each way);
+    # PCIe Gen5 x16 (64 GB/s per direction); 8 GPUs per OAM platform.
+    return HardwareSpec(
+        name=name,
+        memory_bytes=memory_gib * GiB,
+        memory_bandwidth=bandwidth_gbs * GB,
+        peak_flops={"fp32": 163.4 * TFLOPS, "tf32": 653.7 * TFLOPS,
+                    "fp16": 1307.4 * TFLOPS, "bf16": 1307.4 * TFLOPS,
+                    "fp8": 2614.9 * TFLOPS, "int8": 2614.9 * TFLOPS},
+        interconnect="AMD Infinity Fabric",
+        interconnect_bandwidth=448 * GB,
+        pcie_bandwidth=64 * GB,
+        network_bandwidth=50 * GB,
+        gpus_per_node=8,
+        usd_per_gpu_hour=usd,
+        description=desc,
+        aliases=aliases,
+    )
+
+
 _CATALOG: dict[str, HardwareSpec] = {
     spec.name: spec
     for spec in (
@@ -239,45 +263,12 @@ _CATALOG: dict[str, HardwareSpec] = {
             description="NVIDIA A10G 24GB (AWS G5)",
             aliases=("a10", "nvidia-a10g"),
         ),
-        # AMD Instinct MI300X datasheet: 192 GB HBM3 5.3 TB/s; FP32 163.4 TF (matrix),
-        # TF32 653.7 TF, BF16/FP16 1,307.4 TF, FP8 2,614.9 TF, INT8 2,614.9 TOPS (dense);
-        # Infinity Fabric: 7 links, 896 GB/s aggregate bidirectional (448 GB/s each way);
-        # PCIe Gen5 x16 (64 GB/s per direction); 8 GPUs per OAM platform.
-        HardwareSpec(
-            name="mi300x",
-            memory_bytes=192 * GiB,
-            memory_bandwidth=5300 * GB,
-            peak_flops={"fp32": 163.4 * TFLOPS, "tf32": 653.7 * TFLOPS,
-                        "fp16": 1307.4 * TFLOPS, "bf16": 1307.4 * TFLOPS,
-                        "fp8": 2614.9 * TFLOPS, "int8": 2614.9 * TFLOPS},
-            interconnect="AMD Infinity Fabric",
-            interconnect_bandwidth=448 * GB,
-            pcie_bandwidth=64 * GB,
-            network_bandwidth=50 * GB,
-            gpus_per_node=8,
-            usd_per_gpu_hour=2.50,
-            description="AMD Instinct MI300X 192GB",
-            aliases=("amd-mi300x", "instinct-mi300x"),
-        ),
-        # AMD Instinct MI325X datasheet: 256 GB HBM3E, 6 TB/s; MI300X's compute (FP32 163.4 TF
-        # matrix, TF32 653.7 TF, BF16/FP16 1,307.4 TF, FP8 2,614.9 TF, INT8 2,614.9 TOPS dense);
-        # Infinity Fabric 896 GB/s bidirectional; PCIe Gen5 x16; 8 GPUs per platform.
-        HardwareSpec(
-            name="mi325x",
-            memory_bytes=256 * GiB,
-            memory_bandwidth=6000 * GB,
-            peak_flops={"fp32": 163.4 * TFLOPS, "tf32": 653.7 * TFLOPS,
-                        "fp16": 1307.4 * TFLOPS, "bf16": 1307.4 * TFLOPS,
-                        "fp8": 2614.9 * TFLOPS, "int8": 2614.9 * TFLOPS},
-            interconnect="AMD Infinity Fabric",
-            interconnect_bandwidth=448 * GB,
-            pcie_bandwidth=64 * GB,
-            network_bandwidth=50 * GB,
-            gpus_per_node=8,
-            usd_per_gpu_hour=3.00,
-            description="AMD Instinct MI325X 256GB",
-            aliases=("amd-mi325x", "instinct-mi325x"),
-        ),
+        # MI300X: 192 GB HBM3 at 5.3 TB/s (AMD Instinct MI300X datasheet).
+        _cdna3("mi300x", 192, 5300, 2.50, "AMD Instinct MI300X 192GB",
+               ("amd-mi300x", "instinct-mi300x")),
+        # MI325X: MI300X's compute with 256 GB HBM3E at 6 TB/s (AMD Instinct MI325X datasheet).
+        _cdna3("mi325x", 256, 6000, 3.00, "AMD Instinct MI325X 256GB",
+               ("amd-mi325x", "instinct-mi325x")),
     )
 }
 

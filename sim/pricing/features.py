@@ -82,11 +82,11 @@ def gemm_rows(s: Any) -> Any:
 
 
 def sampled_rows(s: Any) -> Any:
-    """Rows whose logits the engine computes: one per decoding sequence, one per draft token
-    verified, one per prefilling sequence (a prompt chunk that does not finish its prompt
+    """Rows whose logits the engine computes (every pricer's LM head): one per prefilling
+    sequence, one per decoding sequence, one per draft token verified (a prompt chunk that does not finish its prompt
     samples nothing in the engine; counting it is the approximation, small where chunks are
     rare)."""
-    return s.num_decode_seqs + s.num_spec_tokens + s.num_prefill_seqs
+    return s.num_prefill_seqs + s.num_decode_seqs + s.num_spec_tokens
 
 
 def is_busy(s: Any) -> Any:

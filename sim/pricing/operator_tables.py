@@ -46,6 +46,7 @@ from sim.errors import ConfigError
 from sim.memory_plan import check_parallel, kv_heads_per_gpu
 from sim.policies.step import StepShape
 from sim.pricing.base import Max, ShapeColumns, StepPricer, register_pricer
+from sim.pricing.features import sampled_rows
 from sim.pricing.roofline import RooflineCostModel
 from sim.pricing.table_data import (
     GPU_TABLE_DIRS, TableError, default_tables_root, gpu_dir, latest_file, read_columns,
@@ -526,7 +527,7 @@ class OperatorTableCostModel(StepPricer):
         eager = (1 - graphable) * (rows > 0)
         gpu = (full * (kernels + GRAPH_LAUNCH_S) + piece * mx(kernels, self._piece_launch)
                + eager * mx(kernels, self._eager_launch))
-        logits = (rows > 0) * (P + D + spec)
+        logits = (rows > 0) * sampled_rows(s)
         lm = (logits > 0) * (head(logits) + self._sample_per_row * logits + 2 * KERNEL_LAUNCH_S)
         swap = self._roof.swap_time(s.num_swap_tokens)
         cpu = self._cpu_step + self._cpu_seq * (P + D)

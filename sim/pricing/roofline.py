@@ -32,6 +32,7 @@ from sim.memory_plan import check_parallel, kv_bytes_per_token, kv_heads_per_gpu
 from sim.policies.step import StepShape
 from sim.pricing.base import Max, ShapeColumns, StepPricer, register_pricer
 from sim.pricing.experts import ExpertLayer
+from sim.pricing.features import sampled_rows
 
 
 @dataclass(frozen=True)
@@ -346,18 +347,17 @@ class RooflineCostModel(StepPricer):
         prefill = layers * self.attn_prefill_time(prefill_tokens, s.prefill_attention_work,
                                                   s.prefill_context_tokens, mx)
         attn_decode = layers * self.attn_decode_time(decode, s.decode_context_tokens, spec, mx)
-        head = (rows > 0) * self.lm_head_time(s.num_prefill_seqs + decode + spec, mx)
+        head = (rows > 0) * self.lm_head_time(sampled_rows(s), mx)
         swap = self.swap_time(s.num_swap_tokens)
         if parts is not None:
             parts.update(attn_prefill=prefill, attn_decode=attn_decode, lm_head=head, swap=swap)
         busy = (rows > 0) | (s.num_swap_tokens > 0)
+        experts = 0.0  # a dense model's MLP is in rows_time; an exact 0.0 changes no sum
         if self._experts is not None:
             experts = layers * self._experts.time(rows, mx)
             if parts is not None:
                 parts["experts"] = experts
-            return busy * (rows_time(rows) + experts + prefill + attn_decode + head + swap
-                           + e.cpu_step_s + e.cpu_per_seq_s * (s.num_prefill_seqs + decode))
-        return busy * (rows_time(rows) + prefill + attn_decode + head + swap
+        return busy * (rows_time(rows) + experts + prefill + attn_decode + head + swap
                        + e.cpu_step_s + e.cpu_per_seq_s * (s.num_prefill_seqs + decode))
 
     def price(self, shape: StepShape) -> float:

@@ -121,8 +121,7 @@ class KVAllocator(ABC):
         end = min(len(reqs), start + limit)
         for i in range(start, end):
             req = reqs[i]
-            if req.prompt_len + req.num_output_tokens - req.num_computed_tokens != 1 \
-                    or not self.allocate(req, 1):
+            if req.num_uncomputed_tokens != 1 or not self.allocate(req, 1):
                 break
             n += 1
         return n
