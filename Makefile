@@ -3,23 +3,37 @@
 # playwright) and runs it. All are idempotent on a fresh clone.
 #
 # Two stamps because the demo (the simulator) needs none of the heavy extras: a fresh clone's
-# `make install && make demo` installs simpy, numpy, scipy, pyyaml, typer, rich and tqdm only.
+# `make install && make demo` installs simpy, numpy, scipy, pyarrow, pyyaml, typer, rich and tqdm,
+# plus mypy to compile the simulator's hot path (make native; sim/native.py).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CORE_STAMP := $(VENV)/.installed-core
 DEV_STAMP := $(VENV)/.installed
+# The simulator's hot modules compiled with mypyc (sim/native.py): rebuilt when a source changes.
+# A failed build (no C compiler) is one line, and the simulator then runs as Python.
+NATIVE_STAMP := $(VENV)/.native
+NATIVE_SOURCES := $(wildcard sim/policies/*.py sim/policies/*/*.py) sim/fast_decode.py \
+	sim/simulation.py sim/native.py sim/native_build.py
 
-.PHONY: install install-dev demo test test-all bench clean
+.PHONY: install install-dev native demo test test-all bench clean
 
-install: $(CORE_STAMP)
+install: $(CORE_STAMP) $(NATIVE_STAMP)
 
 install-dev: $(DEV_STAMP)
 
 $(CORE_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e .
+	$(BIN)/pip install -q -e '.[native]'
 	touch $(CORE_STAMP)
+
+$(NATIVE_STAMP): $(CORE_STAMP) $(NATIVE_SOURCES)
+	$(BIN)/python -m sim.native_build || true
+	touch $(NATIVE_STAMP)
+
+native: $(CORE_STAMP)
+	$(BIN)/python -m sim.native_build
+	touch $(NATIVE_STAMP)
 
 $(DEV_STAMP): $(CORE_STAMP)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -32,17 +46,18 @@ $(DEV_STAMP): $(CORE_STAMP)
 demo: install
 	$(BIN)/kvplan simulate --out runs/demo
 
-test: install-dev
+test: install-dev $(NATIVE_STAMP)
 	$(BIN)/python -m pytest
 
-test-all: install-dev
+test-all: install-dev $(NATIVE_STAMP)
 	$(BIN)/python -m pytest -m "not gpu"
 
-bench: install-dev
+bench: install-dev $(NATIVE_STAMP)
 	$(BIN)/python benchmarks/paged_vs_contiguous.py
 	$(BIN)/python benchmarks/sim_speed.py
 	$(BIN)/python benchmarks/cost_model_vs_vidur.py
 	$(BIN)/python benchmarks/runtime_vs_hf.py
 
 clean:
-	rm -rf $(VENV) runs .pytest_cache
+	test ! -x $(BIN)/python || $(BIN)/python -m sim.native_build clean
+	rm -rf $(VENV) runs .pytest_cache build/mypyc

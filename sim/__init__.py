@@ -6,3 +6,7 @@ prefix cache) -> ``sim.simulation`` (simpy executor, timed by a ``sim.pricing`` 
 """
 
 __version__ = "0.1.0"
+
+from sim import native as _native
+
+_native.activate()  # before any compiled module loads: a stale build must not run

@@ -137,7 +137,7 @@ class BulkDecode:
             alloc.cache_full_blocks(req)
         # (step, phase, batch position); phase 0 allocates before step 1..k-1 runs, phase 1
         # publishes after step 1..k-2. Sorted, they run in the step-by-step order.
-        events = []
+        events: list[tuple[int, int, int]] = []
         for j, c in enumerate(c0):
             first_alloc = (-c) % bs or bs  # smallest i >= 1 with (c + i) % bs == 0
             events.extend((i, 0, j) for i in range(first_alloc, k, bs))

@@ -45,8 +45,9 @@ class StepLog:
     def columns(self) -> dict[str, list]:
         """Columns in time order (a bulk decode window logs ahead of other replicas' steps)."""
         rows = sorted(self.rows, key=lambda r: (r[_START], r[_REPLICA]))
-        cols = list(zip(*rows)) if rows else [[] for _ in STEP_COLUMNS]
-        return {name: list(col) for name, col in zip(STEP_COLUMNS, cols)}
+        if not rows:
+            return {name: [] for name in STEP_COLUMNS}
+        return {name: list(col) for name, col in zip(STEP_COLUMNS, zip(*rows))}
 
 
 class Replica:
@@ -98,8 +99,9 @@ class Replica:
             self._pending.append(req)
             return
         self._admit(req)
-        if idle and not self._wakeup.triggered:
-            self._wakeup.succeed()
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.triggered:
+            wakeup.succeed()
 
     def _admit(self, req: Request) -> None:
         if not self.scheduler.add_request(req, self.env.now):
@@ -152,7 +154,7 @@ class Replica:
             dts = (bulk.durations(plan, dt, start, self.next_arrival())
                    if bulk is not None and not flushed else [dt])
             if len(dts) > 1:
-                self._record_window(plan, start, dts)  # reads step 0's holdings: before apply
+                self._record_window(bulk, plan, start, dts)  # reads step 0's holdings: before apply
                 bulk.apply(plan, len(dts))
                 ends = []
                 t = start
@@ -190,13 +192,14 @@ class Replica:
             u.token_states, u.reserved, u.internal_fragmentation, u.external_fragmentation, u.free,
         ))
 
-    def _record_window(self, plan: StepPlan, start: float, dts: list[float]) -> None:
+    def _record_window(self, bulk: BulkDecode, plan: StepPlan, start: float,
+                       dts: list[float]) -> None:
         """Log rows for steps 1.. of a decode window, with the KV breakdown of each step derived
         from step 0's row by the batch's growth (``BulkDecode.kv_deltas``, vectorised)."""
         shape = plan.shape
         k = len(dts)
         base = self.log.rows[-1]
-        d_tok, d_res, d_int, d_held = self.bulk.kv_deltas(plan, k)
+        d_tok, d_res, d_int, d_held = bulk.kv_deltas(plan, k)
         t = start + dts[0]
         rows = self.log.rows
         for j in range(1, k):

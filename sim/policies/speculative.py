@@ -41,12 +41,14 @@ class AcceptanceSampler:
 
     def sample_drafts(self) -> int:
         """How many drafts the proposer has ready for one request's next decode step."""
+        availability = self.draft_availability
+        assert availability is not None  # only asked when the config gives one
         u, acc = self.rng.random(), 0.0
-        for m, p in enumerate(self.draft_availability):
+        for m, p in enumerate(availability):
             acc += p
             if u < acc:
                 return m
-        return len(self.draft_availability) - 1
+        return len(availability) - 1
 
     def position_prob(self, j: int) -> float:
         if self.table is None:

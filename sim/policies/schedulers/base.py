@@ -11,7 +11,7 @@ import itertools
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
-from typing import Optional
+from typing import ClassVar, Optional
 
 from sim.policies.kv.base import KVAllocator, PrefixHit
 from sim.policies.request import Request, RequestState
@@ -63,9 +63,9 @@ class Scheduler(ABC):
     (``sim/fast_decode.py``) is the simulator's own code on top of this surface, not a mode of
     the scheduler."""
 
-    name = "base"
+    name: ClassVar[str] = "base"
     #: Whether prompts may be split into chunks (only the chunked scheduler does).
-    chunked_prefill = False
+    chunked_prefill: ClassVar[bool] = False
 
     def __init__(self, allocator: KVAllocator, config: SchedulerConfig,
                  emit_block_tables: bool = False) -> None:
@@ -229,7 +229,7 @@ class Scheduler(ABC):
 
     #: Whether an admitted prompt is always priced as prefill (vLLM v0's prefill-only steps),
     #: rather than by its length (a one-token remainder computes like a decode).
-    admission_is_prefill = False
+    admission_is_prefill: ClassVar[bool] = False
 
     def _may_admit(self, req: Request, num_new_tokens: int, hit: PrefixHit) -> bool:
         """Extra admission rule of a policy (vLLM v0's watermark); memory is checked after."""
@@ -243,6 +243,7 @@ class Scheduler(ABC):
             return budget
         while self.waiting and budget > 0 and len(self.running) < self.config.max_num_seqs:
             req = self.peek_waiting()
+            assert req is not None  # the loop runs while someone waits
             hit = self.allocator.lookup_prefix(req) if req.num_computed_tokens == 0 else PrefixHit()
             n = req.num_tokens - req.num_computed_tokens - hit.num_tokens
             if self.chunked_prefill:

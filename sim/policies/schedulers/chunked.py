@@ -9,13 +9,15 @@ are never stalled behind a long prompt, inter-token latency stays flat under loa
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from sim.policies.schedulers.base import Scheduler
 from sim.policies.step import ScheduledRequest, StepPlan
 
 
 class ChunkedScheduler(Scheduler):
-    name = "chunked"
-    chunked_prefill = True
+    name: ClassVar[str] = "chunked"
+    chunked_prefill: ClassVar[bool] = True
 
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()

@@ -9,12 +9,14 @@ preempts the newest by recompute when blocks run out.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from sim.policies.schedulers.base import Scheduler
 from sim.policies.step import StepPlan
 
 
 class OrcaScheduler(Scheduler):
-    name = "orca"
+    name: ClassVar[str] = "orca"
 
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()

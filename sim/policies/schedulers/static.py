@@ -8,17 +8,21 @@ and nobody joins until the whole batch returns. This is the baseline continuous 
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from sim.policies.kv.base import PrefixHit
 from sim.policies.request import Request, RequestState
-from sim.policies.schedulers.base import Scheduler
+from sim.policies.kv.base import KVAllocator
+from sim.policies.schedulers.base import Scheduler, SchedulerConfig
 from sim.policies.step import ScheduledRequest, StepPlan, StepResult
 
 
 class StaticScheduler(Scheduler):
-    name = "static"
+    name: ClassVar[str] = "static"
 
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, allocator: KVAllocator, config: SchedulerConfig,
+                 emit_block_tables: bool = False) -> None:
+        super().__init__(allocator, config, emit_block_tables)
         if self.config.preemption != "recompute":
             raise ValueError("static batching preempts only by recompute (it never swaps back in)")
         self._done: set[str] = set()
@@ -28,6 +32,7 @@ class StaticScheduler(Scheduler):
         if not self.running:
             while self.waiting and len(self.running) < self.config.max_num_seqs:
                 req = self.peek_waiting()
+                assert req is not None  # the loop runs while someone waits
                 n = req.num_tokens - req.num_computed_tokens
                 if not self.allocator.allocate(req, n):
                     break

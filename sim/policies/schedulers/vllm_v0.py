@@ -9,17 +9,19 @@ requests come back before any new prompt is admitted.
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 from sim.policies.kv.base import PrefixHit
 from sim.policies.schedulers.base import Scheduler
 from sim.policies.step import StepPlan
 
 
 class VllmV0Scheduler(Scheduler):
-    name = "vllm_v0"
+    name: ClassVar[str] = "vllm_v0"
     #: vLLM v0 keeps 1% of KV blocks free at admission so new prompts do not force an
     #: immediate preemption of running decodes (BlockSpaceManager's watermark).
-    watermark = 0.01
-    admission_is_prefill = True
+    watermark: ClassVar[float] = 0.01
+    admission_is_prefill: ClassVar[bool] = True
 
     def schedule(self, now: float) -> StepPlan:
         plan = StepPlan()
