@@ -292,7 +292,8 @@ def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides
                      spec_samplers=samplers, draft_cost_ratio=spec.draft_cost_ratio,
                      progress=progress, fast_decode=fast_decode,
                      async_scheduling=async_scheduling_of(sc, dep),
-                     request_overhead=dep.request_overhead_s)
+                     request_overhead=dep.request_overhead_s,
+                     decode_pricer=getattr(dep.cost_model, "decode_context_pricer", None))
     sim.run()
     steps = sim.log.columns()
     queries = sum(s.allocator.num_prefix_queries for s in schedulers)

@@ -14,8 +14,7 @@ refuses a scheduler built for an executor that addresses KV memory (``emit_block
 
 from __future__ import annotations
 
-from dataclasses import replace
-from typing import Callable
+from typing import Callable, Optional
 
 import numpy as np
 
@@ -26,12 +25,17 @@ from sim.policies.step import StepPlan, StepShape
 class BulkDecode:
     """Plans, reserves and applies windows of pure-decode steps for one replica's scheduler."""
 
-    def __init__(self, scheduler: Scheduler, step_time: Callable[[StepShape], float]) -> None:
+    def __init__(self, scheduler: Scheduler, step_time: Callable[[StepShape], float],
+                 decode_pricer: Optional[Callable[[StepShape], Callable[[int], float]]] = None) -> None:
+        """``decode_pricer(shape)`` gives ``f(c)`` == ``step_time(shape.with_decode_context(c))``
+        bit for bit, cheaper (``StepPricer.decode_context_pricer``); without one each step's
+        shape is built and priced."""
         if scheduler.emit_block_tables:
             raise RuntimeError("bulk decode is the simulator's fast path; a scheduler that emits "
                              "block tables serves a real executor, which runs every step")
         self.scheduler = scheduler
         self.step_time = step_time
+        self.decode_pricer = decode_pricer
 
     def limit(self, plan: StepPlan) -> int:
         """How many consecutive steps, starting with ``plan``, are certain to repeat ``plan``'s
@@ -92,10 +96,18 @@ class BulkDecode:
         batch = shape.num_decode_seqs
         dts = [dt0]
         t = now + dt0
+        if t >= next_arrival:
+            return dts
+        if self.decode_pricer is not None:
+            price = self.decode_pricer(shape)
+        else:
+            step_time = self.step_time
+            price = lambda c: step_time(shape.with_decode_context(c))  # noqa: E731
+        context = shape.decode_context_tokens
         for i in range(1, limit):
             if t >= next_arrival:
                 break
-            dt = self.step_time(replace(shape, decode_context_tokens=shape.decode_context_tokens + i * batch))
+            dt = price(context + i * batch)
             dts.append(dt)
             t += dt
         return dts

@@ -19,7 +19,7 @@ from sim.policies.request import Request
 from sim.policies.router import Router
 from sim.policies.schedulers.base import Scheduler
 from sim.policies.speculative import AcceptanceSampler
-from sim.policies.step import StepPlan, StepResult
+from sim.policies.step import StepPlan, StepResult, StepShape
 
 STEP_COLUMNS = (
     "replica", "start_s", "duration_s", "batch_size", "num_prefill_tokens", "num_decode_seqs",
@@ -61,7 +61,8 @@ class Replica:
                  spec: Optional[AcceptanceSampler] = None, draft_cost_ratio: float = 0.0,
                  fast_decode: bool = True,
                  next_arrival: Callable[[], float] = lambda: math.inf,
-                 async_scheduling: bool = False) -> None:
+                 async_scheduling: bool = False,
+                 decode_pricer: Optional[Callable[[StepShape], Callable[[int], float]]] = None) -> None:
         self.env = env
         self.index = index
         self.scheduler = scheduler
@@ -73,7 +74,7 @@ class Replica:
         # Drafts drawn anew every step (draft_availability) make no two steps known to repeat.
         self.bulk: Optional[BulkDecode] = None
         if fast_decode and not (spec is not None and spec.draft_availability):
-            self.bulk = BulkDecode(scheduler, step_time)
+            self.bulk = BulkDecode(scheduler, step_time, decode_pricer)
         self.next_arrival = next_arrival
         self.async_scheduling = async_scheduling
         #: Arrivals during a step under async scheduling: the next step was already scheduled
@@ -221,7 +222,8 @@ class Simulation:
                  draft_cost_ratio: float = 0.0,
                  progress: Optional[Callable[[int], None]] = None,
                  fast_decode: bool = True, async_scheduling: bool = False,
-                 request_overhead: float = 0.0) -> None:
+                 request_overhead: float = 0.0,
+                 decode_pricer: Optional[Callable[[StepShape], Callable[[int], float]]] = None) -> None:
         self.env = simpy.Environment()
         #: Seconds between a request's arrival and its reaching the scheduler (work outside the
         #: engine: HTTP, tokenisation, IPC). TTFT and E2E still count from ``arrival_time``.
@@ -236,7 +238,8 @@ class Simulation:
             Replica(self.env, i, s, step_time, self.log, self._on_finish,
                     spec=(spec_samplers[i] if spec_samplers else None),
                     draft_cost_ratio=draft_cost_ratio, fast_decode=fast_decode,
-                    next_arrival=self.next_arrival_time, async_scheduling=async_scheduling)
+                    next_arrival=self.next_arrival_time, async_scheduling=async_scheduling,
+                    decode_pricer=decode_pricer)
             for i, s in enumerate(schedulers)
         ]
         self.env.process(self._arrivals())

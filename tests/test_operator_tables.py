@@ -152,6 +152,19 @@ def test_scalar_equals_vectorised_exactly(tables, tp):
     assert all(t > 0 for t in scalar[:-1] if t is not None)
 
 
+@pytest.mark.parametrize("tp,async_scheduling", [(1, True), (2, False)])
+def test_decode_window_prices_are_bit_identical_to_price(tables, tp, async_scheduling):
+    """The decode window's pricer computes the context-free terms once; every later step's
+    price must still be ``price`` of that step's own shape, to the bit."""
+    p = pricer(tables, tp, async_scheduling=async_scheduling)
+    for s in _random_shapes(300, seed=10 + tp):
+        f = p.decode_context_pricer(s)
+        step = max(s.num_decode_seqs, 1)
+        for i in (0, 1, 2, 9, 250, 4000):
+            c = s.decode_context_tokens + i * step
+            assert f(c) == p.price(s.with_decode_context(c)), (s, i)
+
+
 def test_decode_step_pads_to_capture_size(tables):
     p = pricer(tables)
     assert capture_sizes(128)[-1] == 256 and 8 in p.capture_sizes and 5 not in p.capture_sizes

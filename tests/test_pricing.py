@@ -16,6 +16,7 @@ from sim.policies.step import StepShape
 from sim.pricing import (
     PRICERS, SHAPE_FIELDS, ProfileCostModel, RooflineCostModel, StepPricer, make_pricer,
 )
+from sim.pricing.adjusted import ScaledPricer
 from sim.pricing.machine import cpu_flags, machine_fingerprint, machine_mismatch
 from tests.calibration.helpers import make_profile, table_profile
 
@@ -62,6 +63,20 @@ def test_scalar_and_vectorised_prices_are_bit_identical(pricer):
     assert pricer.price_columns(cols).tolist() == scalar
     assert pricer.step_times(**cols).tolist() == scalar
     assert scalar[-2] == 0.0 and all(t >= 0 for t in scalar)
+
+
+@pytest.mark.parametrize("pricer", PRICERS_UNDER_TEST + [ScaledPricer(PRICERS_UNDER_TEST[0], 1.37)],
+                         ids=repr)
+def test_decode_window_prices_are_bit_identical_to_price(pricer):
+    """A decode window prices its later steps through ``decode_context_pricer``: the same bits
+    as pricing each step's own shape."""
+    rng = random.Random(11)
+    for _ in range(300):
+        s = _random_shape(rng)
+        f = pricer.decode_context_pricer(s)
+        for i in (0, 1, 2, 9, 250, 4000):
+            c = s.decode_context_tokens + i * max(s.num_decode_seqs, 1)
+            assert f(c) == pricer.price(s.with_decode_context(c)), (s, i)
 
 
 @pytest.mark.parametrize("pricer", PRICERS_UNDER_TEST, ids=repr)

@@ -64,8 +64,19 @@ class StepShape:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    def with_decode_context(self, decode_context_tokens: int) -> "StepShape":
+        """This shape with another decode context (the next steps of a decode window); every
+        field spelled out, as ``dataclasses.replace`` costs several times more."""
+        return StepShape(
+            num_prefill_tokens=self.num_prefill_tokens, num_prefill_seqs=self.num_prefill_seqs,
+            num_decode_seqs=self.num_decode_seqs, num_spec_tokens=self.num_spec_tokens,
+            decode_context_tokens=decode_context_tokens,
+            prefill_context_tokens=self.prefill_context_tokens,
+            prefill_attention_work=self.prefill_attention_work,
+            num_swap_tokens=self.num_swap_tokens, num_padding_tokens=self.num_padding_tokens,
+            num_spec_seqs=self.num_spec_seqs)
 
-@dataclass(slots=True)
+
 class ScheduledRequest:
     """One request's share of a step: compute ``num_new_tokens`` tokens starting at
     ``request.num_computed_tokens`` (KV slots are already allocated), plus
@@ -79,11 +90,31 @@ class ScheduledRequest:
     None in the simulator, which never addresses KV memory.
     """
 
-    request: Request
-    num_new_tokens: int
-    num_spec_tokens: int = 0
-    is_prefill: bool = False
-    block_table: Optional[list[int]] = None
+    # A plain class, not a dataclass: one is made per running request per step, and a
+    # dataclass's generated __init__ stays interpreted Python even when this module is compiled.
+    __slots__ = ("request", "num_new_tokens", "num_spec_tokens", "is_prefill", "block_table")
+
+    def __init__(self, request: Request, num_new_tokens: int, num_spec_tokens: int = 0,
+                 is_prefill: bool = False, block_table: Optional[list[int]] = None) -> None:
+        self.request = request
+        self.num_new_tokens = num_new_tokens
+        self.num_spec_tokens = num_spec_tokens
+        self.is_prefill = is_prefill
+        self.block_table = block_table
+
+    def __repr__(self) -> str:
+        return (f"ScheduledRequest(request={self.request.request_id!r}, num_new_tokens="
+                f"{self.num_new_tokens}, num_spec_tokens={self.num_spec_tokens}, "
+                f"is_prefill={self.is_prefill}, block_table={self.block_table})")
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ScheduledRequest):
+            return NotImplemented
+        return (self.request is other.request and self.num_new_tokens == other.num_new_tokens
+                and self.num_spec_tokens == other.num_spec_tokens
+                and self.is_prefill == other.is_prefill and self.block_table == other.block_table)
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
 
     @property
     def context_before(self) -> int:

@@ -10,7 +10,7 @@ path equal to step-by-step (both call ``price``).
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -39,6 +39,10 @@ class ScaledPricer(StepPricer):
         return self.base.price(shape) * self.scale
 
     step_time = price
+
+    def decode_context_pricer(self, shape: StepShape) -> Callable[[int], float]:
+        base, scale = self.base.decode_context_pricer(shape), self.scale
+        return lambda c: base(c) * scale
 
     def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
         return self.base.price_columns(columns) * self.scale

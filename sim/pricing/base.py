@@ -95,6 +95,13 @@ class StepPricer(ABC):
         """Same as ``price_columns``, with the columns as keyword arguments."""
         return self.price_columns(columns)
 
+    def decode_context_pricer(self, shape: StepShape) -> Callable[[int], float]:
+        """``f(c)``: bit for bit ``price(shape.with_decode_context(c))``, the price of a decode
+        window's later steps (same batch, longer context). A pricer whose formula separates
+        the context-free terms overrides this to compute them once per window."""
+        price = self.price
+        return lambda c: price(shape.with_decode_context(c))
+
 
 P = TypeVar("P", bound=type)
 

@@ -499,8 +499,22 @@ class OperatorTableCostModel(StepPricer):
         self._cpu_step, self._cpu_seq = e.cpu_step_s, e.cpu_per_seq_s
 
     # -- the step price, written once -----------------------------------------------------------
+    # Split in two so that a decode window re-evaluates only what its growing context changes
+    # (``decode_context_pricer``); ``_formula`` is the two parts in sequence.
     def _formula(self, s: Any, mx: Max, rows_eager: Callable, graph_at: Callable,
                  dec: Callable, pre: Callable, head: Callable, parts: Optional[dict] = None) -> Any:
+        fixed = self._context_free(s, mx, rows_eager, graph_at, pre, head)
+        t_dec = self._decode_attention(s.num_decode_seqs, s.decode_context_tokens, mx, dec)
+        return self._with_decode_attention(fixed, t_dec, mx, parts)
+
+    def _decode_attention(self, D: Any, decode_context_tokens: Any, mx: Max, dec: Callable) -> Any:
+        """Decode attention of one layer at (batch, mean KV length)."""
+        b = mx(D, 1)
+        return (D > 0) * dec(D * self._dec_bf, decode_context_tokens / b)
+
+    def _context_free(self, s: Any, mx: Max, rows_eager: Callable, graph_at: Callable,
+                      pre: Callable, head: Callable) -> tuple:
+        """Every term of the price that the decode context does not change."""
         L = self.model.num_layers
         P, N, D = s.num_prefill_seqs, s.num_prefill_tokens, s.num_decode_seqs
         spec = s.num_spec_tokens
@@ -508,30 +522,34 @@ class OperatorTableCostModel(StepPricer):
         graphable = (rows <= self.max_capture) * (rows > 0)
         decode_only = (N == 0)
         rows_cost = graph_at(rows) * graphable + rows_eager(rows) * (1 - graphable) * (rows > 0)
-        # Attention: decode at (batch, mean KV length); prefill at (batch, mean chunk) plus the
-        # cross term over cached tokens.
-        b = mx(D, 1)
-        t_dec = (D > 0) * dec(D * self._dec_bf, s.decode_context_tokens / b)
+        # Attention: decode at (batch, mean KV length, ``_decode_attention``); prefill at
+        # (batch, mean chunk) plus the cross term over cached tokens.
         p = mx(P, 1)
         isl = N / p
         causal = P * isl * (isl + 1) / 2
         cross = mx(s.prefill_attention_work - causal, 0)
         t_pre = (N > 0) * (pre(P * self._pre_bf, isl)
                            + mx(cross * self._pair_s, s.prefill_context_tokens * self._ctx_token_s))
-        attn = L * (t_dec + t_pre)
-        kernels = rows_cost + attn
         # Launch: a full graph is one replay; piecewise graphs launch L + 1 pieces and L
         # eager attention calls; eager launches every kernel. The GPU cannot run ahead of it.
         full = graphable * decode_only
         piece = graphable * (1 - decode_only)
         eager = (1 - graphable) * (rows > 0)
-        gpu = (full * (kernels + GRAPH_LAUNCH_S) + piece * mx(kernels, self._piece_launch)
-               + eager * mx(kernels, self._eager_launch))
         logits = (rows > 0) * sampled_rows(s)
         lm = (logits > 0) * (head(logits) + self._sample_per_row * logits + 2 * KERNEL_LAUNCH_S)
         swap = self._roof.swap_time(s.num_swap_tokens)
         cpu = self._cpu_step + self._cpu_seq * (P + D)
         busy = (rows > 0) | (s.num_swap_tokens > 0)
+        return L, rows_cost, t_pre, full, piece, eager, lm, swap, cpu, busy
+
+    def _with_decode_attention(self, fixed: tuple, t_dec: Any, mx: Max,
+                               parts: Optional[dict] = None) -> Any:
+        """The price from the context-free terms and one layer's decode attention."""
+        L, rows_cost, t_pre, full, piece, eager, lm, swap, cpu, busy = fixed
+        attn = L * (t_dec + t_pre)
+        kernels = rows_cost + attn
+        gpu = (full * (kernels + GRAPH_LAUNCH_S) + piece * mx(kernels, self._piece_launch)
+               + eager * mx(kernels, self._eager_launch))
         if parts is not None:
             parts.update(rows=rows_cost, attn_decode=L * t_dec, attn_prefill=L * t_pre,
                          lm_head=lm, swap=swap, gpu=gpu, cpu=cpu)
@@ -560,6 +578,15 @@ class OperatorTableCostModel(StepPricer):
                                    self._dec.at, self._pre.at, self._head.at))
 
     step_time = price
+
+    def decode_context_pricer(self, shape: StepShape) -> Callable[[int], float]:
+        """Bit for bit ``price(shape.with_decode_context(c))``, evaluating only the decode
+        attention and what depends on it: the context-free terms are computed once."""
+        fixed = self._context_free(shape, max, self._eager_scalar, self._graph_scalar,
+                                   self._pre.at, self._head.at)
+        D, dec = shape.num_decode_seqs, self._dec.at
+        attention, total = self._decode_attention, self._with_decode_attention
+        return lambda c: float(total(fixed, attention(D, c, max, dec), max))
 
     def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
         """Vectorised ``price``; bit-identical to it."""
