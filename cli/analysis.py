@@ -33,6 +33,7 @@ def capacity(
     price: List[str] = typer.Option([], "--price", help="$/GPU-hour override, e.g. --price a100-80gb=1.2, or a YAML/JSON file of them (repeatable)."),
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),
     max_simulations: int = typer.Option(200, "--max-simulations", help="Give up after this many simulations."),
+    workers: int = typer.Option(0, "--workers", help="Processes that run simulations ahead of the search (0: one per CPU, at most 4; 1: none). The answer is the same for any number."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the result as JSON (input for `kvplan report`)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
@@ -49,7 +50,7 @@ def capacity(
             config, spec, target_rate=target_rate, seeds=seeds, rel_tol=rel_tol, start_rate=start_rate,
             sizing=RunSizing(duration_s=duration, num_requests=num_requests, confirm_s=confirm),
             max_simulations=max_simulations, prices=price, overrides=set_,
-            base_dir=config.parent if config else None,
+            base_dir=config.parent if config else None, workers=workers,
             on_evaluation=lambda ev, n: bar.set(n, f"{ev.stage} {ev.rate:.3g} req/s seed {ev.seed}: "
                                                   f"{'met' if ev.passed else 'missed'}"))
     finish(result.to_dict(), capacity_section, out, as_json)

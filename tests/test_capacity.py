@@ -64,7 +64,7 @@ def test_reports_how_many_simulations_it_ran(monkeypatch):
         return real(*a, **kw)
 
     monkeypatch.setattr(capacity_mod, "simulate", counting)
-    r = search("ttft_p99_ms=300", seeds=1)
+    r = search("ttft_p99_ms=300", seeds=1, workers=1)  # counted here: no worker processes
     assert r.num_simulations == len(calls) >= len(r.evaluations) >= 3
     assert f"{r.num_simulations} simulations" in r.headline()
     assert r.to_dict()["num_simulations"] == len(calls)
@@ -90,6 +90,18 @@ def test_tensor_parallel_counts_gpus_and_price_overrides_apply():
     assert r.usd_per_gpu_hour == 2.0
 
 
+def test_the_answer_does_not_depend_on_the_worker_processes():
+    """Workers only run simulations ahead; the search takes their results in its own order, so
+    the result (every evaluation, the count, the answer) is the one a single process gives, and
+    prefetched runs it never asked for are not counted."""
+    kw = dict(seeds=3, sizing=RunSizing(duration_s=10, confirm_s=40), target_rate=50)
+    one = search("ttft_p99_ms=1000,tpot_p99_ms=60", workers=1, **kw).to_dict()
+    two = search("ttft_p99_ms=1000,tpot_p99_ms=60", workers=2, **kw).to_dict()
+    assert one == two
+    assert one["num_simulations"] == len(one["evaluations"]) >= 6
+    assert {e["stage"] for e in one["evaluations"]} == {"search", "confirm"}
+
+
 def test_a_long_run_confirms_the_planning_rate():
     r = search("ttft_p99_ms=1000,tpot_p99_ms=60", seeds=1, sizing=RunSizing(duration_s=10, confirm_s=60))
     confirming = [e for e in r.evaluations if e.stage == "confirm"]
@@ -106,6 +118,12 @@ def test_confirmation_steps_down_until_a_long_run_passes():
 
         def __call__(self, rate, seed, confirm=False):
             return capacity_mod.Evaluation(round(rate, 6), seed, rate <= 10.0, [], {}, "confirm")
+
+        def key(self, rate, seed, confirm=False):
+            return (round(rate, 6), seed, 600.0)
+
+        def prefetch(self, rate, seed, confirm=False):
+            pass
 
     rate, run = capacity_mod._confirm(Fake(), 0, 12.0, 0.05)
     assert run is not None and 9.5 < rate <= 10.0
@@ -178,6 +196,7 @@ def test_price_table_overrides_and_errors(tmp_path):
 @pytest.mark.parametrize("kw,needle", [
     ({"seeds": 0}, "--seeds"), ({"rel_tol": 1.5}, "--rel-tol"), ({"target_rate": -1}, "--target-rate"),
     ({"sizing": RunSizing(duration_s=0)}, "--duration"), ({"sizing": RunSizing(confirm_s=-1)}, "--confirm"),
+    ({"workers": -1}, "--workers"),
 ])
 def test_bad_arguments_are_config_errors(kw, needle):
     with pytest.raises(ConfigError, match=needle):

@@ -8,15 +8,25 @@ is narrower than ``rel_tol``. Changing only ``workload.arrival.rate`` stretches 
 pattern and keeps every length (common random numbers), so within a seed the answer is close to
 monotone in rate and bisection is sound. The spread of the per-seed answers is the stated
 uncertainty; the rate every seed sustained is the one used for planning.
+
+Why in parallel, and why the answer does not depend on it: every seed after the first starts
+from the first seed's answer, so their searches are independent and run at once, one process
+each (``workers``); the confirming long runs step down in pairs. The processes only prefetch:
+the search itself still runs in order in this process, taking each simulation's result from
+what was prefetched, so the answer, the evaluations and the simulation count are the ones a
+single process gives. A prefetched run the search never asks for is dropped.
 """
 
 from __future__ import annotations
 
 import copy
 import math
+import multiprocessing
+import os
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from sim import config as config_mod
 from sim.analysis.pricing import price_table, usd_per_gpu_hour, usd_per_million_output_tokens
@@ -129,80 +139,173 @@ def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
                   confidence: float = 0.95, max_simulations: int = 200,
                   prices: Union[None, dict, Sequence[str], str, Path] = None,
                   overrides: Sequence[str] = (), base_dir: Optional[Union[str, Path]] = None,
-                  on_evaluation: Optional[OnEvaluation] = None) -> CapacityResult:
+                  on_evaluation: Optional[OnEvaluation] = None, workers: int = 0) -> CapacityResult:
     """Search the per-replica capacity of ``config`` under ``slo``.
 
     Every simulation is sized by ``sizing`` (default: arrivals spanning 60 s, lengthened when
     that is under four mean end-to-end latencies). The config is run as one replica
     (``parallel.num_replicas`` is set to 1) with the SLO's bounds as its per-request SLO.
+    ``workers`` processes prefetch simulations (0: one per CPU, at most 4; 1: none); the result
+    is the same for any number.
     """
     sizing = sizing or RunSizing()
-    _check_args(seeds, rel_tol, target_rate, start_rate, max_simulations, sizing)
+    _check_args(seeds, rel_tol, target_rate, start_rate, max_simulations, sizing, workers)
     extra = list(overrides) + slo.overrides() + ["parallel.num_replicas=1"]
     base = config_mod.build_config(config, extra)
     table = price_table(prices)
     evaluator = _Evaluator(base, slo, sizing, base_dir, max_simulations, on_evaluation)
     start = start_rate or _configured_rate(base)
-    searches: list[SeedSearch] = []
-    for i in range(seeds):
-        seed = base["seed"] + i
-        if searches and searches[-1].low:
-            guess, grow = searches[-1].low, 1.0 + 2.0 * rel_tol
-        else:
-            guess, grow = start, 2.0
-        searches.append(_search(evaluator, seed, guess, grow, rel_tol, start))
-    return _assemble(base, slo, evaluator, searches, rel_tol, confidence, target_rate, table, sizing)
+    first = _search(evaluator, base["seed"], start, 2.0, rel_tol, start)
+    searches = [first]
+    # The other seeds start from the first seed's answer, one bracket width at a time: being
+    # independent of each other, they are searched side by side.
+    guess, grow = (first.low, 1.0 + 2.0 * rel_tol) if first.low else (start, 2.0)
+    others = [base["seed"] + i for i in range(1, seeds)]
+    with _pool(workers, len(others)) as pool:
+        evaluator.pool = pool
+        evaluator.prefetch_searches(others, guess, grow, rel_tol, start)
+        searches += [_search(evaluator, seed, guess, grow, rel_tol, start) for seed in others]
+        return _assemble(base, slo, evaluator, searches, rel_tol, confidence, target_rate, table,
+                         sizing)
+
+
+_Key = tuple  # (rate as recorded, seed, arrival seconds)
+_Outcome = tuple  # (Evaluation, simulations it took, the scenario summary)
+
+
+def _evaluate(base: dict, slo: SLO, sizing: RunSizing, base_dir, key: _Key, confirm: bool) -> _Outcome:
+    """Simulate one (rate, seed), lengthening a passing run that is too short to be steady;
+    every run, including one repeated longer, counts as a simulation."""
+    rate, seed, duration = key
+    for attempt in range(MAX_LENGTHENINGS + 1):
+        fixed = None if confirm else sizing.num_requests
+        n = fixed or run_length(rate, duration, sizing.min_requests, sizing.max_requests)
+        result = simulate(with_rate(base, rate, seed, n), base_dir=base_dir, statistics=False)
+        m = window_metrics(result.requests, warmup_fraction=sizing.warmup_fraction,
+                           slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms)
+        m["num_requests"] = len(result.requests)
+        ok, bad = slo.check(m)
+        # A failing run only gets worse when longer; a passing one must have been steady.
+        if not ok or m["steady"] or fixed or n >= sizing.max_requests or len(result.requests) < n:
+            break
+        if attempt == MAX_LENGTHENINGS:
+            # Latency still grows with run length: the queue grows, the rate is too high.
+            ok, bad = False, [f"no steady state: mean E2EL {m['mean_e2el_ms']:.0f} ms keeps "
+                              f"growing as the run lengthens (queue growing)"]
+            break
+        duration = max(duration * 2, 1.5 * MIN_SPANS * m["mean_e2el_ms"] / 1000.0)
+    ev = Evaluation(rate, seed, ok, bad, {k: m.get(k) for k in KEPT}, "confirm" if confirm else "search")
+    return ev, attempt + 1, result.summary["scenario"]
 
 
 class _Evaluator:
-    """Runs (and memoises) the simulation of one (rate, seed); every run, including one
-    repeated longer because it was too short to be steady, counts as a simulation."""
+    """Runs (and memoises) the simulation of one (rate, seed), in order. With a process pool,
+    simulations the search will (probably) ask for are started ahead (``prefetch``,
+    ``prefetch_searches``); a result is only recorded, counted and reported when the search asks
+    for it, so what is recorded does not depend on the pool."""
 
     def __init__(self, base: dict, slo: SLO, sizing: RunSizing, base_dir, budget: int,
                  hook: Optional[OnEvaluation]):
         self.base, self.slo, self.sizing, self.base_dir = base, slo, sizing, base_dir
         self.budget, self.hook = budget, hook
-        self.cache: dict[tuple[float, int, float], Evaluation] = {}
+        self.cache: dict[_Key, Evaluation] = {}
         self.order: list[Evaluation] = []
         self.runs = 0
         self.scenario: dict = {}
+        self.pool: Any = None
+        self.outcomes: dict[_Key, _Outcome] = {}   # everything simulated here, by key
+        self._ahead: dict[_Key, Any] = {}           # prefetched single simulations
+        self._chains: dict[int, Any] = {}           # prefetched searches, by seed
 
     @property
     def exhausted(self) -> bool:
         return self.runs >= self.budget
 
-    def __call__(self, rate: float, seed: int, confirm: bool = False) -> Evaluation:
+    def key(self, rate: float, seed: int, confirm: bool = False) -> _Key:
         sz = self.sizing
-        duration = sz.confirm_s if confirm else sz.duration_s
-        key = (float(f"{rate:.6g}"), seed, duration)
+        return (float(f"{rate:.6g}"), seed, sz.confirm_s if confirm else sz.duration_s)
+
+    def __call__(self, rate: float, seed: int, confirm: bool = False) -> Evaluation:
+        key = self.key(rate, seed, confirm)
         if key in self.cache:
             return self.cache[key]
-        for attempt in range(MAX_LENGTHENINGS + 1):
-            fixed = None if confirm else sz.num_requests
-            n = fixed or run_length(key[0], duration, sz.min_requests, sz.max_requests)
-            result = simulate(with_rate(self.base, key[0], seed, n), base_dir=self.base_dir)
-            self.runs += 1
-            m = window_metrics(result.requests, warmup_fraction=sz.warmup_fraction,
-                               slo_ttft_ms=self.slo.ttft_ms, slo_tpot_ms=self.slo.tpot_ms)
-            m["num_requests"] = len(result.requests)
-            ok, bad = self.slo.check(m)
-            # A failing run only gets worse when longer; a passing one must have been steady.
-            if not ok or m["steady"] or fixed or n >= sz.max_requests or len(result.requests) < n:
-                break
-            if attempt == MAX_LENGTHENINGS:
-                # Latency still grows with run length: the queue grows, the rate is too high.
-                ok, bad = False, [f"no steady state: mean E2EL {m['mean_e2el_ms']:.0f} ms keeps "
-                                  f"growing as the run lengthens (queue growing)"]
-                break
-            duration = max(duration * 2, 1.5 * MIN_SPANS * m["mean_e2el_ms"] / 1000.0)
-        self.scenario = result.summary["scenario"]
-        ev = Evaluation(key[0], seed, ok, bad, {k: m.get(k) for k in KEPT},
-                        "confirm" if confirm else "search")
+        outcome = self._prefetched(key)
+        if outcome is None:
+            outcome = _evaluate(self.base, self.slo, self.sizing, self.base_dir, key, confirm)
+        self.outcomes[key] = outcome
+        ev, runs, self.scenario = outcome
+        self.runs += runs
         self.cache[key] = ev
         self.order.append(ev)
         if self.hook:
             self.hook(ev, self.runs)
         return ev
+
+    def _prefetched(self, key: _Key) -> Optional[_Outcome]:
+        if key in self._ahead:
+            return self._ahead.pop(key).get()
+        chain = self._chains.pop(key[1], None)
+        if chain is not None:  # the seed's whole search ran ahead: keep all of it
+            for k, outcome in chain.get().items():
+                self._ahead.setdefault(k, _Ready(outcome))
+            if key in self._ahead:
+                return self._ahead.pop(key).get()
+        return None
+
+    def prefetch(self, rate: float, seed: int, confirm: bool = False) -> None:
+        """Start a simulation the search may ask for next."""
+        key = self.key(rate, seed, confirm)
+        if self.pool is None or key in self.cache or key in self._ahead:
+            return
+        self._ahead[key] = self.pool.apply_async(
+            _evaluate, (self.base, self.slo, self.sizing, self.base_dir, key, confirm))
+
+    def prefetch_searches(self, seeds: Sequence[int], guess: float, grow: float, rel_tol: float,
+                          start: float) -> None:
+        """Start each seed's whole bracket search in a process of its own."""
+        if self.pool is None or len(seeds) < 2:
+            return
+        for seed in seeds:
+            self._chains[seed] = self.pool.apply_async(
+                _search_alone, (self.base, self.slo, self.sizing, self.base_dir,
+                                self.budget - self.runs, seed, guess, grow, rel_tol, start))
+
+
+class _Ready:
+    """A result already at hand, read like a pending one."""
+
+    def __init__(self, outcome: _Outcome) -> None:
+        self.outcome = outcome
+
+    def get(self) -> _Outcome:
+        return self.outcome
+
+
+def _search_alone(base: dict, slo: SLO, sizing: RunSizing, base_dir, budget: int, seed: int,
+                  guess: float, grow: float, rel_tol: float, start: float) -> dict:
+    """One seed's search in a worker process: every simulation it made, by key."""
+    ev = _Evaluator(base, slo, sizing, base_dir, budget, None)
+    _search(ev, seed, guess, grow, rel_tol, start)
+    return ev.outcomes
+
+
+@contextmanager
+def _pool(workers: int, tasks: int) -> Iterator[Any]:
+    """Worker processes for prefetching (None when one process is asked for or all there is).
+    Forked where the platform can (workers start at once, with everything imported); killed on
+    exit, so a prefetched run nobody needs does not hold up the answer."""
+    n = min(os.cpu_count() or 1, 4) if workers <= 0 else workers
+    n = min(n, max(tasks, 2))
+    if n <= 1:
+        yield None
+        return
+    methods = multiprocessing.get_all_start_methods()
+    pool = multiprocessing.get_context("fork" if "fork" in methods else "spawn").Pool(n)
+    try:
+        yield pool
+    finally:
+        pool.terminate()
+        pool.join()
 
 
 def with_rate(cfg: dict, rate: float, seed: Optional[int] = None,
@@ -270,6 +373,10 @@ def _assemble(base: dict, slo: SLO, ev: _Evaluator, searches: list[SeedSearch], 
     at: dict = {}
     confirmed = None
     if planning > 0:
+        for s in searches:
+            ev.prefetch(planning, s.seed)
+        if sizing.confirm_s > 0:  # the long run at the planning rate is next, and likely needed
+            ev.prefetch(planning, min(searches, key=lambda s: s.low or 0.0).seed, confirm=True)
         runs = [ev(planning, s.seed) for s in searches]
         if not all(r.passed for r in runs):
             notes.append(f"not every seed meets the SLO at {planning:.3g} req/s although each met it "
@@ -315,6 +422,9 @@ def _confirm(ev: _Evaluator, seed: int, rate: float, rel_tol: float) -> tuple[fl
     for _ in range(MAX_CONFIRM_STEPS):
         if ev.exhausted:
             break
+        # The step below starts now, beside this one: it is the next run if this one fails.
+        ev.prefetch(rate, seed, confirm=True)
+        ev.prefetch(ev.key(rate, seed)[0] / (1.0 + rel_tol), seed, confirm=True)
         run = ev(rate, seed, confirm=True)
         if run.passed:
             return run.rate, run
@@ -355,13 +465,15 @@ def _configured_rate(cfg: dict) -> float:
 
 
 def _check_args(seeds: int, rel_tol: float, target_rate, start_rate, budget: int,
-                sizing: RunSizing) -> None:
+                sizing: RunSizing, workers: int = 0) -> None:
     from sim.errors import ConfigError
 
     from sim.workload.config import MAX_REQUESTS
 
     if seeds < 1:
         raise ConfigError(f"--seeds: expected at least 1, got {seeds}")
+    if not 0 <= workers <= 256:
+        raise ConfigError(f"--workers: expected 0 (one per CPU) to 256, got {workers}")
     if seeds > budget:
         raise ConfigError(f"--seeds: {seeds} seeds need more than --max-simulations {budget}")
     if not 0 < rel_tol < 1:

@@ -9,15 +9,22 @@ list (remove from the middle when a cached block is reused, pop from the front t
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
 from typing import Optional
 
 
-@dataclass(slots=True)
 class Block:
-    block_id: int
-    ref_cnt: int = 0
-    block_hash: Optional[int] = None
+    """One physical block. A plain class, not a dataclass: a pool makes tens of thousands at
+    start, and a dataclass's generated __init__ stays interpreted even when compiled."""
+
+    __slots__ = ("block_id", "ref_cnt", "block_hash")
+
+    def __init__(self, block_id: int, ref_cnt: int = 0, block_hash: Optional[int] = None) -> None:
+        self.block_id = block_id
+        self.ref_cnt = ref_cnt
+        self.block_hash = block_hash
+
+    def __repr__(self) -> str:
+        return f"Block(block_id={self.block_id}, ref_cnt={self.ref_cnt}, block_hash={self.block_hash})"
 
 
 class BlockPool:
