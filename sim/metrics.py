@@ -10,6 +10,7 @@ work is queued); if nothing ever waited, over all steps, and ``averaged_over`` s
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Optional, Sequence
 
 import numpy as np
@@ -90,20 +91,30 @@ def overload(requests: Sequence[Request]) -> dict:
     A run whose requests do not all finish counts as overloaded too."""
     reqs = sorted(requests, key=lambda r: r.arrival_time)
     fin = [r for r in reqs if r.state is RequestState.FINISHED and r.token_times]
-    out: dict = {"overloaded": False, "arrival_rate": None, "served_rate": None,
-                 "ttft_first_fifth_ms": None, "ttft_last_fifth_ms": None, "message": None}
-    if len(reqs) > 1 and reqs[-1].arrival_time > reqs[0].arrival_time:
-        out["arrival_rate"] = (len(reqs) - 1) / (reqs[-1].arrival_time - reqs[0].arrival_time)
-    if not fin:
-        return out
-    end = max(r.finish_time for r in fin)
-    out["served_rate"] = len(fin) / max(end - reqs[0].arrival_time, 1e-12)
-    fifth = max(1, len(fin) // 5)
-    first = float(np.mean([r.token_times[0] - r.arrival_time for r in fin[:fifth]]))
-    last = float(np.mean([r.token_times[0] - r.arrival_time for r in fin[-fifth:]]))
-    out["ttft_first_fifth_ms"], out["ttft_last_fifth_ms"] = 1000 * first, 1000 * last
     unfinished = sum(r.state is not RequestState.FINISHED and r.state is not RequestState.REJECTED
                      for r in reqs)
+    return overload_of(
+        len(reqs), reqs[0].arrival_time if reqs else 0.0, reqs[-1].arrival_time if reqs else 0.0,
+        [r.token_times[0] - r.arrival_time for r in fin],
+        max((r.finish_time for r in fin), default=0.0), unfinished)
+
+
+def overload_of(num_requests: int, first_arrival: float, last_arrival: float,
+                ttfts_by_arrival: Sequence[float], last_finish: float, unfinished: int) -> dict:
+    """``overload`` from a run's totals: the TTFTs (seconds) of the finished requests in
+    arrival order, and when the last of them finished (a streamed run keeps only these)."""
+    out: dict = {"overloaded": False, "arrival_rate": None, "served_rate": None,
+                 "ttft_first_fifth_ms": None, "ttft_last_fifth_ms": None, "message": None}
+    if num_requests > 1 and last_arrival > first_arrival:
+        out["arrival_rate"] = (num_requests - 1) / (last_arrival - first_arrival)
+    n = len(ttfts_by_arrival)
+    if not n:
+        return out
+    out["served_rate"] = n / max(last_finish - first_arrival, 1e-12)
+    fifth = max(1, n // 5)
+    first = float(np.mean(ttfts_by_arrival[:fifth]))
+    last = float(np.mean(ttfts_by_arrival[n - fifth:]))
+    out["ttft_first_fifth_ms"], out["ttft_last_fifth_ms"] = 1000 * first, 1000 * last
     grows = last - first > OVERLOAD_TTFT_GROWTH_S and last > 2 * first
     if grows or unfinished:
         out["overloaded"] = True
@@ -146,58 +157,108 @@ def kv_breakdown(steps: dict[str, list]) -> dict:
     return out
 
 
+@dataclass
+class RunTotals:
+    """What ``summary.json`` is computed from: counts, token sums, latency statistics (ms) and
+    the overload picture. ``totals_of`` fills it from the requests; a streamed run
+    (``sim.streaming``) fills it as requests finish, without keeping them."""
+
+    num_requests: int
+    completed: int
+    rejected: int
+    start: float                      # first arrival
+    end: float                        # last finish (``start`` when none finished)
+    input_tokens: int
+    output_tokens: int
+    latency_stats: dict[str, dict]    # ttft/tpot/itl/e2el -> _stats (mean, median, std, p90, p99)
+    slo_good: int                     # completed requests inside the per-request SLO
+    spec_proposed: int
+    spec_accepted: int
+    spec_request_steps: int           # verification steps summed over requests
+    reject_reasons: list[str]         # distinct, sorted
+    overload: dict = field(default_factory=dict)
+
+
+def totals_of(requests: Sequence[Request], slo_ttft_ms: Optional[float] = None,
+              slo_tpot_ms: Optional[float] = None) -> RunTotals:
+    completed = [r for r in requests if r.state is RequestState.FINISHED]
+    rejected = [r for r in requests if r.state is RequestState.REJECTED]
+    start = min((r.arrival_time for r in requests), default=0.0)
+    lat = request_latencies(requests)
+    good = 0
+    if slo_ttft_ms is not None or slo_tpot_ms is not None:
+        good = sum(meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in completed)
+    return RunTotals(
+        num_requests=len(requests), completed=len(completed), rejected=len(rejected),
+        start=start, end=max((r.finish_time for r in completed), default=start),
+        input_tokens=sum(r.prompt_len for r in completed),
+        output_tokens=sum(r.num_output_tokens for r in completed),
+        # consume: the arrays are this function's own
+        latency_stats={name: _stats(lat[name], consume=True) for name in LATENCY_METRICS},
+        slo_good=good,
+        spec_proposed=sum(r.num_spec_proposed for r in completed),
+        spec_accepted=sum(r.num_spec_accepted for r in completed),
+        spec_request_steps=sum(r.num_spec_steps for r in completed),
+        reject_reasons=sorted({r.reject_reason for r in rejected}),
+        overload=overload(requests))
+
+
 def summarize(requests: Sequence[Request], steps: dict[str, list], *,
               slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
               num_preemptions: int = 0, prefix_queries: int = 0, prefix_hits: int = 0,
               num_gpus: int = 1) -> dict:
     """The ``summary.json`` dictionary."""
-    completed = [r for r in requests if r.state is RequestState.FINISHED]
-    rejected = [r for r in requests if r.state is RequestState.REJECTED]
-    start = min((r.arrival_time for r in requests), default=0.0)
-    end = max((r.finish_time for r in completed), default=start)
-    duration = max(end - start, 1e-12)
-    out_tokens = sum(r.num_output_tokens for r in completed)
-    in_tokens = sum(r.prompt_len for r in completed)
-    lat = request_latencies(requests)
+    totals = totals_of(requests, slo_ttft_ms, slo_tpot_ms)
+    spec_steps = int((np.asarray(steps["num_spec_tokens"]) > 0).sum()) if totals.spec_proposed else 0
+    return summary_of(totals, kv_breakdown(steps), spec_steps, slo_ttft_ms=slo_ttft_ms,
+                      slo_tpot_ms=slo_tpot_ms, num_preemptions=num_preemptions,
+                      prefix_queries=prefix_queries, prefix_hits=prefix_hits, num_gpus=num_gpus)
+
+
+def summary_of(t: RunTotals, kv: dict, num_spec_steps: int, *,
+               slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
+               num_preemptions: int = 0, prefix_queries: int = 0, prefix_hits: int = 0,
+               num_gpus: int = 1) -> dict:
+    """The ``summary.json`` dictionary from a run's totals and its KV breakdown."""
+    duration = max(t.end - t.start, 1e-12)
+    out_tokens, in_tokens = t.output_tokens, t.input_tokens
     summary: dict = {
-        "num_requests": len(requests),
-        "completed": len(completed),
-        "rejected": len(rejected),
+        "num_requests": t.num_requests,
+        "completed": t.completed,
+        "rejected": t.rejected,
         "duration_s": duration,
         "total_input_tokens": in_tokens,
         "total_output_tokens": out_tokens,
-        "request_throughput": len(completed) / duration,
+        "request_throughput": t.completed / duration,
         "output_throughput": out_tokens / duration,
         "total_token_throughput": (in_tokens + out_tokens) / duration,
         "output_throughput_per_gpu": out_tokens / duration / num_gpus,
     }
     if slo_ttft_ms is not None or slo_tpot_ms is not None:
-        good = sum(meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in completed)
-        summary["goodput"] = good / duration
-        summary["slo_attainment"] = good / max(len(requests), 1)
+        summary["goodput"] = t.slo_good / duration
+        summary["slo_attainment"] = t.slo_good / max(t.num_requests, 1)
         summary["slo"] = {"ttft_ms": slo_ttft_ms, "tpot_ms": slo_tpot_ms}
     for name in LATENCY_METRICS:
-        stats = _stats(lat[name], consume=True)  # the arrays are this function's own
+        stats = t.latency_stats[name]
         summary[f"{name}_ms"] = stats  # nested view: summary["ttft_ms"]["p99"]
         for stat, value in stats.items():
             summary[f"{stat}_{name}_ms"] = value  # vllm bench serve's flat names: p99_ttft_ms
-    kv = kv_breakdown(steps)
+    kv = dict(kv)
     kv["preemptions"] = num_preemptions
     kv["prefix_cache_hit_rate"] = prefix_hits / prefix_queries if prefix_queries else 0.0
     summary["kv_cache"] = kv
-    proposed = sum(r.num_spec_proposed for r in completed)
+    proposed = t.spec_proposed
     if proposed:
-        accepted = sum(r.num_spec_accepted for r in completed)
-        spec_steps = np.asarray(steps["num_spec_tokens"]) > 0
+        accepted = t.spec_accepted
         summary["spec_decode"] = {
             "num_draft_tokens": proposed,
             "num_accepted_tokens": accepted,
             "acceptance_rate": accepted / proposed,
-            "num_spec_steps": int(spec_steps.sum()),
+            "num_spec_steps": num_spec_steps,
             # Mean tokens a request emits per verification step (accepted drafts + 1).
-            "mean_tokens_per_step": 1.0 + accepted / max(sum(r.num_spec_steps for r in completed), 1),
+            "mean_tokens_per_step": 1.0 + accepted / max(t.spec_request_steps, 1),
         }
-    if rejected:
-        summary["rejected_examples"] = sorted({r.reject_reason for r in rejected})[:3]
-    summary["overload"] = overload(requests)
+    if t.rejected:
+        summary["rejected_examples"] = t.reject_reasons[:3]
+    summary["overload"] = t.overload
     return summary
