@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import subprocess
@@ -65,24 +66,35 @@ def _in_process(overrides: list[str], fast_decode: bool = True, repeats: int = 3
 
 
 _CHILD = """
-import json, resource, sys, time
+import json, resource, sys, tempfile, time
 sys.path.insert(0, {root!r})
+from sim import native
 from sim.api import simulate
 from sim.config import build_config
 cfg = build_config(None, {overrides!r})
-t0 = time.perf_counter()
-s = simulate(cfg).summary
-wall = time.perf_counter() - t0
-print(json.dumps({{"wall_s": wall, "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+times = []
+for _ in range({repeats}):
+    folder = tempfile.mkdtemp() if {stream!r} else None
+    t0 = time.perf_counter()
+    s = simulate(cfg, fast_decode={fast!r}, stream_to=folder).summary
+    times.append(time.perf_counter() - t0)
+times.sort()
+print(json.dumps({{"wall_s": times[len(times) // 2],
+                  "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                   "num_steps": s["simulator"]["num_steps"], "completed": s["completed"],
-                  "duration_s": s["duration_s"]}}))
+                  "duration_s": s["duration_s"], "compiled": native.status()["compiled"],
+                  "summary": json.dumps({{k: v for k, v in s.items() if k != "simulator"}}, sort_keys=True)}}))
 """
 
 
-def _in_child(overrides: list[str]) -> dict:
-    """One ``simulate()`` in a fresh interpreter: its wall time and the process's peak memory."""
-    out = subprocess.run([sys.executable, "-c", _CHILD.format(root=str(ROOT), overrides=overrides)],
-                         cwd=ROOT, check=True, capture_output=True, text=True).stdout
+def _in_child(overrides: list[str], *, pure: bool = False, fast: bool = True, stream: bool = False,
+              repeats: int = 1) -> dict:
+    """``simulate()`` in a fresh interpreter (median wall time of ``repeats``) and the process's
+    peak memory; ``pure`` runs the Python source even where the compiled build exists."""
+    env = {**os.environ, **({"KVPLAN_PURE_PYTHON": "1"} if pure else {})}
+    code = _CHILD.format(root=str(ROOT), overrides=overrides, repeats=repeats, fast=fast, stream=stream)
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, check=True, capture_output=True,
+                         text=True, env=env).stdout
     return json.loads(out.strip().splitlines()[-1])
 
 
@@ -91,6 +103,8 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="skip the 100,000-request run and the capacity search")
     ap.add_argument("--profile", action="store_true", help="print a cProfile of the 2,000-request simulate()")
     ap.add_argument("--requests", type=int, default=100_000, help="requests of the large run")
+    ap.add_argument("--million", action="store_true",
+                    help="also stream 1,000,000 requests (bounded memory; a few minutes)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 
@@ -107,9 +121,12 @@ def main() -> None:
         pstats.Stats(prof).sort_stats("tottime").print_stats(30)
         return
 
+    from sim import native
     from sim.pricing.machine import machine_fingerprint
 
-    res: dict = {"machine": machine_fingerprint(with_gpus=False), "python": platform.python_version()}
+    res: dict = {"machine": machine_fingerprint(with_gpus=False), "python": platform.python_version(),
+                 "native": native.stale_reason() or "compiled with mypyc"}
+    print(f"simulator: {res['native']}")
 
     def show(name: str, value: str, goal: str = "") -> None:
         print(f"{name:44s} {value:>22s}   {goal}")
@@ -126,8 +143,20 @@ def main() -> None:
     slow, slow_summ = _in_process(["workload.num_requests=2000"], fast_decode=False, repeats=1)
     same = json.dumps(slow_summ, sort_keys=True) == json.dumps(summ, sort_keys=True)
     res["step_by_step_2000"] = {"wall_s": slow, "speedup": slow / fast, "same_summary": same}
-    show("  step-by-step reference, same run", f"{slow:.3f} s",
+    show("  step-by-step, same modules", f"{slow:.3f} s",
          f"fast path {slow / fast:.1f}x faster, summary {'identical' if same else 'DIFFERS'}")
+    mine = json.dumps({k: v for k, v in summ.items() if k != "simulator"}, sort_keys=True)
+    pure = _in_child(["workload.num_requests=2000"], pure=True, repeats=3)
+    ref = _in_child(["workload.num_requests=2000"], pure=True, fast=False)
+    res["pure_python_2000"] = {"wall_s": pure["wall_s"], "same_summary": pure["summary"] == mine}
+    res["reference_2000"] = {"wall_s": ref["wall_s"], "same_summary": ref["summary"] == mine,
+                             "speedup": ref["wall_s"] / fast}
+    show("  Python source (KVPLAN_PURE_PYTHON=1)", f"{pure['wall_s']:.3f} s",
+         f"compiled {pure['wall_s'] / fast:.1f}x faster, summary "
+         f"{'identical' if pure['summary'] == mine else 'DIFFERS'}")
+    show("  reference: Python, step by step", f"{ref['wall_s']:.3f} s",
+         f"{ref['wall_s'] / fast:.1f}x slower than the default path, summary "
+         f"{'identical' if ref['summary'] == mine else 'DIFFERS'}")
     if AZURE_CONV.is_file():
         vid, vsum = _in_process(VIDUR_WORKLOAD, repeats=1)
         rate = vsum["num_requests"] / vid
@@ -137,10 +166,21 @@ def main() -> None:
              f"{rate:,.0f} req/s = {rate / VIDUR_REQUESTS_PER_S:.1f}x Vidur (goal >= 10x)")
     if not args.quick:
         big = _in_child([f"workload.num_requests={args.requests}"])
+        big.pop("summary")
         big["requests_per_s"] = args.requests / big["wall_s"]
         res["large_run"] = {"num_requests": args.requests, **big}
         show(f"simulate(), {args.requests:,} requests", f"{big['wall_s']:.1f} s",
              f"goal <= 15 s for 100,000 ({big['requests_per_s']:,.0f} req/s, peak {big['peak_rss_mib']:,.0f} MiB)")
+        streamed = _in_child([f"workload.num_requests={args.requests}"], stream=True)
+        streamed.pop("summary")
+        res["large_run_streamed"] = {"num_requests": args.requests, **streamed}
+        show(f"  streamed (--stream)", f"{streamed['wall_s']:.1f} s", f"peak {streamed['peak_rss_mib']:,.0f} MiB")
+        if args.million:
+            mil = _in_child(["workload.num_requests=1000000"], stream=True)
+            mil.pop("summary")
+            res["million_streamed"] = {"num_requests": 1_000_000, **mil}
+            show("simulate(), 1,000,000 requests, streamed", f"{mil['wall_s']:.0f} s",
+                 f"peak {mil['peak_rss_mib']:,.0f} MiB (goal: bounded)")
         res["capacity_s"] = _wall(KVPLAN + ["capacity", "--slo", "ttft_p99_ms=500,tpot_p99_ms=50", "--target-rate", "100",
                                              "--no-progress", "--json"], repeats=1)
         show("kvplan capacity (README example)", f"{res['capacity_s']:.1f} s", "goal <= 5 s")

@@ -12,14 +12,15 @@ from contextlib import contextmanager
 
 import csv
 import json
+import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from sim import config as config_mod
-from sim.simulation import Simulation
+from sim.simulation import STEP_COLUMNS, Simulation
 from sim.errors import ConfigError
-from sim.metrics import summarize
+from sim.metrics import summarize, summary_of
 from sim.policies.kv import make_allocator
 from sim.policies.request import Request
 from sim.policies.router import Router
@@ -59,6 +60,28 @@ class Deployment:
     request_overhead_s: float = 0.0
 
 
+def request_row(r: Request, replica: int = 0) -> dict:
+    """One ``requests.csv`` row (``REQUEST_COLUMNS``)."""
+    tpot = r.tpot
+    return {
+        "request_id": r.request_id,
+        "arrival_s": r.arrival_time,
+        "prompt_len": r.prompt_len,
+        "output_len": r.num_output_tokens,
+        "state": r.state.value,
+        "reject_reason": r.reject_reason or "",
+        "ttft_ms": None if r.ttft is None else r.ttft * 1000,
+        "tpot_ms": None if tpot is None else tpot * 1000,
+        "e2el_ms": None if r.e2el is None else r.e2el * 1000,
+        "first_scheduled_s": r.first_scheduled_time,
+        "finish_s": r.finish_time,
+        "num_preemptions": r.num_preemptions,
+        "num_cached_tokens": r.num_cached_tokens,
+        "num_spec_accepted": r.num_spec_accepted,
+        "replica": replica,
+    }
+
+
 @dataclass
 class SimResult:
     config: dict
@@ -71,33 +94,22 @@ class SimResult:
     scenario: Optional[Scenario] = None
 
     def request_rows(self) -> list[dict]:
-        rows = []
-        for r in self.requests:
-            tpot = r.tpot
-            rows.append({
-                "request_id": r.request_id,
-                "arrival_s": r.arrival_time,
-                "prompt_len": r.prompt_len,
-                "output_len": r.num_output_tokens,
-                "state": r.state.value,
-                "reject_reason": r.reject_reason or "",
-                "ttft_ms": None if r.ttft is None else r.ttft * 1000,
-                "tpot_ms": None if tpot is None else tpot * 1000,
-                "e2el_ms": None if r.e2el is None else r.e2el * 1000,
-                "first_scheduled_s": r.first_scheduled_time,
-                "finish_s": r.finish_time,
-                "num_preemptions": r.num_preemptions,
-                "num_cached_tokens": r.num_cached_tokens,
-                "num_spec_accepted": r.num_spec_accepted,
-                "replica": self.extra.get("replica_of", {}).get(r.request_id, 0),
-            })
-        return rows
+        replica_of = self.extra.get("replica_of", {})
+        return [request_row(r, replica_of.get(r.request_id, 0)) for r in self.requests]
 
     def write(self, out_dir: Union[str, Path]) -> Path:
+        """summary.json and config.yaml, and (unless the run streamed them there already)
+        requests.csv and steps.csv."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         (out / "summary.json").write_text(json.dumps(self.summary, indent=2) + "\n")
         (out / "config.yaml").write_text(config_mod.dump(self.config))
+        streamed = self.extra.get("streamed_to")
+        if streamed is not None:
+            if Path(streamed).resolve() != out.resolve():
+                for name in ("requests.csv", "steps.csv"):
+                    shutil.copyfile(Path(streamed) / name, out / name)
+            return out
         with open(out / "requests.csv", "w", newline="") as fh:
             w = csv.DictWriter(fh, fieldnames=REQUEST_COLUMNS)
             w.writeheader()
@@ -286,7 +298,7 @@ def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides
              seed: Optional[int] = None, requests: Optional[list[Request]] = None,
              progress: Optional[Callable[[int], None]] = None,
              base_dir: Optional[Union[str, Path]] = None, fast_decode: bool = True,
-             statistics: bool = True) -> SimResult:
+             statistics: bool = True, stream_to: Optional[Union[str, Path]] = None) -> SimResult:
     """Simulate one scenario. ``config`` is a ``Scenario``, a full config dict (from
     ``build_config``), a partial dict or a YAML path; ``requests`` replaces the configured
     workload (A/B runs pass the same stream to both arms). ``fast_decode=False`` forces one
@@ -294,12 +306,23 @@ def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides
     ``statistics=False`` leaves the run's latency, throughput and KV statistics out of the
     summary (it keeps ``scenario``, ``num_gpu_blocks``, ``cost_model`` and ``simulator``), for
     callers that judge the requests themselves (capacity search's steady-state window): over
-    millions of inter-token gaps the percentiles cost as much as a short run."""
+    millions of inter-token gaps the percentiles cost as much as a short run.
+    ``stream_to`` (a folder) streams the run (``sim.streaming``): requests are built as they
+    arrive, written to ``requests.csv`` as they finish and not kept, steps written to
+    ``steps.csv``; memory stays bounded, the result's ``requests`` and ``steps`` are empty, and
+    the summary is the same but for ITL quantiles (binned, within 0.005%)."""
     sc = as_scenario(config, overrides, seed)
     cfg = sc.to_dict()
     dep = resolve_deployment(sc)
-    reqs = requests if requests is not None else build_workload(sc, base_dir)
-    reqs = [_fresh(r) for r in reqs]
+    if stream_to is not None:
+        if requests is not None:
+            raise ConfigError("stream_to: a streamed run builds the configured workload as it goes; "
+                              "pass no requests")
+        from sim.workload import build_requests
+
+        reqs: Sequence[Request] = build_requests(sc.workload, sc.seed, base_dir=base_dir, lazy=True)
+    else:
+        reqs = [_fresh(r) for r in (requests if requests is not None else build_workload(sc, base_dir))]
     swap_slots = swap_slots_of(sc, dep.memory.kv_bytes_per_token)
     n = sc.parallel.num_replicas
     schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots) for _ in range(n)]
@@ -311,30 +334,59 @@ def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides
                     for i in range(n)]
     replica_of: dict[str, int] = {}
     router = _RecordingRouter(sc.parallel.router, replica_of)
+    recorder = None
+    if stream_to is not None:
+        from sim.streaming import StreamRecorder
+
+        recorder = StreamRecorder(Path(stream_to), replica_of, sc.slo.ttft_ms, sc.slo.tpot_ms)
     sim = Simulation(reqs, schedulers, dep.cost_model.step_time, router=router,
                      spec_samplers=samplers, draft_cost_ratio=spec.draft_cost_ratio,
                      progress=progress, fast_decode=fast_decode,
                      async_scheduling=async_scheduling_of(sc, dep),
                      request_overhead=dep.request_overhead_s,
-                     decode_pricer=getattr(dep.cost_model, "decode_context_pricer", None))
-    with _no_cyclic_gc():
-        sim.run()
-    steps = sim.log.columns()
+                     decode_pricer=getattr(dep.cost_model, "decode_context_pricer", None),
+                     on_finish=recorder.request if recorder is not None else None,
+                     keep_finished=recorder is None,
+                     step_sink=recorder.steps if recorder is not None else None)
+    if recorder is not None:
+        with recorder, _no_cyclic_gc():
+            sim.run()
+        steps: dict[str, list] = {name: [] for name in STEP_COLUMNS}
+        num_steps = recorder.kv.num_steps
+    else:
+        with _no_cyclic_gc():
+            sim.run()
+        steps = sim.log.columns()
+        num_steps = len(steps["duration_s"])
     queries = sum(s.allocator.num_prefix_queries for s in schedulers)
     hits = sum(s.allocator.num_prefix_hits for s in schedulers)
-    summary = summarize(
-        reqs, steps, slo_ttft_ms=sc.slo.ttft_ms, slo_tpot_ms=sc.slo.tpot_ms,
-        num_preemptions=sum(s.num_preemptions for s in schedulers),
-        prefix_queries=queries, prefix_hits=hits, num_gpus=dep.num_gpus_per_replica * n,
-    ) if statistics else {}
+    slo_kw = dict(slo_ttft_ms=sc.slo.ttft_ms, slo_tpot_ms=sc.slo.tpot_ms,
+                  num_preemptions=sum(s.num_preemptions for s in schedulers),
+                  prefix_queries=queries, prefix_hits=hits, num_gpus=dep.num_gpus_per_replica * n)
+    if not statistics:
+        summary: dict = {}
+    elif recorder is not None:
+        summary = summary_of(recorder.totals(), recorder.kv.breakdown(), recorder.kv.num_spec_steps,
+                             **slo_kw)
+    else:
+        summary = summarize(reqs, steps, **slo_kw)
     summary["scenario"] = _scenario(sc, dep)
     summary["num_gpu_blocks"] = dep.memory.num_kv_slots // sc.kv_cache.block_size
     summary["cost_model"] = cost_model_summary(dep)
-    summary["simulator"] = {"num_steps": len(steps["duration_s"]), "num_events": sim.num_events}
+    summary["simulator"] = {"num_steps": num_steps, "num_events": sim.num_events}
+    extra: dict = {"replica_of": replica_of}
+    if recorder is not None:
+        from sim.streaming import ITL_BIN_WIDTH
+
+        summary["simulator"]["streamed"] = {
+            "folder": str(stream_to), "files": ["requests.csv", "steps.csv"],
+            "itl_quantiles": f"log-histogram bins, within {ITL_BIN_WIDTH / 2:.1e} relative"}
+        extra["streamed_to"] = str(stream_to)
+        reqs = []
     warnings = dep.cost_model.warnings()  # e.g. a profile measured on another machine
     if warnings:
         summary["warnings"] = warnings
-    return SimResult(cfg, summary, reqs, steps, dep, {"replica_of": replica_of}, scenario=sc)
+    return SimResult(cfg, summary, list(reqs), steps, dep, extra, scenario=sc)
 
 
 def cost_model_summary(dep: Deployment) -> dict:

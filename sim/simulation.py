@@ -36,11 +36,23 @@ _KV_INTERNAL, _KV_EXTERNAL, _KV_FREE = (COL["kv_internal_fragmentation"],
                                         COL["kv_external_fragmentation"], COL["kv_free"])
 
 
+#: Rows a streamed step log holds before handing them to its sink.
+FLUSH_ROWS = 1 << 16
+
+
 @dataclass
 class StepLog:
-    """Per-step rows, stored as a list of tuples in ``STEP_COLUMNS`` order (cheap to append)."""
+    """Per-step rows, stored as a list of tuples in ``STEP_COLUMNS`` order (cheap to append).
+    With a ``sink`` (a streamed run, ``sim.streaming``) rows are handed over in chunks of about
+    ``FLUSH_ROWS`` and not kept."""
 
     rows: list[tuple] = field(default_factory=list)
+    sink: Optional[Callable[[list[tuple]], None]] = None
+
+    def flush(self) -> None:
+        if self.sink is not None and self.rows:
+            rows, self.rows = self.rows, []
+            self.sink(rows)
 
     def columns(self) -> dict[str, list]:
         """Columns in time order (a bulk decode window logs ahead of other replicas' steps)."""
@@ -124,8 +136,10 @@ class Replica:
         return StepResult(num_accepted=accepted)
 
     def run(self):
-        env, sched, bulk = self.env, self.scheduler, self.bulk
+        env, sched, bulk, log = self.env, self.scheduler, self.bulk, self.log
         while True:
+            if log.sink is not None and len(log.rows) >= FLUSH_ROWS:
+                log.flush()  # here, between steps: a window's rows read the row before them
             if self.spec is not None and self.spec.draft_availability:
                 for req in sched.running:  # what the proposer found for each decode (n-gram lookup)
                     if req.num_uncomputed_tokens == 1:
@@ -223,15 +237,24 @@ class Simulation:
                  progress: Optional[Callable[[int], None]] = None,
                  fast_decode: bool = True, async_scheduling: bool = False,
                  request_overhead: float = 0.0,
-                 decode_pricer: Optional[Callable[[StepShape], Callable[[int], float]]] = None) -> None:
+                 decode_pricer: Optional[Callable[[StepShape], Callable[[int], float]]] = None,
+                 on_finish: Optional[Callable[[Request], None]] = None,
+                 keep_finished: bool = True,
+                 step_sink: Optional[Callable[[list[tuple]], None]] = None) -> None:
+        """``requests`` is read in order and may be lazy (``sim.workload.RequestStream``).
+        A streamed run passes ``on_finish`` (each finished or rejected request, once),
+        ``keep_finished=False`` and a ``step_sink``, so nothing grows with the run's length."""
         self.env = simpy.Environment()
         #: Seconds between a request's arrival and its reaching the scheduler (work outside the
         #: engine: HTTP, tokenisation, IPC). TTFT and E2E still count from ``arrival_time``.
         self.request_overhead = request_overhead
-        self.requests = list(requests)
+        self.requests = requests
         self.router = router or Router()
-        self.log = StepLog()
+        self.log = StepLog(sink=step_sink)
         self.finished: list[Request] = []
+        self.num_finished = 0
+        self._keep_finished = keep_finished
+        self._finish_hook = on_finish
         self._progress = progress
         self._next_index = 0
         self.replicas = [
@@ -245,7 +268,11 @@ class Simulation:
         self.env.process(self._arrivals())
 
     def _on_finish(self, req: Request) -> None:
-        self.finished.append(req)
+        self.num_finished += 1
+        if self._keep_finished:
+            self.finished.append(req)
+        if self._finish_hook is not None:
+            self._finish_hook(req)
         if self._progress is not None:
             self._progress(1)
 
@@ -258,7 +285,9 @@ class Simulation:
 
     def _arrivals(self):
         env = self.env
-        for index, req in enumerate(self.requests):
+        requests = self.requests
+        for index in range(len(requests)):  # by index: a lazy stream builds each request once
+            req = requests[index]
             at = req.arrival_time + self.request_overhead  # when it reaches the scheduler
             if at > env.now:
                 yield env.timeout(at - env.now)
@@ -273,6 +302,7 @@ class Simulation:
 
     def run(self) -> None:
         self.env.run()
-        unfinished = len(self.requests) - len(self.finished)
+        self.log.flush()
+        unfinished = len(self.requests) - self.num_finished
         if unfinished:
             raise RuntimeError(f"simulation ended with {unfinished} requests unaccounted for")

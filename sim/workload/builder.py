@@ -9,6 +9,7 @@ their differences are the policy's, not the dice's.
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
@@ -28,9 +29,11 @@ KEY = "workload"
 
 
 def build_requests(
-    workload: Mapping[str, Any], seed: int, *, base_dir: Union[str, os.PathLike, None] = None
-) -> list[Request]:
-    """Requests sorted by arrival time, ids ``"0"``, ``"1"``, ... in that order.
+    workload: Mapping[str, Any], seed: int, *, base_dir: Union[str, os.PathLike, None] = None,
+    lazy: bool = False,
+) -> Sequence[Request]:
+    """Requests sorted by arrival time, ids ``"0"``, ``"1"``, ... in that order: a list, or with
+    ``lazy`` a ``RequestStream`` that builds each when asked (the same requests).
 
     ``workload`` is the config's ``workload`` section (keys in docs/workloads.md); relative
     file paths are taken from ``base_dir`` when given (e.g. the config file's folder).
@@ -60,18 +63,53 @@ def build_requests(
         hashes = synthetic_prefix_hashes(choices, inputs, p.length, block_size, p.num_prefixes)
     priorities = _priorities(spec, n, rngs["priority"])
     order = np.argsort(times, kind="stable")
-    return [
-        Request(
+    stream = RequestStream(order, times, inputs, outputs, hashes, block_size, priorities)
+    if lazy:
+        return stream
+    return [stream.make(i) for i in range(n)]
+
+
+class RequestStream(Sequence[Request]):
+    """The workload's requests, each built when asked for (by index, in arrival order) from
+    its length and time columns: a streamed run of millions of requests holds a few dozen
+    bytes per request instead of a ``Request`` object each. The last one built is kept, so
+    asking twice for the next arrival builds it once."""
+
+    def __init__(self, order: np.ndarray, times: np.ndarray, inputs: np.ndarray,
+                 outputs: np.ndarray, hashes: Optional[list[list[int]]], block_size: int,
+                 priorities: np.ndarray) -> None:
+        self.order = order
+        self.times, self.inputs, self.outputs = times, inputs, outputs
+        self.hashes, self.block_size, self.priorities = hashes, block_size, priorities
+        self._last: tuple[int, Optional[Request]] = (-1, None)
+
+    def __len__(self) -> int:
+        return len(self.order)
+
+    def make(self, i: int) -> Request:
+        j = int(self.order[i])
+        return Request(
             request_id=str(i),
-            arrival_time=float(times[j]),
-            prompt_len=int(inputs[j]),
-            max_output_tokens=int(outputs[j]),
-            block_hashes=None if hashes is None else hashes[j],
-            hash_block_size=block_size,
-            priority=int(priorities[j]),
+            arrival_time=float(self.times[j]),
+            prompt_len=int(self.inputs[j]),
+            max_output_tokens=int(self.outputs[j]),
+            block_hashes=None if self.hashes is None else self.hashes[j],
+            hash_block_size=self.block_size,
+            priority=int(self.priorities[j]),
         )
-        for i, j in enumerate(order.tolist())
-    ]
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(len(self)))]
+        if i < 0:
+            i += len(self)
+        if not 0 <= i < len(self):
+            raise IndexError(i)
+        last, req = self._last
+        if last != i or req is None:
+            req = self.make(i)
+            self._last = (i, req)
+        return req
 
 
 def _streams(seed: Any) -> list[np.random.Generator]:
