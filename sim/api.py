@@ -322,7 +322,9 @@ def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides
 
         reqs: Sequence[Request] = build_requests(sc.workload, sc.seed, base_dir=base_dir, lazy=True)
     else:
-        reqs = [_fresh(r) for r in (requests if requests is not None else build_workload(sc, base_dir))]
+        # A workload built here is fresh already; given requests are copied (A/B runs simulate
+        # one stream under several configs).
+        reqs = [_fresh(r) for r in requests] if requests is not None else list(build_workload(sc, base_dir))
     swap_slots = swap_slots_of(sc, dep.memory.kv_bytes_per_token)
     n = sc.parallel.num_replicas
     schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots) for _ in range(n)]

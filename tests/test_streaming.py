@@ -89,7 +89,7 @@ def _live_requests_late_in_the_run(**kw) -> int:
         done[0] += 1
         if done[0] == 900:
             gc.collect()  # garbage from earlier runs is not held by this one
-            live.append(sum(isinstance(o, Request) for o in gc.get_objects()))
+            live.append(sum(type(o) is Request for o in gc.get_objects()))
 
     simulate(None, overrides=["workload.num_requests=1000", "workload.arrival.rate=20"],
              progress=progress, **kw)

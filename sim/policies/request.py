@@ -8,8 +8,6 @@ preemption by recompute and speculative tokens are all moves of that one counter
 from __future__ import annotations
 
 from array import array
-
-from dataclasses import dataclass, field
 from enum import Enum
 from typing import Optional
 
@@ -27,7 +25,6 @@ class RequestState(str, Enum):
         return self in (RequestState.FINISHED, RequestState.REJECTED)
 
 
-@dataclass(eq=False)
 class Request:
     """One request.
 
@@ -35,53 +32,65 @@ class Request:
     length); the runtime also gives ``prompt_token_ids`` and appends ``output_token_ids``.
     ``block_hashes`` carries a trace's prefix identity (Mooncake ``hash_ids``: one id per
     ``hash_block_size`` prompt tokens, equal ids = shared prefix) when token ids are unknown.
+
+    A plain class with an explicit ``__init__`` (it was a dataclass): a long run makes one per
+    request, and a compiled dataclass keeps an interpreted ``__init__``, several times slower.
+    Equality is identity, as before (``eq=False``).
     """
 
-    request_id: str
-    arrival_time: float
-    prompt_len: int
-    max_output_tokens: int
-    prompt_token_ids: Optional[list[int]] = None
-    block_hashes: Optional[list[int]] = None
-    hash_block_size: int = 512
-    priority: int = 0  # lower value = served first under the priority policy
+    __slots__ = ("request_id", "arrival_time", "prompt_len", "max_output_tokens", "prompt_token_ids",
+                 "block_hashes", "hash_block_size", "priority", "state", "num_computed_tokens",
+                 "num_output_tokens", "output_token_ids", "token_times", "first_scheduled_time",
+                 "finish_time", "finish_reason", "reject_reason", "num_preemptions",
+                 "num_cached_tokens", "num_spec_proposed", "num_spec_accepted", "num_spec_steps",
+                 "num_draft_tokens", "admit_seq", "block_hash_cache", "block_hash_size")
 
-    state: RequestState = RequestState.WAITING
-    num_computed_tokens: int = 0
-    num_output_tokens: int = 0
-    output_token_ids: list[int] = field(default_factory=list)
-    #: When each output token was emitted. A float array, not a list: it is the bulk of a long
-    #: run's memory (8 bytes a token instead of 32 for a list of float objects).
-    token_times: array = field(default_factory=lambda: array("d"))
-    first_scheduled_time: Optional[float] = None
-    finish_time: Optional[float] = None
-    finish_reason: Optional[str] = None  # "length", "stop", "abort"
-    reject_reason: Optional[str] = None
-    num_preemptions: int = 0
-    num_cached_tokens: int = 0  # prompt tokens served from the prefix cache (first admission)
-    num_spec_proposed: int = 0
-    num_spec_accepted: int = 0
-    num_spec_steps: int = 0
-    # Draft tokens the executor's proposer has ready for the next step. None: a proposer that
-    # always fills k (the simulator's draft model); the runtime's n-gram proposer sets it,
-    # because a lookup can find fewer than k tokens or none (vLLM v1 schedules only those).
-    num_draft_tokens: Optional[int] = None
-    # Set by a scheduler that admits a request: the order of admission (preemption picks newest).
-    admit_seq: int = -1
-    # Memo of prefix-cache block hashes (see sim.policies.kv.hashing); not part of identity.
-    block_hash_cache: list[int] = field(default_factory=list, repr=False)
-    block_hash_size: int = 0
-
-    def __post_init__(self) -> None:
-        if self.prompt_token_ids is not None and self.prompt_len != len(self.prompt_token_ids):
+    def __init__(self, request_id: str, arrival_time: float, prompt_len: int,
+                 max_output_tokens: int, prompt_token_ids: Optional[list[int]] = None,
+                 block_hashes: Optional[list[int]] = None, hash_block_size: int = 512,
+                 priority: int = 0) -> None:
+        self.request_id = request_id
+        self.arrival_time = arrival_time
+        self.prompt_len = prompt_len
+        self.max_output_tokens = max_output_tokens
+        self.prompt_token_ids = prompt_token_ids
+        self.block_hashes = block_hashes
+        self.hash_block_size = hash_block_size
+        self.priority = priority  # lower value = served first under the priority policy
+        self.state = RequestState.WAITING
+        self.num_computed_tokens = 0
+        self.num_output_tokens = 0
+        self.output_token_ids: list[int] = []
+        #: When each output token was emitted. A float array, not a list: it is the bulk of a
+        #: long run's memory (8 bytes a token instead of 32 for a list of float objects).
+        self.token_times: array = array("d")
+        self.first_scheduled_time: Optional[float] = None
+        self.finish_time: Optional[float] = None
+        self.finish_reason: Optional[str] = None  # "length", "stop", "abort"
+        self.reject_reason: Optional[str] = None
+        self.num_preemptions = 0
+        self.num_cached_tokens = 0  # prompt tokens served from the prefix cache (first admission)
+        self.num_spec_proposed = 0
+        self.num_spec_accepted = 0
+        self.num_spec_steps = 0
+        # Draft tokens the executor's proposer has ready for the next step. None: a proposer
+        # that always fills k (the simulator's draft model); the runtime's n-gram proposer sets
+        # it, because a lookup can find fewer than k tokens or none (vLLM v1 schedules only those).
+        self.num_draft_tokens: Optional[int] = None
+        # Set by a scheduler that admits a request: the order of admission (preemption picks newest).
+        self.admit_seq = -1
+        # Memo of prefix-cache block hashes (see sim.policies.kv.hashing); not part of identity.
+        self.block_hash_cache: list[int] = []
+        self.block_hash_size = 0
+        if prompt_token_ids is not None and prompt_len != len(prompt_token_ids):
             raise ValueError(
-                f"request {self.request_id}: prompt_len {self.prompt_len} != "
-                f"{len(self.prompt_token_ids)} prompt token ids"
+                f"request {request_id}: prompt_len {prompt_len} != "
+                f"{len(prompt_token_ids)} prompt token ids"
             )
-        if self.prompt_len < 1:
-            raise ValueError(f"request {self.request_id}: prompt_len must be >= 1")
-        if self.max_output_tokens < 1:
-            raise ValueError(f"request {self.request_id}: max_output_tokens must be >= 1")
+        if prompt_len < 1:
+            raise ValueError(f"request {request_id}: prompt_len must be >= 1")
+        if max_output_tokens < 1:
+            raise ValueError(f"request {request_id}: max_output_tokens must be >= 1")
 
     # --- lengths -------------------------------------------------------------------------
     @property
