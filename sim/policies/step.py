@@ -8,13 +8,13 @@ measured seconds of every ``StepShape`` it ran, which is what calibration fits.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Optional
 
 from sim.policies.request import Request
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, init=False)
 class StepShape:
     """What a step costs depends on, and nothing else.
 
@@ -30,6 +30,11 @@ class StepShape:
     - ``num_padding_tokens``: wasted slots a padded (static) batch computes anyway.
     - ``num_spec_seqs``: decodes that verify drafts this step (each is a multi-token query,
       whose attention an engine may run as its own call: calibration prices it).
+
+    Immutable by convention (shapes are shared, e.g. ``EMPTY_SHAPE``) and hashable. Not a frozen
+    dataclass any more: one is made every step, and a frozen dataclass's ``__init__`` sets each
+    field through ``object.__setattr__``, interpreted even when compiled; this ``__init__`` is
+    written out (the dataclass still gives ``fields``, ``asdict``, ``__eq__`` and ``__repr__``).
     """
 
     num_prefill_tokens: int = 0
@@ -42,6 +47,28 @@ class StepShape:
     num_swap_tokens: int = 0
     num_padding_tokens: int = 0
     num_spec_seqs: int = 0
+
+    def __init__(self, num_prefill_tokens: int = 0, num_prefill_seqs: int = 0,
+                 num_decode_seqs: int = 0, num_spec_tokens: int = 0,
+                 decode_context_tokens: int = 0, prefill_context_tokens: int = 0,
+                 prefill_attention_work: int = 0, num_swap_tokens: int = 0,
+                 num_padding_tokens: int = 0, num_spec_seqs: int = 0) -> None:
+        self.num_prefill_tokens = num_prefill_tokens
+        self.num_prefill_seqs = num_prefill_seqs
+        self.num_decode_seqs = num_decode_seqs
+        self.num_spec_tokens = num_spec_tokens
+        self.decode_context_tokens = decode_context_tokens
+        self.prefill_context_tokens = prefill_context_tokens
+        self.prefill_attention_work = prefill_attention_work
+        self.num_swap_tokens = num_swap_tokens
+        self.num_padding_tokens = num_padding_tokens
+        self.num_spec_seqs = num_spec_seqs
+
+    def __hash__(self) -> int:
+        return hash((self.num_prefill_tokens, self.num_prefill_seqs, self.num_decode_seqs,
+                     self.num_spec_tokens, self.decode_context_tokens, self.prefill_context_tokens,
+                     self.prefill_attention_work, self.num_swap_tokens, self.num_padding_tokens,
+                     self.num_spec_seqs))
 
     @property
     def batch_size(self) -> int:
@@ -127,21 +154,43 @@ class ScheduledRequest:
         return self.request.num_computed_tokens + self.num_new_tokens >= self.request.num_tokens
 
 
-@dataclass
-class StepPlan:
-    """A scheduler's decision for one step."""
+#: The shape of a plan not yet finalised (shapes are immutable, so one serves every plan).
+EMPTY_SHAPE = StepShape()
 
-    scheduled: list[ScheduledRequest] = field(default_factory=list)
-    preempted: list[Request] = field(default_factory=list)
-    swapped_out: list[Request] = field(default_factory=list)
-    swapped_in: list[Request] = field(default_factory=list)
-    rejected: list[Request] = field(default_factory=list)
-    shape: StepShape = field(default_factory=StepShape)
-    # Physical blocks to copy, for an executor that really moves KV: device blocks a swapped-out
-    # request held (copy them to host before this step writes anything), and the fresh device
-    # blocks a swapped-in request got (copy its host copy there first).
-    swap_out_blocks: dict[str, list[int]] = field(default_factory=dict)
-    swap_in_blocks: dict[str, list[int]] = field(default_factory=dict)
+
+class StepPlan:
+    """A scheduler's decision for one step.
+
+    A plain class (it was a dataclass; one is made every step, and a compiled dataclass keeps
+    an interpreted ``__init__``). ``swap_out_blocks`` / ``swap_in_blocks``: physical blocks to
+    copy, for an executor that really moves KV: device blocks a swapped-out request held (copy
+    them to host before this step writes anything), and the fresh device blocks a swapped-in
+    request got (copy its host copy there first)."""
+
+    __slots__ = ("scheduled", "preempted", "swapped_out", "swapped_in", "rejected", "shape",
+                 "swap_out_blocks", "swap_in_blocks")
+
+    def __init__(self, scheduled: Optional[list[ScheduledRequest]] = None,
+                 preempted: Optional[list[Request]] = None,
+                 swapped_out: Optional[list[Request]] = None,
+                 swapped_in: Optional[list[Request]] = None,
+                 rejected: Optional[list[Request]] = None,
+                 shape: StepShape = EMPTY_SHAPE,
+                 swap_out_blocks: Optional[dict[str, list[int]]] = None,
+                 swap_in_blocks: Optional[dict[str, list[int]]] = None) -> None:
+        self.scheduled: list[ScheduledRequest] = [] if scheduled is None else scheduled
+        self.preempted: list[Request] = [] if preempted is None else preempted
+        self.swapped_out: list[Request] = [] if swapped_out is None else swapped_out
+        self.swapped_in: list[Request] = [] if swapped_in is None else swapped_in
+        self.rejected: list[Request] = [] if rejected is None else rejected
+        self.shape = shape
+        self.swap_out_blocks: dict[str, list[int]] = {} if swap_out_blocks is None else swap_out_blocks
+        self.swap_in_blocks: dict[str, list[int]] = {} if swap_in_blocks is None else swap_in_blocks
+
+    def __repr__(self) -> str:
+        return (f"StepPlan(scheduled={self.scheduled!r}, preempted={self.preempted!r}, "
+                f"swapped_out={self.swapped_out!r}, swapped_in={self.swapped_in!r}, "
+                f"rejected={self.rejected!r}, shape={self.shape!r})")
 
     @property
     def is_empty(self) -> bool:
@@ -152,18 +201,27 @@ class StepPlan:
         return sum(s.num_new_tokens + s.num_spec_tokens for s in self.scheduled)
 
 
-@dataclass
 class StepResult:
     """What the executor reports back.
 
     The simulator passes ``sampled_token_ids=None`` (lengths only) and, with speculative
     decoding, ``num_accepted`` per request id. The runtime passes the real sampled token ids
     per request id (1 + accepted draft tokens each) and the ids that hit a stop condition.
+    A plain class, made every step (see ``StepPlan``).
     """
 
-    sampled_token_ids: Optional[dict[str, list[int]]] = None
-    num_accepted: Optional[dict[str, int]] = None
-    stopped: set[str] = field(default_factory=set)
+    __slots__ = ("sampled_token_ids", "num_accepted", "stopped")
+
+    def __init__(self, sampled_token_ids: Optional[dict[str, list[int]]] = None,
+                 num_accepted: Optional[dict[str, int]] = None,
+                 stopped: Optional[set[str]] = None) -> None:
+        self.sampled_token_ids = sampled_token_ids
+        self.num_accepted = num_accepted
+        self.stopped: set[str] = set() if stopped is None else stopped
+
+    def __repr__(self) -> str:
+        return (f"StepResult(sampled_token_ids={self.sampled_token_ids!r}, "
+                f"num_accepted={self.num_accepted!r}, stopped={self.stopped!r})")
 
 
 def shape_of(scheduled: list[ScheduledRequest], num_swap_tokens: int = 0,

@@ -7,13 +7,11 @@ allocator hands out runs of slots; a paged one hands out blocks of ``block_size`
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
 
 from sim.policies.request import Request
 
 
-@dataclass(frozen=True)
 class KVUsage:
     """Where every KV slot is, at one instant (vLLM paper, Figure 2).
 
@@ -25,11 +23,33 @@ class KVUsage:
     - free: the remaining free slots.
     """
 
-    token_states: int
-    reserved: int
-    internal_fragmentation: int
-    external_fragmentation: int
-    free: int
+    # A plain class (it was a frozen dataclass): one is made every logged step, and a compiled
+    # dataclass keeps an interpreted __init__. Treat it as immutable.
+    __slots__ = ("token_states", "reserved", "internal_fragmentation", "external_fragmentation", "free")
+
+    def __init__(self, token_states: int, reserved: int, internal_fragmentation: int,
+                 external_fragmentation: int, free: int) -> None:
+        self.token_states = token_states
+        self.reserved = reserved
+        self.internal_fragmentation = internal_fragmentation
+        self.external_fragmentation = external_fragmentation
+        self.free = free
+
+    def _fields(self) -> tuple[int, int, int, int, int]:
+        return (self.token_states, self.reserved, self.internal_fragmentation,
+                self.external_fragmentation, self.free)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, KVUsage):
+            return NotImplemented
+        return self._fields() == other._fields()
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return ("KVUsage(token_states={}, reserved={}, internal_fragmentation={}, "
+                "external_fragmentation={}, free={})".format(*self._fields()))
 
     @property
     def total(self) -> int:
@@ -52,12 +72,25 @@ class KVUsage:
         }
 
 
-@dataclass
 class PrefixHit:
-    """Result of a prefix-cache lookup: cached blocks to reuse and how many tokens they cover."""
+    """Result of a prefix-cache lookup: cached blocks to reuse and how many tokens they cover.
+    A plain class, made at every admission (a compiled dataclass keeps an interpreted __init__)."""
 
-    block_ids: list[int] = field(default_factory=list)
-    num_tokens: int = 0
+    __slots__ = ("block_ids", "num_tokens")
+
+    def __init__(self, block_ids: Optional[list[int]] = None, num_tokens: int = 0) -> None:
+        self.block_ids: list[int] = [] if block_ids is None else block_ids
+        self.num_tokens = num_tokens
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PrefixHit):
+            return NotImplemented
+        return self.block_ids == other.block_ids and self.num_tokens == other.num_tokens
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
+
+    def __repr__(self) -> str:
+        return f"PrefixHit(block_ids={self.block_ids!r}, num_tokens={self.num_tokens})"
 
 
 class KVAllocator(ABC):
