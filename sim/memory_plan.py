@@ -86,8 +86,15 @@ def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: in
     pipeline stages take ``ceil(layers / pp)`` layers, the first the embedding, the last the
     LM head (and the embedding again when tied)."""
     layers = math.ceil(model.num_layers / pp)
-    per_layer = (model.linear_params_per_layer * prec.weight_bytes / tp
+    replicated = model.replicated_attention_params  # MLA's down-projections: whole on every rank
+    per_layer = ((model.linear_params_per_layer - replicated) * prec.weight_bytes / tp
+                 + replicated * prec.weight_bytes
                  + model.other_params_per_layer * prec.act_bytes)
+    if model.num_dense_layers and model.is_moe:
+        # Dense-first MoE (DeepSeek-V3): the fullest stage holds as many sparse layers as fit.
+        lighter = (model.moe_mlp_params - model.dense_mlp_params) * prec.weight_bytes / tp
+        per_layer_total = layers * per_layer - max(0, layers - model.num_moe_layers) * lighter
+        layers, per_layer = 1, per_layer_total
     embed = model.embedding_params * prec.act_bytes / tp
     head_params = model.vocab_size * model.hidden_size if (
         model.tie_word_embeddings and pp > 1) else model.lm_head_params
@@ -110,6 +117,8 @@ def activation_reserve_bytes(model: ModelSpec, prec: Precision, tp: int = 1, pp:
     """
     t = max_num_batched_tokens
     attn = (model.qkv_size + model.q_size) / tp
+    if model.is_mla:  # q, per-head K and V up-projected, attention output
+        attn = model.num_heads * (model.head_dim + model.qk_nope_head_dim + 2 * model.v_head_dim) / tp
     mlp = (model.mlp_in_size + model.intermediate_size) / tp
     if model.is_moe:
         # vLLM's fused MoE keeps each row's top-k expert outputs (gate+up, activation) at once.
@@ -121,8 +130,12 @@ def activation_reserve_bytes(model: ModelSpec, prec: Precision, tp: int = 1, pp:
 
 
 def kv_bytes_per_token(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1) -> int:
-    """K and V of one token, all layers of this GPU's pipeline stage, its KV-head shard."""
+    """K and V of one token, all layers of this GPU's pipeline stage, its KV-head shard. MLA
+    (DeepSeek-V3): the latent and rotary key, ``kv_lora_rank + qk_rope_head_dim`` values per
+    layer, whole on every tensor-parallel rank (all heads read it; vLLM does not split it)."""
     layers = math.ceil(model.num_layers / pp)
+    if model.is_mla:
+        return layers * model.kv_cache_width * prec.kv_bytes
     return 2 * layers * kv_heads_per_gpu(model, tp) * model.head_dim * prec.kv_bytes
 
 

@@ -30,6 +30,19 @@ class ModelSpec:
       ``num_experts_per_tok`` of them. All experts are held in memory (``params``); a token
       computes through k (``active_params``).
     - ``qk_norm``: RMSNorm over each head's query and key (Qwen3); priced as part of the norms.
+    - ``num_shared_experts``: experts every token goes through besides its routed k
+      (DeepSeek-V3: 1), each ``intermediate_size`` wide; ``first_dense_layers``: leading layers
+      with a dense MLP of ``dense_intermediate_size`` instead of experts (DeepSeek-V3: 3 of 61,
+      18432 wide).
+    - MLA, multi-head latent attention (DeepSeek-V2/V3), when ``kv_lora_rank`` > 0: queries
+      come through a ``q_lora_rank`` bottleneck (0: a plain projection), keys and values are
+      up-projected per head from one ``kv_lora_rank`` latent plus a ``qk_rope_head_dim`` rotary
+      key shared by all heads, and that latent is all the KV cache holds per token and layer.
+      ``head_dim`` is the query/key head width (no-rope part + ``qk_rope_head_dim``),
+      ``v_head_dim`` the value head width. ``num_kv_heads`` is ``num_heads`` (every head has its
+      own K and V after the up-projection).
+    - ``num_mtp_layers``: multi-token-prediction modules (DeepSeek-V3's MTP head); recorded,
+      not counted in ``params`` (model cards count them apart: 671B + 14B).
 
     - ``gated_mlp``: SwiGLU (gate, up, down: three h x ffn matrices) as in Llama, versus
       OPT's two-matrix ReLU MLP (fc1, fc2).
@@ -64,6 +77,14 @@ class ModelSpec:
     num_experts: int = 0
     num_experts_per_tok: int = 0
     qk_norm: bool = False
+    num_shared_experts: int = 0
+    first_dense_layers: int = 0
+    dense_intermediate_size: int = 0
+    q_lora_rank: int = 0
+    kv_lora_rank: int = 0
+    qk_rope_head_dim: int = 0
+    v_head_dim: int = 0
+    num_mtp_layers: int = 0
 
     def __post_init__(self) -> None:
         if (self.num_experts > 0) != (self.num_experts_per_tok > 0) or self.num_experts < 0:
@@ -83,6 +104,20 @@ class ModelSpec:
             )
         if self.norm not in ("rmsnorm", "layernorm"):
             raise ConfigError(f"model {self.name}: norm must be rmsnorm or layernorm")
+        if (self.num_shared_experts or self.first_dense_layers) and not self.is_moe:
+            raise ConfigError(f"model {self.name}: shared experts and dense-first layers need "
+                              f"num_experts (a mixture of experts)")
+        if not 0 <= self.first_dense_layers < self.num_layers:
+            raise ConfigError(f"model {self.name}: first_dense_layers must be in [0, num_layers)")
+        if self.first_dense_layers and self.dense_intermediate_size <= 0:
+            raise ConfigError(f"model {self.name}: first_dense_layers needs dense_intermediate_size")
+        if self.is_mla:
+            if not 0 < self.qk_rope_head_dim < self.head_dim or self.v_head_dim <= 0:
+                raise ConfigError(f"model {self.name}: MLA needs 0 < qk_rope_head_dim < head_dim "
+                                  f"and v_head_dim > 0")
+            if self.num_kv_heads != self.num_heads:
+                raise ConfigError(f"model {self.name}: MLA up-projects K and V for every head: "
+                                  f"num_kv_heads must equal num_heads")
 
     # -- shapes ---------------------------------------------------------------------------
     @property
@@ -107,6 +142,32 @@ class ModelSpec:
     def is_moe(self) -> bool:
         return self.num_experts > 0
 
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank > 0
+
+    @property
+    def qk_nope_head_dim(self) -> int:
+        """MLA: the part of a query/key head without rotary position (0 otherwise)."""
+        return self.head_dim - self.qk_rope_head_dim if self.is_mla else 0
+
+    @property
+    def kv_cache_width(self) -> int:
+        """Values the KV cache holds per token and layer: K and V of every KV head, or for MLA
+        the compressed latent plus the shared rotary key (DeepSeek-V3: 512 + 64 = 576, against
+        2 x 128 heads x 192 = 49,152 had it cached K and V)."""
+        if self.is_mla:
+            return self.kv_lora_rank + self.qk_rope_head_dim
+        return 2 * self.kv_size
+
+    @property
+    def num_moe_layers(self) -> int:
+        return self.num_layers - self.first_dense_layers if self.is_moe else 0
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_layers - self.num_moe_layers
+
     # -- parameter counts ------------------------------------------------------------------
     @property
     def expert_params(self) -> int:
@@ -119,18 +180,63 @@ class ModelSpec:
         return self.hidden_size * self.num_experts
 
     @property
-    def linear_params_per_layer(self) -> int:
-        """Weights of one layer's GEMMs, every expert included (what weight quantisation
-        shrinks, and what memory must hold)."""
+    def attention_params(self) -> int:
+        """Weights of one layer's attention projections. MLA: q down (to ``q_lora_rank``) and
+        up, the latent-and-rotary-key down projection, the per-head K/V up projection from the
+        latent, and the output projection."""
         h = self.hidden_size
-        mlp = self.expert_params * max(self.num_experts, 1) + self.router_params
-        return h * self.qkv_size + self.q_size * h + mlp
+        if not self.is_mla:
+            return h * self.qkv_size + self.q_size * h
+        heads, rank = self.num_heads, self.kv_lora_rank
+        q = (h * self.q_lora_rank + self.q_lora_rank * heads * self.head_dim
+             if self.q_lora_rank else h * heads * self.head_dim)
+        kv_down = h * (rank + self.qk_rope_head_dim)
+        kv_up = rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
+        return q + kv_down + kv_up + heads * self.v_head_dim * h
+
+    @property
+    def replicated_attention_params(self) -> int:
+        """Attention weights every tensor-parallel rank holds whole (vLLM's MLA keeps the q and
+        kv down-projections replicated: their outputs are shared by all heads)."""
+        if not self.is_mla:
+            return 0
+        return self.hidden_size * (self.q_lora_rank + self.kv_lora_rank + self.qk_rope_head_dim)
+
+    @property
+    def dense_mlp_params(self) -> int:
+        """One dense layer's MLP (a dense model's every layer; a MoE's first dense layers)."""
+        if self.is_moe and self.first_dense_layers:
+            ffn = self.dense_intermediate_size
+            return ((2 if self.gated_mlp else 1) * ffn + ffn) * self.hidden_size
+        return self.expert_params
+
+    @property
+    def moe_mlp_params(self) -> int:
+        """One sparse layer's MLP: every routed and shared expert, and the router."""
+        return self.expert_params * (self.num_experts + self.num_shared_experts) + self.router_params
+
+    @property
+    def linear_params(self) -> int:
+        """Weights of every layer's GEMMs, all experts included (what weight quantisation
+        shrinks, and what memory must hold)."""
+        return (self.num_layers * self.attention_params
+                + self.num_dense_layers * self.dense_mlp_params
+                + self.num_moe_layers * self.moe_mlp_params)
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Weights of the largest layer's GEMMs, every expert included (the fullest pipeline
+        stage holds the largest layers; every layer is the same but for dense-first MoEs)."""
+        mlp = self.moe_mlp_params if self.is_moe else self.dense_mlp_params
+        return self.attention_params + mlp
 
     @property
     def other_params_per_layer(self) -> int:
         """Biases and norm weights of one layer (kept in the activation dtype)."""
         h = self.hidden_size
         n = 2 * (h if self.norm == "rmsnorm" else 2 * h)
+        if self.is_mla:  # RMSNorm on the q and kv latents
+            n += self.q_lora_rank + self.kv_lora_rank
         if self.qk_norm:
             n += 2 * self.head_dim
         if self.qkv_bias or self.linear_bias:
@@ -159,16 +265,16 @@ class ModelSpec:
 
     @property
     def params(self) -> int:
-        """Total parameters, computed from the shapes."""
-        return (self.num_layers * self.params_per_layer + self.embedding_params
-                + self.lm_head_params + self.final_norm_params)
+        """Total parameters, computed from the shapes (MTP modules not counted)."""
+        return (self.linear_params + self.num_layers * self.other_params_per_layer
+                + self.embedding_params + self.lm_head_params + self.final_norm_params)
 
     @property
     def active_params(self) -> int:
-        """Parameters one token computes through: ``params`` less the experts it is not routed
-        to (equal to ``params`` for a dense model)."""
+        """Parameters one token computes through: ``params`` less the routed experts it is not
+        sent to (equal to ``params`` for a dense model)."""
         idle = max(self.num_experts - self.num_experts_per_tok, 0) * self.expert_params
-        return self.params - self.num_layers * idle
+        return self.params - self.num_moe_layers * idle
 
 
 def _llama(name: str, hf_id: str, layers: int, hidden: int, heads: int, kv_heads: int,
@@ -216,6 +322,16 @@ _CATALOG: dict[str, ModelSpec] = {
         _llama("qwen3-235b-a22b", "Qwen/Qwen3-235B-A22B", 94, 4096, 64, 4, 1536, 151936, 40960,
                head_dim=128, qk_norm=True, rope_theta=1000000.0, num_experts=128,
                num_experts_per_tok=8),
+        _llama("mixtral-8x22b", "mistralai/Mixtral-8x22B-v0.1", 56, 6144, 48, 8, 16384, 32768,
+               65536, rope_theta=1000000.0, num_experts=8, num_experts_per_tok=2),
+        # DeepSeek-V3: MLA (q rank 1536, kv latent 512 + 64 rotary dims; 192-wide q/k heads,
+        # 128-wide v heads), 256 routed experts of 2048 (top 8) plus one shared, the first 3
+        # of 61 layers dense (18432), one MTP module (not counted in params).
+        _llama("deepseek-v3", "deepseek-ai/DeepSeek-V3", 61, 7168, 128, 128, 2048, 129280,
+               163840, head_dim=192, num_experts=256, num_experts_per_tok=8,
+               num_shared_experts=1, first_dense_layers=3, dense_intermediate_size=18432,
+               q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128,
+               num_mtp_layers=1),
     )
 }
 
@@ -232,6 +348,8 @@ _EXTRA_ALIASES: dict[str, tuple[str, ...]] = {
     "qwen2.5-7b": ("Qwen/Qwen2.5-7B-Instruct",),
     "smollm2-135m": ("HuggingFaceTB/SmolLM2-135M-Instruct",),
     "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1",),
+    "mixtral-8x22b": ("mistralai/Mixtral-8x22B-Instruct-v0.1",),
+    "deepseek-v3": ("deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1-0528"),
 }
 
 
@@ -274,12 +392,12 @@ def list_models() -> list[ModelSpec]:
 
 
 _LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen3", "qwen3_moe")
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = _LLAMA_LIKE + ("opt",)
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = _LLAMA_LIKE + ("deepseek_v3", "opt")
 
 
 def load_hf_config(path: "str | os.PathLike[str]") -> ModelSpec:
-    """Read an HF ``config.json`` (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE or OPT
-    architecture)."""
+    """Read an HF ``config.json`` (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE, DeepSeek-V3
+    or OPT architecture)."""
     path = os.fspath(path)
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     try:
@@ -302,6 +420,8 @@ def load_hf_config(path: "str | os.PathLike[str]") -> ModelSpec:
     try:
         if model_type == "opt":
             return _from_opt(name, cfg)
+        if model_type == "deepseek_v3":
+            return _from_deepseek_v3(name, cfg)
         return _from_llama_like(name, model_type, cfg)
     except KeyError as exc:
         raise ConfigError(f"model: {file} lacks required key {exc.args[0]!r}") from None
@@ -353,6 +473,37 @@ def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
         num_experts=experts,
         num_experts_per_tok=per_token,
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
+    )
+
+
+def _from_deepseek_v3(name: str, cfg: dict) -> ModelSpec:
+    """DeepSeek-V3 / R1: MLA, routed and shared experts, the first layers dense."""
+    if int(cfg.get("moe_layer_freq", 1)) != 1:
+        raise ValueError("DeepSeek-V3 with moe_layer_freq != 1 is not modelled")
+    heads = int(cfg["num_attention_heads"])
+    rope = int(cfg["qk_rope_head_dim"])
+    return ModelSpec(
+        name=name,
+        num_layers=int(cfg["num_hidden_layers"]),
+        hidden_size=int(cfg["hidden_size"]),
+        num_heads=heads,
+        num_kv_heads=heads,
+        head_dim=int(cfg["qk_nope_head_dim"]) + rope,
+        intermediate_size=int(cfg["moe_intermediate_size"]),
+        vocab_size=int(cfg["vocab_size"]),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 4096)),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        rope_theta=float(cfg.get("rope_theta", 10000.0)),
+        num_experts=int(cfg["n_routed_experts"]),
+        num_experts_per_tok=int(cfg["num_experts_per_tok"]),
+        num_shared_experts=int(cfg.get("n_shared_experts") or 0),
+        first_dense_layers=int(cfg.get("first_k_dense_replace", 0)),
+        dense_intermediate_size=int(cfg["intermediate_size"]),
+        q_lora_rank=int(cfg.get("q_lora_rank") or 0),
+        kv_lora_rank=int(cfg["kv_lora_rank"]),
+        qk_rope_head_dim=rope,
+        v_head_dim=int(cfg["v_head_dim"]),
+        num_mtp_layers=int(cfg.get("num_nextn_predict_layers", 0)),
     )
 
 

@@ -161,13 +161,43 @@ class RooflineCostModel(StepPricer):
             "mlp_up": gemm(hd, m.mlp_in_size / tp, wb),
             "mlp_down": gemm(ffn, hd, wb),
         }
+        #: Layers each GEMM runs in (all of them, but for dense-first MoEs and their experts).
+        self._gemm_layers = dict.fromkeys(self._gemms, m.num_layers)
+        if m.is_mla:
+            # MLA (vLLM's DeepSeek path): q down (replicated) and up (head-sharded), the latent
+            # down-projection (replicated), the per-head K/V up-projection, which decode folds
+            # into the query and output (the same weights and FLOPs per token), the output.
+            heads = m.num_heads // tp
+            del self._gemms["qkv_proj"], self._gemm_layers["qkv_proj"]
+            attn = {"q_proj": gemm(hd, heads * m.head_dim, wb)} if not m.q_lora_rank else {
+                "q_a_proj": gemm(hd, m.q_lora_rank, wb),
+                "q_b_proj": gemm(m.q_lora_rank, heads * m.head_dim, wb)}
+            attn["kv_a_proj"] = gemm(hd, m.kv_lora_rank + m.qk_rope_head_dim, wb)
+            attn["kv_b_proj"] = gemm(m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim), wb)
+            attn["o_proj"] = gemm(heads * m.v_head_dim, hd, wb)
+            self._gemms.update(attn)
+            self._gemm_layers.update(dict.fromkeys(attn, m.num_layers))
         #: A mixture of experts prices its MLP apart (``sim.pricing.experts``): the weights read
         #: depend on how many experts the step's tokens touch, not only on the row count.
         self._experts: Optional[ExpertLayer] = None
         if m.is_moe:
             k_top, up = m.num_experts_per_tok, m.mlp_in_size / tp
-            del self._gemms["mlp_up"], self._gemms["mlp_down"]
+            moe_layers = m.num_moe_layers
+            if m.num_dense_layers:  # DeepSeek-V3's first layers: a dense MLP of their own width
+                dense = m.dense_intermediate_size / tp
+                self._gemms["mlp_up"] = gemm(hd, (2 if m.gated_mlp else 1) * dense, wb)
+                self._gemms["mlp_down"] = gemm(dense, hd, wb)
+                self._gemm_layers["mlp_up"] = self._gemm_layers["mlp_down"] = m.num_dense_layers
+            else:
+                del self._gemms["mlp_up"], self._gemms["mlp_down"]
+                del self._gemm_layers["mlp_up"], self._gemm_layers["mlp_down"]
+            if m.num_shared_experts:  # every token's shared expert(s): a dense MLP per layer
+                shared = m.num_shared_experts
+                self._gemms["shared_up"] = gemm(hd, shared * up, wb)
+                self._gemms["shared_down"] = gemm(shared * ffn, hd, wb)
+                self._gemm_layers["shared_up"] = self._gemm_layers["shared_down"] = moe_layers
             self._gemms["router"] = gemm(hd, m.num_experts, ab)
+            self._gemm_layers["router"] = moe_layers
             self._experts = ExpertLayer(
                 compute_per_row=2 * k_top * hd * (up + ffn) / peak,
                 weight_per_expert=hd * (up + ffn) * wb / gemm_bw,
@@ -192,6 +222,18 @@ class RooflineCostModel(StepPricer):
             "mlp_act": (m.mlp_in_size / tp + ffn) * ab / ew_bw * max(m.num_experts_per_tok, 1),
             "kv_cache_write": 2 * kv * (ab + p.kv_bytes) / gemm_bw,
         }
+        if m.is_mla:
+            # Rotary on the rope dims of every q head and the one shared key; the cache holds
+            # the latent and that key.
+            self._elementwise["rope"] = 2 * (m.num_heads // tp + 1) * m.qk_rope_head_dim * ab / ew_bw
+            self._elementwise["kv_cache_write"] = m.kv_cache_width * (ab + p.kv_bytes) / gemm_bw
+        if m.num_dense_layers and m.is_moe:
+            # Activation per row averaged over the layers (the row function multiplies by all).
+            dense = m.dense_intermediate_size / tp
+            sparse = (m.mlp_in_size / tp + ffn) * (m.num_experts_per_tok + m.num_shared_experts)
+            dense_act = ((2 if m.gated_mlp else 1) * dense + dense)
+            self._elementwise["mlp_act"] = ((m.num_dense_layers * dense_act + m.num_moe_layers * sparse)
+                                            / m.num_layers * ab / ew_bw)
         self._embed_per_row = 2 * hd * ab / gemm_bw      # gather + write, once per step
         self._final_norm_per_row = 2 * hd * ab / norm_bw  # once per step
 
@@ -200,10 +242,26 @@ class RooflineCostModel(StepPricer):
         self._prefill_per_work = 4 * m.head_dim * (m.num_heads // tp) / attn_peak
         self._prefill_mem_per_token = (2 * q * ab + 2 * kv * p.kv_bytes) / gemm_bw
         self._prefill_mem_per_ctx = 2 * kv * p.kv_bytes / gemm_bw
+        self._prefill_flops_per_ctx = 0.0
         # Decode attention streams K and V of every context token once (bandwidth-bound).
         self._decode_per_ctx = 2 * kv * p.kv_bytes / gemm_bw
         self._decode_per_query = 2 * q * ab / gemm_bw
         self._decode_flops_per_ctx = 4 * m.head_dim * (m.num_heads // tp) / attn_peak
+        if m.is_mla:
+            heads, width = m.num_heads // tp, m.kv_cache_width
+            # Prefill (vLLM's MLA: not absorbed): attention over 192-wide q/k and 128-wide v
+            # heads, after up-projecting the cached latent of the context (kv_b_proj over it).
+            self._prefill_per_work = 2 * (m.head_dim + m.v_head_dim) * heads / attn_peak
+            self._prefill_mem_per_token = (2 * heads * m.head_dim * ab + width * p.kv_bytes) / gemm_bw
+            self._prefill_mem_per_ctx = width * p.kv_bytes / gemm_bw
+            self._prefill_flops_per_ctx = (2 * m.kv_lora_rank * heads
+                                           * (m.qk_nope_head_dim + m.v_head_dim) / peak)
+            # Decode (absorbed, FlashMLA-style): every head's query is a latent-space vector, so
+            # each context token's latent is read once for all heads and costs 2 x (576 + 512)
+            # FLOPs per head (scores over latent + rope, values over the latent).
+            self._decode_per_ctx = width * p.kv_bytes / gemm_bw
+            self._decode_per_query = 2 * heads * width * ab / gemm_bw
+            self._decode_flops_per_ctx = 2 * (width + m.kv_lora_rank) * heads / attn_peak
 
         # Collectives. A group that does not fit in one node talks over the network.
         tp_link = h.interconnect_bandwidth if tp <= h.gpus_per_node else h.network_bandwidth
@@ -241,6 +299,8 @@ class RooflineCostModel(StepPricer):
         mem = (self._prefill_mem_per_token * num_tokens
                + self._prefill_mem_per_ctx * context_tokens)
         flops = self._prefill_per_work * attention_work
+        if self._prefill_flops_per_ctx:  # MLA: up-project the context's latent first
+            flops = flops + self._prefill_flops_per_ctx * context_tokens
         return (num_tokens > 0) * (mx(flops, mem) + self.efficiency.attention_latency_s)
 
     def attn_decode_time(self, num_seqs: Any, context_tokens: Any, num_spec_tokens: Any = 0,
@@ -305,18 +365,27 @@ class RooflineCostModel(StepPricer):
             row_bytes = m.hidden_size * act_bytes
             a += (pp - 1) * 2 * e.p2p_latency_s
             b += (pp - 1) * 2 * self._p2p_per_byte * row_bytes
-        a += layers * len(self._gemms) * e.gemm_latency_s
+        # Every GEMM runs in ``_gemm_layers[name]`` layers: all of them, but the dense and
+        # sparse MLPs of a dense-first MoE. Grouped by that count so that a model whose GEMMs
+        # all run in every layer sums exactly as it always has.
+        counts = self._gemm_layers
+        groups = sorted(set(counts.values()), reverse=True)
+        for c in groups:
+            a += c * sum(1 for n in counts if counts[n] == c) * e.gemm_latency_s
 
-        gemms = sorted(self._gemms.values(), key=lambda g: g.breakpoint)
+        order = sorted(self._gemms, key=lambda n: self._gemms[n].breakpoint)
+        gemms = [self._gemms[n] for n in order]
         # Below every breakpoint all GEMMs stream weights.
-        a_k = a + layers * sum(g.weight_s for g in gemms)
-        b_k = b + layers * sum(g.memory_per_row for g in gemms)
+        a_k, b_k = a, b
+        for c in groups:
+            a_k = a_k + c * sum(self._gemms[n].weight_s for n in order if counts[n] == c)
+            b_k = b_k + c * sum(self._gemms[n].memory_per_row for n in order if counts[n] == c)
         breaks, A, B = [], [a_k], [b_k]
-        for g in gemms:
+        for n, g in zip(order, gemms):
             if math.isinf(g.breakpoint):
                 continue
-            a_k -= layers * g.weight_s
-            b_k += layers * (g.compute_per_row - g.memory_per_row)
+            a_k -= counts[n] * g.weight_s
+            b_k += counts[n] * (g.compute_per_row - g.memory_per_row)
             breaks.append(g.breakpoint)
             A.append(a_k)
             B.append(b_k)
@@ -354,7 +423,7 @@ class RooflineCostModel(StepPricer):
         busy = (rows > 0) | (s.num_swap_tokens > 0)
         experts = 0.0  # a dense model's MLP is in rows_time; an exact 0.0 changes no sum
         if self._experts is not None:
-            experts = layers * self._experts.time(rows, mx)
+            experts = self.model.num_moe_layers * self._experts.time(rows, mx)
             if parts is not None:
                 parts["experts"] = experts
         return busy * (rows_time(rows) + experts + prefill + attn_decode + head + swap
@@ -385,14 +454,17 @@ class RooflineCostModel(StepPricer):
         self._formula(s, self._rows_time, max, parts)
         out.update(parts)
         if rows > 0:
-            out["qkv_proj"] = L * self.gemm_time("qkv_proj", rows)
+            def gemms(names: tuple[str, ...]) -> float:
+                return sum(self._gemm_layers[n] * self.gemm_time(n, rows) for n in names
+                           if n in self._gemms)
+
+            # Attention's input projections: q/k/v, or MLA's q and latent down/up projections.
+            out["qkv_proj"] = gemms(("qkv_proj", "q_proj", "q_a_proj", "q_b_proj", "kv_a_proj",
+                                     "kv_b_proj"))
             out["o_proj"] = L * self.gemm_time("o_proj", rows)
-            if self._experts is not None:
-                out["mlp"] = (out.pop("experts") + L * (self.gemm_time("router", rows)
-                                                        + self.elementwise_time("mlp_act", rows)))
-            else:
-                out["mlp"] = L * (self.gemm_time("mlp_up", rows) + self.gemm_time("mlp_down", rows)
-                                  + self.elementwise_time("mlp_act", rows))
+            out["mlp"] = (out.pop("experts", 0.0)
+                          + gemms(("mlp_up", "mlp_down", "router", "shared_up", "shared_down"))
+                          + L * self.elementwise_time("mlp_act", rows))
             ew = sum(self.elementwise_time(op, rows) for op in LAYER_ELEMENTWISE
                      if op != "mlp_act") + self.elementwise_time("residual_add", rows)
             out["norms_elementwise"] = (L * ew + self._embed_per_row * rows
