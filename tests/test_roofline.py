@@ -431,3 +431,47 @@ def test_memory_plan_covers_every_catalog_pair_that_fits():
                 continue
             assert plan.num_kv_slots > 0 and plan.kv_pool_bytes > 0
             assert math.isclose(plan.memory_bytes, hw.memory_bytes)
+
+
+# --- FP4 weights (MXFP4, NVFP4) -------------------------------------------------------------
+
+@pytest.mark.parametrize("weights,bits", [("mxfp4", 4.25), ("nvfp4", 4.5)])
+def test_fp4_weights_hold_their_block_scales_and_compute_natively_only_on_blackwell(weights, bits):
+    from sim.catalog.dtypes import resolve_precision
+    from sim.catalog.hardware import get_hardware
+
+    hopper = resolve_precision(get_hardware("h200"), "bfloat16", weights)
+    blackwell = resolve_precision(get_hardware("b200"), "bfloat16", weights)
+    assert hopper.weight_bytes == blackwell.weight_bytes == bits / 8
+    assert hopper.compute == "bf16" and blackwell.compute == "fp4"
+    # Weights shrink by the byte ratio (Qwen3-235B-A22B over TP4: bf16 117.5 GB per GPU).
+    full = plan_memory("qwen3-235b-a22b", "h200", "bfloat16", tensor_parallel_size=4)
+    four = plan_memory("qwen3-235b-a22b", "h200", "bfloat16", tensor_parallel_size=4,
+                       weight_dtype=weights)
+    assert four.weights_bytes < full.weights_bytes * (bits / 16 + 0.05)
+    assert four.num_kv_slots > 5 * full.num_kv_slots
+
+
+def test_fp4_weights_speed_decode_everywhere_and_prefill_only_with_fp4_tensor_cores():
+    decode = StepShape(num_decode_seqs=64, decode_context_tokens=64 * 1000)
+    prefill = StepShape(num_prefill_tokens=8192, num_prefill_seqs=1,
+                        prefill_attention_work=8192 * 8193 // 2)
+
+    def price(hw, w, shape):
+        return RooflineCostModel("qwen3-235b-a22b", hw, "bfloat16", tensor_parallel_size=4,
+                                 weight_dtype=w).price(shape)
+
+    for hw in ("h200", "b200"):  # fewer bytes to stream: decode is faster than with FP8
+        assert price(hw, "nvfp4", decode) < price(hw, "fp8", decode)
+    # Hopper dequantises FP4 to 16-bit compute: a compute-bound prefill is slower than FP8's;
+    # Blackwell computes in FP4: faster.
+    assert price("h200", "nvfp4", prefill) > price("h200", "fp8", prefill)
+    assert price("b200", "nvfp4", prefill) < price("b200", "fp8", prefill)
+
+
+def test_fp4_weights_are_a_config_choice():
+    from sim.api import simulate
+
+    s = simulate(None, overrides=["model=qwen3-30b-a3b", "hardware=b200", "dtype=bfloat16",
+                                  "quantization.weights=nvfp4", "workload.num_requests=30"]).summary
+    assert s["completed"] == 30 and "weights nvfp4" in s["cost_model"]["description"]

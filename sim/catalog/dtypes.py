@@ -36,10 +36,15 @@ DTYPE_SHORT: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32":
 # Weight quantisation. The config key ``quantization.weights`` takes ``WEIGHT_QUANT``
 # ("none" = weights in the activation dtype); the memory plan and the roofline take
 # ``WEIGHT_DTYPES`` ("auto" = the same thing, vLLM's spelling).
-WEIGHT_QUANT: tuple[str, ...] = ("none", "fp8", "int8", "int4")
-WEIGHT_DTYPES: tuple[str, ...] = ("auto", "int8", "int4", "fp8")
+WEIGHT_QUANT: tuple[str, ...] = ("none", "fp8", "int8", "int4", "mxfp4", "nvfp4")
+WEIGHT_DTYPES: tuple[str, ...] = ("auto", "int8", "int4", "fp8", "mxfp4", "nvfp4")
 # int4 is AWQ/GPTQ-style: 4-bit weights plus an fp16 scale and a 4-bit zero per group of 128.
 INT4_BYTES = 0.5 + (2 + 0.5) / 128
+# FP4 (E2M1) weights with a shared scale per block: MXFP4 (OCP microscaling, gpt-oss) one 8-bit
+# power-of-two scale per 32 values, NVFP4 one FP8 (E4M3) scale per 16 values (and one fp32 per
+# tensor, negligible).
+MXFP4_BYTES = (4 + 8 / 32) / 8
+NVFP4_BYTES = (4 + 8 / 16) / 8
 
 # KV cache dtypes. ``KV_DTYPES`` is what the config key ``kv_cache.dtype`` accepts;
 # ``KV_CACHE_DTYPES`` adds the explicit fp8 variants vLLM's ``--kv-cache-dtype`` accepts.
@@ -71,6 +76,9 @@ class Precision:
     - ``int4`` weights are W4A16 (AWQ/GPTQ/Marlin): dequantised in the GEMM, 16-bit compute.
     - ``fp8`` weights are W8A8 FP8 where the GPU has FP8 tensor cores (H100, H200, L40S,
       MI300X), else weight-only FP8 with 16-bit compute (what vLLM does on Ampere).
+    - ``mxfp4`` / ``nvfp4`` weights (4-bit floats with a block scale: 4.25 / 4.5 bits) compute
+      at the FP4 tensor-core rate where the GPU has one (Blackwell: B200, GB200), else they are
+      dequantised in the GEMM with 16-bit compute (Marlin-style on Hopper and Ampere).
     Embeddings and the LM head stay in the activation dtype (vLLM does not quantise them).
     """
 
@@ -103,6 +111,9 @@ def resolve_precision(hw: "HardwareSpec", dtype: str = "float16",
         weight_bytes, compute = INT4_BYTES, act_compute
     elif w in ("fp8", "fp8_e4m3"):
         w, weight_bytes, compute = "fp8", 1.0, "fp8" if hw.supports("fp8") else act_compute
+    elif w in ("mxfp4", "nvfp4"):
+        weight_bytes = MXFP4_BYTES if w == "mxfp4" else NVFP4_BYTES
+        compute = "fp4" if hw.supports("fp4") else act_compute
     else:
         raise ConfigError(
             f"weight_dtype: unknown value {weight_dtype!r}; allowed: {', '.join(WEIGHT_DTYPES)}"
@@ -124,6 +135,6 @@ def resolve_precision(hw: "HardwareSpec", dtype: str = "float16",
 
 __all__ = [
     "CANONICAL_DTYPES", "DTYPE_ALIASES", "DTYPES", "DTYPE_BYTES", "DTYPE_COMPUTE", "DTYPE_SHORT",
-    "WEIGHT_QUANT", "WEIGHT_DTYPES", "INT4_BYTES", "KV_DTYPES", "KV_CACHE_DTYPES",
+    "WEIGHT_QUANT", "WEIGHT_DTYPES", "INT4_BYTES", "MXFP4_BYTES", "NVFP4_BYTES", "KV_DTYPES", "KV_CACHE_DTYPES",
     "resolve_dtype", "dtype_bytes", "Precision", "resolve_precision",
 ]

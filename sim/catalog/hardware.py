@@ -32,7 +32,8 @@ class HardwareSpec:
       memory plan's fixed reserve absorbs).
     - ``memory_bandwidth``: peak device-memory bandwidth, bytes/s.
     - ``peak_flops``: dense tensor-core FLOP/s (or OP/s for int8) keyed by compute dtype:
-      ``fp32`` (plain FP32 CUDA cores), ``tf32``, ``fp16``, ``bf16``, ``fp8``, ``int8``.
+      ``fp32`` (plain FP32 CUDA cores), ``tf32``, ``fp16``, ``bf16``, ``fp8``, ``int8``,
+      ``fp4`` (Blackwell's FP4 tensor cores, MXFP4 and NVFP4).
       A dtype the GPU has no tensor-core path for is absent.
     - ``interconnect_bandwidth``: GPU-to-GPU bandwidth inside a node, per direction
       (NVLink, Infinity Fabric, or PCIe where the GPU has no bridge).
@@ -152,8 +153,8 @@ _CATALOG: dict[str, HardwareSpec] = {
         _hopper("h200", 141, 4800, 3.79, "NVIDIA H200-SXM-141GB", ("h200-sxm", "nvidia-h200")),
         # NVIDIA HGX B200 (Blackwell, 1,000 W per GPU), per GPU: 180 GB HBM3e (1,440 GB per
         # 8-GPU baseboard; CUDA reports 179 GiB), 8 TB/s; dense FP32 80 TF, TF32 1,100 TF,
-        # BF16/FP16 2,250 TF, FP8 4,500 TF, INT8 4,500 TOPS (half the HGX B200 sheet's "with
-        # sparsity" 4.5/9/9 PF; FP4's 9 PF dense is not priced yet); NVLink 5: 1.8 TB/s
+        # BF16/FP16 2,250 TF, FP8 4,500 TF, INT8 4,500 TOPS, FP4 9,000 TF (half the HGX B200
+        # sheet's "with sparsity" 4.5/9/9/18 PF); NVLink 5: 1.8 TB/s
         # bidirectional (900 GB/s each way) through NVSwitch; host link PCIe Gen5 x16
         # (64 GB/s); DGX B200: 8 GPUs, 8x ConnectX-7 400 Gb/s (50 GB/s per GPU).
         HardwareSpec(
@@ -161,7 +162,8 @@ _CATALOG: dict[str, HardwareSpec] = {
             memory_bytes=180 * GiB,
             memory_bandwidth=8000 * GB,
             peak_flops={"fp32": 80 * TFLOPS, "tf32": 1100 * TFLOPS, "fp16": 2250 * TFLOPS,
-                        "bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "int8": 4500 * TFLOPS},
+                        "bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "int8": 4500 * TFLOPS,
+                        "fp4": 9000 * TFLOPS},
             interconnect="NVLink 5 (NVSwitch)",
             interconnect_bandwidth=900 * GB,
             pcie_bandwidth=64 * GB,
@@ -173,7 +175,8 @@ _CATALOG: dict[str, HardwareSpec] = {
         ),
         # NVIDIA GB200 NVL72, per GPU (1,200 W): 186 GB HBM3e (13.4 TB per 72 GPUs), 8 TB/s
         # (576 TB/s per rack); dense FP32 80 TF, TF32 1,250 TF, BF16/FP16 2,500 TF, FP8 5,000 TF,
-        # INT8 5,000 TOPS (half the NVL72 sheet's sparse 180/360/720/720 PF over 72 GPUs);
+        # INT8 5,000 TOPS, FP4 10,000 TF (half the NVL72 sheet's sparse 180/360/720/720/1,440 PF
+        # over 72 GPUs);
         # NVLink 5, 1.8 TB/s bidirectional, one NVLink domain of 72 GPUs; host link NVLink-C2C
         # to Grace, 900 GB/s bidirectional (450 GB/s each way, what KV offload to CPU crosses).
         HardwareSpec(
@@ -181,7 +184,8 @@ _CATALOG: dict[str, HardwareSpec] = {
             memory_bytes=186 * GiB,
             memory_bandwidth=8000 * GB,
             peak_flops={"fp32": 80 * TFLOPS, "tf32": 1250 * TFLOPS, "fp16": 2500 * TFLOPS,
-                        "bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "int8": 5000 * TFLOPS},
+                        "bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "int8": 5000 * TFLOPS,
+                        "fp4": 10000 * TFLOPS},
             interconnect="NVLink 5 (NVL72 rack)",
             interconnect_bandwidth=900 * GB,
             pcie_bandwidth=450 * GB,
