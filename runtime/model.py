@@ -13,6 +13,7 @@ what a small model on a CPU is bound by); ``load_weights`` splices HF's separate
 from __future__ import annotations
 
 import math
+import re
 from typing import Iterable
 
 import torch
@@ -93,13 +94,21 @@ class Attention(nn.Module):
         self.scale = self.head_dim ** -0.5
         self.qkv_proj = nn.Linear(cfg.hidden_size, self.q_size + 2 * self.kv_size, bias=cfg.attention_bias)
         self.o_proj = nn.Linear(self.q_size, cfg.hidden_size, bias=False)
+        self.qk_norm = cfg.qk_norm
+        if cfg.qk_norm:  # Qwen3: RMSNorm over each head's query and key, before RoPE
+            self.q_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
+            self.k_norm = RMSNorm(self.head_dim, cfg.rms_norm_eps)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
                 kv_cache: tuple[torch.Tensor, torch.Tensor], meta: AttentionMetadata) -> torch.Tensor:
         n = x.shape[0]
         qk, v = self.qkv_proj(x).split([self.q_size + self.kv_size, self.kv_size], dim=-1)
+        qk = qk.view(n, self.num_heads + self.num_kv_heads, self.head_dim)
+        if self.qk_norm:
+            q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
+            qk = torch.cat((self.q_norm(q), self.k_norm(k)), dim=1)
         # Q and K heads side by side get RoPE in one pass; the kernels take strided views.
-        qk = apply_rope(qk.view(n, self.num_heads + self.num_kv_heads, self.head_dim), cos, sin)
+        qk = apply_rope(qk, cos, sin)
         q, k = qk.split([self.num_heads, self.num_kv_heads], dim=1)
         v = v.view(n, self.num_kv_heads, self.head_dim)
         out = paged_attention(q, k, v, kv_cache[0], kv_cache[1], meta, self.scale)
@@ -118,11 +127,46 @@ class MLP(nn.Module):
         return self.down_proj(F.silu(gate) * up)
 
 
+class SparseMoE(nn.Module):
+    """A mixture-of-experts MLP (Mixtral, Qwen3-MoE): a router picks ``top_k`` of ``num_experts``
+    SwiGLU experts per token by softmax probability; their outputs are summed with those
+    probabilities (renormalised over the chosen when ``norm_topk_prob``). Experts run one after
+    another over the tokens routed to each, in expert order, and add into the output in that
+    order: transformers' arithmetic, so greedy tokens match it."""
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        e, i, h = cfg.num_experts, cfg.intermediate_size, cfg.hidden_size
+        self.num_experts, self.top_k, self.intermediate_size = e, cfg.num_experts_per_tok, i
+        self.norm_topk_prob = cfg.norm_topk_prob
+        # Mixtral keeps the weights in float32; Qwen3-MoE casts them to the activation dtype.
+        self.float_weights = cfg.model_type == "mixtral"
+        self.gate = nn.Linear(h, e, bias=False)
+        self.experts_gate_up = nn.Parameter(torch.empty(e, 2 * i, h))
+        self.experts_down = nn.Parameter(torch.empty(e, h, i))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.gate(x)
+        probs = F.softmax(logits, dim=-1, dtype=torch.float)
+        weights, chosen = torch.topk(probs, self.top_k, dim=-1)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        if not self.float_weights:
+            weights = weights.to(logits.dtype)
+        out = torch.zeros_like(x)
+        for e in torch.unique(chosen).tolist():  # ascending: the order outputs add up in
+            slot, token = torch.where(chosen.T == e)  # rows in transformers' order
+            gate, up = F.linear(x[token], self.experts_gate_up[e]).chunk(2, dim=-1)
+            y = F.linear(F.silu(gate) * up, self.experts_down[e]) * weights[token, slot, None]
+            out.index_add_(0, token, y.to(out.dtype))
+        return out
+
+
 class DecoderLayer(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.self_attn = Attention(cfg)
-        self.mlp = MLP(cfg)
+        self.mlp = SparseMoE(cfg) if cfg.num_experts else MLP(cfg)
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -131,6 +175,17 @@ class DecoderLayer(nn.Module):
         h = h + self.self_attn(self.input_layernorm(h), cos, sin, kv_cache, meta)
         return h + self.mlp(self.post_attention_layernorm(h))
 
+
+#: Checkpoint names of one expert's weights -> (our stacked parameter, which part): Mixtral's
+#: w1/w3/w2 and Qwen3-MoE's gate/up/down projections. Part 0 and 1 of ``experts_gate_up`` are
+#: its gate and up halves.
+_EXPERT = re.compile(r"^(.*\.layers\.\d+)\.(?:block_sparse_moe|mlp)\.experts\.(\d+)\."
+                     r"(w1|w3|w2|gate_proj|up_proj|down_proj)\.weight$")
+_EXPERT_PART = {"w1": ("experts_gate_up", 0), "gate_proj": ("experts_gate_up", 0),
+                "w3": ("experts_gate_up", 1), "up_proj": ("experts_gate_up", 1),
+                "w2": ("experts_down", 0), "down_proj": ("experts_down", 0)}
+#: transformers 5's in-memory layout: every expert stacked in one tensor.
+_STACKED = re.compile(r"^(.*\.layers\.\d+)\.mlp\.experts\.(gate_up_proj|down_proj)$")
 
 #: HF parameter name suffix -> (fused parameter, shard index) for the fused projections.
 _PACKED = {
@@ -181,6 +236,30 @@ class LlamaForCausalLM(nn.Module):
                 continue  # older checkpoints store it; we recompute it
             if name == "lm_head.weight" and self.config.tie_word_embeddings:
                 continue
+            name = name.replace(".block_sparse_moe.gate.", ".mlp.gate.")  # Mixtral's router
+            expert = _EXPERT.match(name)
+            if expert:
+                layer, e, part = expert.group(1), int(expert.group(2)), expert.group(3)
+                stacked, half = _EXPERT_PART[part]
+                target = f"{layer}.mlp.{stacked}"
+                if target not in params or e >= params[target].shape[0]:
+                    raise KeyError(f"checkpoint tensor {name!r} has no place in the model")
+                piece = params[target].data[e]
+                if stacked == "experts_gate_up":
+                    i = self.config.intermediate_size
+                    piece = piece.narrow(0, half * i, i)
+                _copy(piece, tensor, name)
+                loaded.add((target, 2 * e + half if stacked == "experts_gate_up" else e))
+                continue
+            stacked_all = _STACKED.match(name)
+            if stacked_all:
+                target = f"{stacked_all.group(1)}.mlp.experts_{stacked_all.group(2).replace('_proj', '')}"
+                if target not in params:
+                    raise KeyError(f"checkpoint tensor {name!r} has no place in the model")
+                _copy(params[target].data, tensor, name)
+                n = params[target].shape[0] * (2 if "gate_up" in target else 1)
+                loaded.update((target, s) for s in range(n))
+                continue
             target, shard = name, -1
             for hf, (fused, idx) in _PACKED.items():
                 if f".{hf}." in name:
@@ -195,9 +274,14 @@ class LlamaForCausalLM(nn.Module):
                 _copy(self._shard(param, target, shard), tensor, name)
             loaded.add((target, shard))
         needed = set()
-        for n in params:
+        for n, p in params.items():
             fused = ".qkv_proj." in n or ".gate_up_proj." in n
-            needed.update((n, i) for i in (range(3 if ".qkv_proj." in n else 2) if fused else [-1]))
+            if n.endswith(".experts_gate_up"):
+                needed.update((n, s) for s in range(2 * p.shape[0]))
+            elif n.endswith(".experts_down"):
+                needed.update((n, s) for s in range(p.shape[0]))
+            else:
+                needed.update((n, i) for i in (range(3 if ".qkv_proj." in n else 2) if fused else [-1]))
         missing = sorted(needed - loaded)
         if missing:
             raise KeyError(f"checkpoint lacks {len(missing)} tensors, e.g. {missing[0]}")

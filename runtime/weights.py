@@ -112,13 +112,23 @@ def _catalog_config(name: str) -> ModelConfig:
     spec = get_model(name)
     if not spec.gated_mlp or spec.norm != "rmsnorm" or spec.learned_position_rows:
         raise ConfigError(f"model: {spec.name} is not a Llama-family model; the runtime cannot run it")
+    if spec.is_mla or spec.num_shared_experts or spec.first_dense_layers:
+        raise ConfigError(f"model: {spec.name}'s MLA attention, shared experts and dense-first "
+                          f"layers are simulated only; the runtime cannot run it")
+    if spec.is_moe:
+        kind = "qwen3_moe" if spec.qk_norm else "mixtral"
+    else:
+        kind = "qwen3" if spec.qk_norm else "qwen2" if spec.qkv_bias else "llama"
     return ModelConfig(
         vocab_size=spec.vocab_size, hidden_size=spec.hidden_size,
         intermediate_size=spec.intermediate_size, num_hidden_layers=spec.num_layers,
         num_attention_heads=spec.num_heads, num_key_value_heads=spec.num_kv_heads,
         head_dim=spec.head_dim, max_position_embeddings=spec.max_position_embeddings,
         tie_word_embeddings=spec.tie_word_embeddings, attention_bias=spec.qkv_bias,
-        model_type="qwen2" if spec.qkv_bias else "llama",
+        qk_norm=spec.qk_norm, num_experts=spec.num_experts,
+        num_experts_per_tok=spec.num_experts_per_tok,
+        norm_topk_prob=True,  # Mixtral always renormalises; the Qwen3-MoE model cards set it too
+        model_type=kind,
     )
 
 

@@ -444,7 +444,9 @@ def _experts(model_type: str, cfg: dict) -> tuple[int, int, int]:
         if int(cfg.get("decoder_sparse_step", 1)) != 1 or cfg.get("mlp_only_layers"):
             raise ValueError("Qwen3-MoE with dense layers (decoder_sparse_step != 1 or "
                              "mlp_only_layers) is not modelled")
-        return int(cfg["num_experts"]), int(cfg["num_experts_per_tok"]), int(cfg["moe_intermediate_size"])
+        # Hub configs say num_experts; transformers 5 saves num_local_experts.
+        count = cfg["num_experts"] if "num_experts" in cfg else cfg["num_local_experts"]
+        return int(count), int(cfg["num_experts_per_tok"]), int(cfg["moe_intermediate_size"])
     return 0, 0, int(cfg["intermediate_size"])
 
 

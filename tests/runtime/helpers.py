@@ -18,23 +18,44 @@ SHAPES: dict[str, dict] = {
     "qwen2_bias": dict(hidden_size=64, intermediate_size=128, num_attention_heads=4, num_key_value_heads=2,
                        model_type="qwen2"),
 }
+#: Architectures beyond the Llama block: Qwen3 (per-head q/k RMSNorm, head_dim apart from
+#: hidden / heads), Mixtral (top-2 of 4 experts), Qwen3-MoE (top-3 of 8, q/k norm, with and
+#: without renormalising the chosen experts' weights).
+NEW_SHAPES: dict[str, dict] = {
+    "qwen3": dict(model_type="qwen3", hidden_size=64, intermediate_size=128, num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=24),
+    "mixtral": dict(model_type="mixtral", hidden_size=64, intermediate_size=96, num_attention_heads=4,
+                    num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2),
+    "qwen3_moe": dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=128,
+                      moe_intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+                      head_dim=16, num_experts=8, num_experts_per_tok=3, norm_topk_prob=True),
+    "qwen3_moe_raw": dict(model_type="qwen3_moe", hidden_size=64, intermediate_size=128,
+                          moe_intermediate_size=48, num_attention_heads=4, num_key_value_heads=2,
+                          head_dim=16, num_experts=8, num_experts_per_tok=2, norm_topk_prob=False),
+}
 VOCAB = 256
 EOS = 2
 
 
 def save_random_hf_model(path: str, shape: dict, seed: int = 0) -> torch.nn.Module:
     """A random-weight transformers model saved with save_pretrained; returns it (eval mode)."""
-    from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
+    import transformers
 
     shape = dict(shape)
-    qwen = shape.pop("model_type", "llama") == "qwen2"
+    kind = shape.pop("model_type", "llama")
+    prefix = {"llama": "Llama", "qwen2": "Qwen2", "qwen3": "Qwen3", "mixtral": "Mixtral",
+              "qwen3_moe": "Qwen3Moe"}[kind]
     common = dict(vocab_size=VOCAB, num_hidden_layers=2, max_position_embeddings=256,
                   bos_token_id=1, eos_token_id=EOS)
     torch.manual_seed(seed)
-    if qwen:
-        model = Qwen2ForCausalLM(Qwen2Config(**common, **shape))
-    else:
-        model = LlamaForCausalLM(LlamaConfig(**common, **shape))
+    config = getattr(transformers, f"{prefix}Config")(**common, **shape)
+    model = getattr(transformers, f"{prefix}ForCausalLM")(config)
+    if kind in ("mixtral", "qwen3_moe"):
+        # A router initialised near zero would send every token to the same experts by ties;
+        # spread it so that routing really differs from token to token.
+        with torch.no_grad():
+            for layer in model.model.layers:
+                layer.mlp.gate.weight.normal_(0.0, 0.5)
     model.eval()
     model.save_pretrained(path)
     return model

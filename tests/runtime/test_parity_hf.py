@@ -130,3 +130,58 @@ def test_prefix_cache_hits_skip_compute_and_keep_parity(hf_models):
     prefill_again = sum(r["num_prefill_tokens"] for r in recs[split:])
     assert prefill_again <= prefill_first - 2 * 20
     assert llm.engine.num_leaked_blocks() == 0
+
+
+# --- Qwen3 and mixtures of experts ------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def new_models(tmp_path_factory):
+    from tests.runtime.helpers import NEW_SHAPES, save_random_hf_model
+
+    out = {}
+    for name, shape in NEW_SHAPES.items():
+        path = str(tmp_path_factory.mktemp(f"hf_{name}"))
+        out[name] = (path, save_random_hf_model(path, shape))
+    return out
+
+
+@pytest.mark.parametrize("shape", ["qwen3", "mixtral", "qwen3_moe", "qwen3_moe_raw"])
+def test_greedy_parity_for_qwen3_and_mixtures_of_experts(new_models, shape):
+    """Qwen3's per-head q/k norm and the MoE layers (router softmax, top-k, renormalisation,
+    experts summed in transformers' order) on the same paged KV cache and the same
+    ``sim.policies``, under chunked prefill with prefix caching and under preemption."""
+    path, model = new_models[shape]
+    prompts = _prompts(seed=2)
+    ref = _reference(model, prompts)
+    for case in ("chunked_prefix_bs4", "preempt_bs2"):
+        llm = LLM(path, **ENGINE_CASES[case])
+        outs = llm.generate(prompt_token_ids=prompts, sampling_params=GREEDY)
+        assert [o.token_ids for o in outs] == ref, case
+        assert llm.engine.num_leaked_blocks() == 0
+
+
+def test_moe_routing_really_varies(new_models):
+    """The parity above must not pass because every token went to the same experts."""
+    import torch
+
+    path, model = new_models["qwen3_moe"]
+    torch.manual_seed(0)
+    _, _, chosen = model.model.layers[0].mlp.gate(torch.randn(64, 64))  # logits, weights, ids
+    assert len(torch.unique(chosen)) == 8
+
+
+@pytest.mark.parametrize("kind,drop", [("mixtral", "num_local_experts"), ("qwen3_moe", "num_local_experts"),
+                                       ("qwen3_moe", "moe_intermediate_size")])
+def test_a_moe_config_missing_its_expert_shape_is_one_line(new_models, kind, drop):
+    import json
+    from pathlib import Path
+
+    from runtime.model_config import ModelConfig
+    from sim.errors import ConfigError
+
+    cfg = json.loads((Path(new_models[kind][0]) / "config.json").read_text())
+    cfg.pop(drop)
+    cfg.pop("num_experts", None)
+    with pytest.raises(ConfigError, match=drop) as err:
+        ModelConfig.from_hf_dict(cfg)
+    assert "\n" not in str(err.value)
