@@ -232,6 +232,9 @@ def _auto_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
 
 def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swap_slots: int = 0):
     """One replica's allocator over ``num_slots`` KV slots and its scheduler."""
+    from sim.catalog.models import get_model
+    from sim.memory_plan import sliding_window_kv
+
     sc = as_scenario(scenario)
     kv, sched = sc.kv_cache, sc.scheduler
     try:
@@ -239,6 +242,7 @@ def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swa
             kv.allocator, num_slots=num_slots, block_size=kv.block_size,
             prefix_caching=kv.prefix_caching, reserve=kv.reserve,
             max_model_len=kv.max_model_len, swap_slots=swap_slots,
+            window=sliding_window_kv(get_model(sc.model), kv.block_size),
         )
         return make_scheduler(
             sched.policy, allocator, max_model_len=kv.max_model_len,

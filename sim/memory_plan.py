@@ -133,10 +133,21 @@ def kv_bytes_per_token(model: ModelSpec, prec: Precision, tp: int = 1, pp: int =
     """K and V of one token, all layers of this GPU's pipeline stage, its KV-head shard. MLA
     (DeepSeek-V3): the latent and rotary key, ``kv_lora_rank + qk_rope_head_dim`` values per
     layer, whole on every tensor-parallel rank (all heads read it; vLLM does not split it)."""
-    layers = math.ceil(model.num_layers / pp)
+    layers = math.ceil(model.num_full_attention_layers / pp)
     if model.is_mla:
         return layers * model.kv_cache_width * prec.kv_bytes
     return 2 * layers * kv_heads_per_gpu(model, tp) * model.head_dim * prec.kv_bytes
+
+
+def sliding_window_kv(model: ModelSpec, block_size: int) -> tuple[int, float]:
+    """A hybrid model's sliding-window layers, as the paged allocator holds them: (most tokens a
+    request keeps there: vLLM keeps ``ceil((window - 1) / block) + 1`` blocks; pool slots a
+    token, their KV bytes over the full-attention layers'). (0, 0.0) for other models."""
+    ls, lf = model.sliding_window_layers, model.num_full_attention_layers
+    if not ls:
+        return 0, 0.0
+    blocks = -(-(model.sliding_window - 1) // block_size) + 1
+    return blocks * block_size, ls / lf
 
 
 def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],

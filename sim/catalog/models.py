@@ -43,6 +43,11 @@ class ModelSpec:
       own K and V after the up-projection).
     - ``num_mtp_layers``: multi-token-prediction modules (DeepSeek-V3's MTP head); recorded,
       not counted in ``params`` (model cards count them apart: 671B + 14B).
+    - ``sliding_window_layers``: how many layers attend only to the last ``sliding_window``
+      tokens in a hybrid model (gpt-oss: every other layer, window 128); their KV is held up to
+      the window, the rest's for the whole context. 0 (Mistral-7B-v0.1's window is recorded
+      but priced and held as full attention). ``attention_sinks``: a learned per-head logit in
+      each softmax (gpt-oss); recorded, its cost negligible.
 
     - ``gated_mlp``: SwiGLU (gate, up, down: three h x ffn matrices) as in Llama, versus
       OPT's two-matrix ReLU MLP (fc1, fc2).
@@ -85,6 +90,8 @@ class ModelSpec:
     qk_rope_head_dim: int = 0
     v_head_dim: int = 0
     num_mtp_layers: int = 0
+    sliding_window_layers: int = 0
+    attention_sinks: bool = False
 
     def __post_init__(self) -> None:
         if (self.num_experts > 0) != (self.num_experts_per_tok > 0) or self.num_experts < 0:
@@ -111,6 +118,10 @@ class ModelSpec:
             raise ConfigError(f"model {self.name}: first_dense_layers must be in [0, num_layers)")
         if self.first_dense_layers and self.dense_intermediate_size <= 0:
             raise ConfigError(f"model {self.name}: first_dense_layers needs dense_intermediate_size")
+        if self.sliding_window_layers and not (self.sliding_window and 0 < self.sliding_window_layers
+                                                < self.num_layers):
+            raise ConfigError(f"model {self.name}: sliding_window_layers needs sliding_window and "
+                              f"some full-attention layers (0 < sliding_window_layers < num_layers)")
         if self.is_mla:
             if not 0 < self.qk_rope_head_dim < self.head_dim or self.v_head_dim <= 0:
                 raise ConfigError(f"model {self.name}: MLA needs 0 < qk_rope_head_dim < head_dim "
@@ -159,6 +170,11 @@ class ModelSpec:
         if self.is_mla:
             return self.kv_lora_rank + self.qk_rope_head_dim
         return 2 * self.kv_size
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        """Layers whose KV grows with the whole context (all but the sliding-window ones)."""
+        return self.num_layers - self.sliding_window_layers
 
     @property
     def num_moe_layers(self) -> int:
@@ -332,6 +348,23 @@ _CATALOG: dict[str, ModelSpec] = {
                num_shared_experts=1, first_dense_layers=3, dense_intermediate_size=18432,
                q_lora_rank=1536, kv_lora_rank=512, qk_rope_head_dim=64, v_head_dim=128,
                num_mtp_layers=1),
+        # gpt-oss: every other layer attends to a 128-token window (with attention sinks), MoE
+        # of 2880-wide experts, top 4; q/k/v biases. Experts ship in MXFP4
+        # (quantization.weights mxfp4 prices every linear weight so).
+        _llama("gpt-oss-20b", "openai/gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072,
+               head_dim=64, qkv_bias=True, rope_theta=150000.0, num_experts=32,
+               num_experts_per_tok=4, sliding_window=128, sliding_window_layers=12,
+               attention_sinks=True),
+        _llama("gpt-oss-120b", "openai/gpt-oss-120b", 36, 2880, 64, 8, 2880, 201088, 131072,
+               head_dim=64, qkv_bias=True, rope_theta=150000.0, num_experts=128,
+               num_experts_per_tok=4, sliding_window=128, sliding_window_layers=18,
+               attention_sinks=True),
+        # Llama 4 Scout (text): 16 experts of 8192, top 1, plus a shared expert in every layer;
+        # 3 of 4 layers attend within 8192-token chunks (held here as an 8192-token window).
+        _llama("llama-4-scout", "meta-llama/Llama-4-Scout-17B-16E", 48, 5120, 40, 8, 8192, 202048,
+               10485760, head_dim=128, rope_theta=500000.0, num_experts=16,
+               num_experts_per_tok=1, num_shared_experts=1, sliding_window=8192,
+               sliding_window_layers=36),
     )
 }
 
@@ -350,6 +383,7 @@ _EXTRA_ALIASES: dict[str, tuple[str, ...]] = {
     "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1",),
     "mixtral-8x22b": ("mistralai/Mixtral-8x22B-Instruct-v0.1",),
     "deepseek-v3": ("deepseek-ai/DeepSeek-V3-0324", "deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-R1-0528"),
+    "llama-4-scout": ("meta-llama/Llama-4-Scout-17B-16E-Instruct",),
 }
 
 
@@ -392,7 +426,7 @@ def list_models() -> list[ModelSpec]:
 
 
 _LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen3", "qwen3_moe")
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = _LLAMA_LIKE + ("deepseek_v3", "opt")
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = _LLAMA_LIKE + ("deepseek_v3", "gpt_oss", "opt")
 
 
 def load_hf_config(path: "str | os.PathLike[str]") -> ModelSpec:
@@ -422,6 +456,8 @@ def load_hf_config(path: "str | os.PathLike[str]") -> ModelSpec:
             return _from_opt(name, cfg)
         if model_type == "deepseek_v3":
             return _from_deepseek_v3(name, cfg)
+        if model_type == "gpt_oss":
+            return _from_gpt_oss(name, cfg)
         return _from_llama_like(name, model_type, cfg)
     except KeyError as exc:
         raise ConfigError(f"model: {file} lacks required key {exc.args[0]!r}") from None
@@ -506,6 +542,31 @@ def _from_deepseek_v3(name: str, cfg: dict) -> ModelSpec:
         qk_rope_head_dim=rope,
         v_head_dim=int(cfg["v_head_dim"]),
         num_mtp_layers=int(cfg.get("num_nextn_predict_layers", 0)),
+    )
+
+
+def _from_gpt_oss(name: str, cfg: dict) -> ModelSpec:
+    """gpt-oss: alternating sliding-window and full attention (``layer_types``), attention
+    sinks, a MoE of ``num_local_experts`` (top ``num_experts_per_tok``) in every layer."""
+    hidden = int(cfg["hidden_size"])
+    heads = int(cfg["num_attention_heads"])
+    layers = int(cfg["num_hidden_layers"])
+    types = cfg.get("layer_types") or ["sliding_attention" if i % 2 == 0 else "full_attention"
+                                       for i in range(layers)]
+    sliding = sum(t == "sliding_attention" for t in types)
+    return ModelSpec(
+        name=name, num_layers=layers, hidden_size=hidden, num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        intermediate_size=int(cfg["intermediate_size"]), vocab_size=int(cfg["vocab_size"]),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 131072)),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        qkv_bias=bool(cfg.get("attention_bias", True)),
+        rope_theta=float(cfg.get("rope_theta", 150000.0)),
+        num_experts=int(cfg["num_local_experts"]),
+        num_experts_per_tok=int(cfg.get("num_experts_per_tok") or cfg["experts_per_token"]),
+        sliding_window=int(cfg["sliding_window"]) if sliding else None,
+        sliding_window_layers=sliding, attention_sinks=True,
     )
 
 

@@ -215,10 +215,11 @@ class OperatorTableCostModel(StepPricer):
         tp, pp = tensor_parallel_size, pipeline_parallel_size
         self.tensor_parallel_size, self.pipeline_parallel_size = tp, pp
         check_parallel(m, tp, pp)
-        if m.is_mla or m.num_shared_experts or m.first_dense_layers:
+        if m.is_mla or m.num_shared_experts or m.first_dense_layers or m.sliding_window_layers:
             raise TablesNotCovering(
-                f"cost_model.source operator_tables: {m.name}'s MLA attention, shared experts and "
-                f"dense-first layers are not read from the tables yet (the roofline prices them)")
+                f"cost_model.source operator_tables: {m.name}'s MLA attention, shared experts, "
+                f"dense-first or sliding-window layers are not read from the tables yet (the "
+                f"roofline prices them)")
         root = Path(tables) if tables is not None else default_tables_root()
         if root is None or not Path(root).is_dir():
             raise TablesNotCovering(f"cost_model.tables: {root}: operator-table folder not found")

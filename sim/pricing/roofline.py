@@ -413,9 +413,24 @@ class RooflineCostModel(StepPricer):
         layers = self.model.num_layers
         prefill_tokens, decode, spec = s.num_prefill_tokens, s.num_decode_seqs, s.num_spec_tokens
         rows = prefill_tokens + decode + spec + s.num_padding_tokens
-        prefill = layers * self.attn_prefill_time(prefill_tokens, s.prefill_attention_work,
-                                                  s.prefill_context_tokens, mx)
-        attn_decode = layers * self.attn_decode_time(decode, s.decode_context_tokens, spec, mx)
+        ls = self.model.sliding_window_layers
+        if not ls:
+            prefill = layers * self.attn_prefill_time(prefill_tokens, s.prefill_attention_work,
+                                                      s.prefill_context_tokens, mx)
+            attn_decode = layers * self.attn_decode_time(decode, s.decode_context_tokens, spec, mx)
+        else:
+            # A hybrid model's sliding-window layers see at most the window: each decode reads
+            # min(context, window) (the summed form bounds it, exact once contexts exceed the
+            # window), each prefill token attends to at most the window.
+            lf, w = layers - ls, self.model.sliding_window
+            prefill = (lf * self.attn_prefill_time(prefill_tokens, s.prefill_attention_work,
+                                                   s.prefill_context_tokens, mx)
+                       + ls * self.attn_prefill_time(
+                           prefill_tokens, -mx(-s.prefill_attention_work, -prefill_tokens * w),
+                           -mx(-s.prefill_context_tokens, -s.num_prefill_seqs * w), mx))
+            attn_decode = (lf * self.attn_decode_time(decode, s.decode_context_tokens, spec, mx)
+                           + ls * self.attn_decode_time(
+                               decode, -mx(-s.decode_context_tokens, -decode * w), spec, mx))
         head = (rows > 0) * self.lm_head_time(sampled_rows(s), mx)
         swap = self.swap_time(s.num_swap_tokens)
         if parts is not None:

@@ -12,11 +12,15 @@ ALLOCATORS = ("paged", "contiguous")
 
 def make_allocator(kind: str = "paged", num_slots: int = 0, block_size: int = 16,
                    prefix_caching: bool = False, reserve: str = "max",
-                   max_model_len: int = 2048, swap_slots: int = 0) -> KVAllocator:
-    """Build an allocator over ``num_slots`` token slots of KV memory."""
+                   max_model_len: int = 2048, swap_slots: int = 0,
+                   window: tuple[int, float] = (0, 0.0)) -> KVAllocator:
+    """Build an allocator over ``num_slots`` token slots of KV memory (``window``: a hybrid
+    model's sliding-window layers, (tokens held, pool slots a token), see ``PagedAllocator``)."""
     if kind == "paged":
         return PagedAllocator(num_slots, block_size=block_size, prefix_caching=prefix_caching,
-                              swap_slots=swap_slots)
+                              swap_slots=swap_slots, window_tokens=window[0], window_ratio=window[1])
+    if window[0]:
+        raise ValueError("sliding-window layers (a hybrid model) need the paged allocator")
     if kind == "contiguous":
         if prefix_caching:
             raise ValueError("prefix caching needs the paged allocator")

@@ -7,6 +7,7 @@ of KV memory holding token states where contiguous reservation keeps under 40%.
 
 from __future__ import annotations
 
+import math
 from typing import Iterable, Optional, Sequence
 
 from sim.policies.kv.base import KVAllocator, KVUsage, PrefixHit
@@ -16,11 +17,26 @@ from sim.policies.request import Request
 
 
 class PagedAllocator(KVAllocator):
+    """``window_tokens`` / ``window_ratio``: a hybrid model's sliding-window layers (gpt-oss:
+    half its layers keep 128 tokens; Llama 4: 3 of 4 keep an 8192-token chunk), which vLLM's
+    hybrid allocator pages from the same pool and trims to the window. A request holds there
+    ``min(its final length, window_tokens)`` tokens of those layers, ``window_ratio`` pool slots
+    a token (their bytes over the full-attention layers'): taken as whole blocks at its first
+    allocation (its final length is what the simulator knows; vLLM grows to it), given back when
+    it is freed or swapped out; counted as token states; never in ``num_held_slots``, which is
+    the full-attention layers'."""
+
     def __init__(self, num_slots: int, block_size: int = 16, prefix_caching: bool = False,
-                 swap_slots: int = 0) -> None:
+                 swap_slots: int = 0, window_tokens: int = 0, window_ratio: float = 0.0) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
+        if window_tokens < 0 or window_ratio < 0:
+            raise ValueError(f"window_tokens and window_ratio must be >= 0")
         self.block_size = block_size
+        self.window_tokens = window_tokens
+        self.window_ratio = window_ratio
+        self.window_blocks: dict[str, list[int]] = {}
+        self.num_window_blocks = 0
         self.pool = BlockPool(num_slots // block_size)
         self.prefix_caching = prefix_caching
         self.req_blocks: dict[str, list[int]] = {}
@@ -98,13 +114,33 @@ class PagedAllocator(KVAllocator):
             touched_free = sum(1 for b in prefix.block_ids if self.pool.blocks[b].ref_cnt == 0)
         return max(need, 0), touched_free
 
+    def window_blocks_for(self, req: Request) -> int:
+        """Blocks of this pool the request's sliding-window layers hold (0 without a window)."""
+        if not self.window_tokens:
+            return 0
+        bs = self.block_size
+        tokens = min(-(-req.final_kv_len // bs) * bs, self.window_tokens)
+        return -(-int(math.ceil(tokens * self.window_ratio)) // bs)
+
+    def _window_needed(self, req: Request) -> int:
+        """Window blocks a request still has to take (all of them before its first allocation)."""
+        if self.window_tokens and req.request_id not in self.window_blocks:
+            return self.window_blocks_for(req)
+        return 0
+
     def can_allocate(self, req: Request, num_new_tokens: int,
                      prefix: Optional[PrefixHit] = None) -> bool:
         need, touched_free = self._blocks_needed(req, num_new_tokens, prefix)
-        return need + touched_free <= self.pool.num_free
+        return need + touched_free + self._window_needed(req) <= self.pool.num_free
 
     def allocate(self, req: Request, num_new_tokens: int,
                  prefix: Optional[PrefixHit] = None) -> bool:
+        window = self._window_needed(req)
+        if window:  # a request's first allocation under a sliding window: its window first
+            if not self.can_allocate(req, num_new_tokens, prefix):
+                return False
+            self.window_blocks[req.request_id] = self.pool.allocate(window)
+            self.num_window_blocks += window
         if not prefix or not prefix.block_ids:
             # Hot path (every decode of every step): room already held, or plain growth.
             blocks = self.req_blocks.get(req.request_id)
@@ -162,6 +198,10 @@ class PagedAllocator(KVAllocator):
         self.host_blocks.pop(req.request_id, None)  # an aborted swapped request's host copy
         if blocks:
             self.pool.release(blocks)
+        window = self.window_blocks.pop(req.request_id, None)
+        if window:
+            self.num_window_blocks -= len(window)
+            self.pool.release(window)
 
     # --- swap (host memory) ---------------------------------------------------------------
     @property
@@ -169,10 +209,11 @@ class PagedAllocator(KVAllocator):
         return self.host_blocks_total - sum(self.host_blocks.values())
 
     def can_swap_out(self, req: Request) -> bool:
-        return len(self.req_blocks.get(req.request_id, ())) <= self.host_blocks_free
+        n = len(self.req_blocks.get(req.request_id, ())) + len(self.window_blocks.get(req.request_id, ()))
+        return n <= self.host_blocks_free
 
     def swap_out(self, req: Request) -> int:
-        n = len(self.req_blocks.get(req.request_id, ()))
+        n = len(self.req_blocks.get(req.request_id, ())) + len(self.window_blocks.get(req.request_id, ()))
         if n > self.host_blocks_free:
             raise RuntimeError("swap space exhausted")
         self.free(req)
@@ -181,12 +222,16 @@ class PagedAllocator(KVAllocator):
 
     def can_swap_in(self, req: Request, num_new_tokens: int = 1) -> bool:
         need = -(-(req.num_computed_tokens + num_new_tokens) // self.block_size)
-        return need <= self.pool.num_free
+        return need + self.window_blocks_for(req) <= self.pool.num_free
 
     def swap_in(self, req: Request) -> int:
         self.host_blocks.pop(req.request_id)
         need = -(-req.num_computed_tokens // self.block_size)
         self.req_blocks[req.request_id] = self.pool.allocate(need)
+        window = self.window_blocks_for(req)
+        if window:
+            self.window_blocks[req.request_id] = self.pool.allocate(window)
+            self.num_window_blocks += window
         return req.num_computed_tokens
 
     # --- accounting -----------------------------------------------------------------------
@@ -211,6 +256,8 @@ class PagedAllocator(KVAllocator):
             internal += held - will_use
         # A block shared through the prefix cache is counted once, as token states.
         tokens -= self.pool.num_shared_refs * bs
+        # Sliding-window layers' KV: token states (held only up to the window).
+        tokens += self.num_window_blocks * bs
         return KVUsage(tokens, reserved, internal, 0, self.pool.num_free * bs)
 
     def growth_slots(self, req: Request, num_tokens: int) -> int:
@@ -222,7 +269,7 @@ class PagedAllocator(KVAllocator):
 
     def check_invariants(self) -> None:
         held: dict[int, int] = {}
-        for blocks in self.req_blocks.values():
+        for blocks in list(self.req_blocks.values()) + list(self.window_blocks.values()):
             for b in blocks:
                 held[b] = held.get(b, 0) + 1
         self.pool.check_invariants(held)
