@@ -249,6 +249,28 @@ _CATALOG: dict[str, HardwareSpec] = {
             description="NVIDIA L40S 48GB",
             aliases=("nvidia-l40s",),
         ),
+        # NVIDIA RTX PRO 6000 Blackwell Server Edition (GB202, 600 W): from NVIDIA's announcement
+        # (GTC 2025) and product page: 96 GB GDDR7 on a 512-bit bus at 28 Gbps, 1,792 GB/s;
+        # FP32 125 TF; 4,000 AI TOPS at FP4 with sparsity; PCIe Gen5 x16, no NVLink. NVIDIA
+        # gives no dense tensor figures for it: FP4 2,000 TF dense (half the sparse figure),
+        # FP8 and INT8 1,000, BF16/FP16 500, TF32 250 are derived by Blackwell's 2x per halved
+        # precision, so the roofline's compute terms carry that extra uncertainty.
+        HardwareSpec(
+            name="rtx-pro-6000",
+            memory_bytes=96 * GiB,
+            memory_bandwidth=1792 * GB,
+            peak_flops={"fp32": 125 * TFLOPS, "tf32": 250 * TFLOPS, "fp16": 500 * TFLOPS,
+                        "bf16": 500 * TFLOPS, "fp8": 1000 * TFLOPS, "int8": 1000 * TFLOPS,
+                        "fp4": 2000 * TFLOPS},
+            interconnect="PCIe Gen5 x16",
+            interconnect_bandwidth=64 * GB,
+            pcie_bandwidth=64 * GB,
+            network_bandwidth=50 * GB,
+            gpus_per_node=8,
+            usd_per_gpu_hour=1.99,
+            description="NVIDIA RTX PRO 6000 Blackwell Server Edition 96GB",
+            aliases=("rtx-pro-6000-blackwell", "nvidia-rtx-pro-6000", "rtx-pro-6000-server"),
+        ),
         # NVIDIA A10 datasheet (AWS's A10G is its cloud variant; NVIDIA publishes no separate
         # A10G sheet): 24 GB GDDR6 600 GB/s; FP32 31.2 TF, TF32 62.5 TF, BF16/FP16 125 TF,
         # INT8 250 TOPS (dense); PCIe Gen4 x16. AWS g5.xlarge on-demand: $1.006/h.
