@@ -142,7 +142,10 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
         pipeline_parallel_size=par.pipeline_parallel_size,
         kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype,
         max_num_batched_tokens=budget,
+        expert_parallel_size=par.expert_shards if model.is_moe else 1,
     )
+    if par.enable_expert_parallel and not model.is_moe:
+        raise ConfigError(f"parallel.enable_expert_parallel: {model.name} has no experts")
     if kv.num_gpu_blocks is not None:
         slots = kv.num_gpu_blocks * kv.block_size
         memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
@@ -210,10 +213,17 @@ def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], 
                   pipeline_parallel_size=par.pipeline_parallel_size,
                   kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype)
     if kind == "operator_tables":
+        if par.data_parallel_size > 1 or (model.is_moe and par.expert_shards > 1):
+            from sim.pricing.operator_tables import TablesNotCovering
+
+            raise TablesNotCovering("cost_model.source operator_tables: data-parallel attention "
+                                    "and expert parallelism are priced by the roofline")
         return make_pricer("operator_tables", model, sc.hardware, tables=sc.cost_model.tables,
                            max_num_seqs=sc.scheduler.max_num_seqs,
                            moe_routing=sc.cost_model.moe_routing, **common)
-    return make_pricer("roofline", model, sc.hardware, **common)
+    return make_pricer("roofline", model, sc.hardware,
+                       expert_parallel_size=par.expert_shards if model.is_moe else 1,
+                       data_parallel_size=par.data_parallel_size, **common)
 
 
 def _auto_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
@@ -337,7 +347,8 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
         # one stream under several configs).
         reqs = [_fresh(r) for r in requests] if requests is not None else list(build_workload(sc, base_dir))
     swap_slots = swap_slots_of(sc, dep.memory.kv_bytes_per_token)
-    n = sc.parallel.num_replicas
+    # One engine (scheduler, KV pool) per data-parallel attention rank of every replica.
+    n = sc.parallel.num_replicas * sc.parallel.data_parallel_size
     schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots) for _ in range(n)]
     spec = sc.speculative
     samplers = None
@@ -374,7 +385,8 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
     hits = sum(s.allocator.num_prefix_hits for s in schedulers)
     slo_kw = dict(slo_ttft_ms=sc.slo.ttft_ms, slo_tpot_ms=sc.slo.tpot_ms,
                   num_preemptions=sum(s.num_preemptions for s in schedulers),
-                  prefix_queries=queries, prefix_hits=hits, num_gpus=dep.num_gpus_per_replica * n)
+                  prefix_queries=queries, prefix_hits=hits,
+                  num_gpus=dep.num_gpus_per_replica * sc.parallel.num_replicas)
     if not statistics:
         summary: dict = {}
     elif recorder is not None:
@@ -469,6 +481,8 @@ def _scenario(sc: Scenario, dep: Deployment) -> dict:
         "block_size": kv.block_size if kv.allocator == "paged" else None,
         "num_replicas": sc.parallel.num_replicas,
         "gpus_per_replica": dep.num_gpus_per_replica,
+        "data_parallel_size": sc.parallel.data_parallel_size,
+        "expert_parallel_size": sc.parallel.expert_shards if dep.model.is_moe else 1,
         "kv_slots_per_replica": m.num_kv_slots,
         "kv_pool_gb": m.kv_pool_bytes / 1e9,
         "weights_gb_per_gpu": m.weights_bytes / 1e9,

@@ -80,7 +80,8 @@ class MemoryPlan:
         return asdict(self)
 
 
-def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1) -> float:
+def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1,
+                          ep: int = 1) -> float:
     """Weight bytes on the fullest GPU: linear layers, embeddings and LM head are sharded
     over ``tp`` (Megatron column/row and vocab parallel), norms and biases replicated;
     pipeline stages take ``ceil(layers / pp)`` layers, the first the embedding, the last the
@@ -90,9 +91,20 @@ def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: in
     per_layer = ((model.linear_params_per_layer - replicated) * prec.weight_bytes / tp
                  + replicated * prec.weight_bytes
                  + model.other_params_per_layer * prec.act_bytes)
+    if ep > 1 and model.is_moe:
+        # Expert parallelism: the routed experts spread whole over ``ep`` GPUs, the rest as
+        # before (attention, router and shared experts split by tensor parallelism).
+        routed = model.expert_params * model.num_experts
+        per_layer = ((model.linear_params_per_layer - replicated - routed) * prec.weight_bytes / tp
+                     + routed * prec.weight_bytes / ep + replicated * prec.weight_bytes
+                     + model.other_params_per_layer * prec.act_bytes)
     if model.num_dense_layers and model.is_moe:
         # Dense-first MoE (DeepSeek-V3): the fullest stage holds as many sparse layers as fit.
-        lighter = (model.moe_mlp_params - model.dense_mlp_params) * prec.weight_bytes / tp
+        routed = model.expert_params * model.num_experts
+        lighter = ((model.moe_mlp_params - model.dense_mlp_params) * prec.weight_bytes / tp
+                   if ep <= 1 else
+                   (model.moe_mlp_params - routed - model.dense_mlp_params) * prec.weight_bytes / tp
+                   + routed * prec.weight_bytes / ep)
         per_layer_total = layers * per_layer - max(0, layers - model.num_moe_layers) * lighter
         layers, per_layer = 1, per_layer_total
     embed = model.embedding_params * prec.act_bytes / tp
@@ -154,8 +166,10 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
                 dtype: str = "float16", gpu_memory_utilization: float = 0.9,
                 tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
                 kv_cache_dtype: str = "auto", weight_dtype: Optional[str] = None,
-                max_num_batched_tokens: int = 2048, max_num_seqs: int = 256) -> MemoryPlan:
-    """Split one GPU's memory into weights, activation reserve and KV pool.
+                max_num_batched_tokens: int = 2048, max_num_seqs: int = 256,
+                expert_parallel_size: int = 1) -> MemoryPlan:
+    """Split one GPU's memory into weights, activation reserve and KV pool
+    (``expert_parallel_size``: GPUs a MoE's routed experts are spread over whole).
 
     Raises DoesNotFitError (one line, with the numbers and what would fit) when weights and
     reserve leave no room for a KV cache.
@@ -172,7 +186,11 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
     prec = resolve_precision(hw, dtype, weight_dtype, kv_cache_dtype)
 
     budget = hw.memory_bytes * gpu_memory_utilization
-    weights = weights_bytes_per_gpu(model, prec, tp, pp)
+    ep = expert_parallel_size
+    if ep > 1 and model.is_moe and model.num_experts % ep:
+        raise ConfigError(f"parallel: {model.name}'s {model.num_experts} experts do not spread "
+                          f"evenly over {ep} GPUs (data_parallel_size x tensor_parallel_size)")
+    weights = weights_bytes_per_gpu(model, prec, tp, pp, ep)
     reserve = activation_reserve_bytes(model, prec, tp, pp, max_num_batched_tokens,
                                        max_num_seqs)
     kv_token = kv_bytes_per_token(model, prec, tp, pp)

@@ -239,17 +239,35 @@ class SchedulerConfig(_Section):
 
 @dataclass(frozen=True)
 class ParallelConfig(_Section):
-    """``parallel.*``: GPUs per replica and replicas behind a router."""
+    """``parallel.*``: GPUs per replica and replicas behind a router.
+
+    ``data_parallel_size`` (vLLM's ``--data-parallel-size``): attention ranks inside one
+    replica, each with its own scheduler, batch and KV pool (``tensor_parallel_size`` GPUs
+    each), requests balanced across them. ``enable_expert_parallel``: a mixture of experts'
+    experts are spread whole over the replica's ``data_parallel_size x tensor_parallel_size``
+    GPUs, tokens exchanged by all-to-all (vLLM's ``--enable-expert-parallel``; with
+    ``data_parallel_size`` the DP-attention + EP deployment vLLM and SGLang use for
+    DeepSeek). A MoE with ``data_parallel_size`` > 1 shards its experts over all of them
+    either way."""
 
     KEY: ClassVar[str] = "parallel"
     tensor_parallel_size: int = integer(1, 1, _MAX_GPUS)
     pipeline_parallel_size: int = integer(1, 1, _MAX_GPUS)
     num_replicas: int = integer(1, 1, _MAX_REPLICAS)
     router: str = choice("round_robin", ROUTERS)
+    data_parallel_size: int = integer(1, 1, _MAX_GPUS)
+    enable_expert_parallel: bool = _field(False, _Check("bool"))
 
     @property
     def gpus_per_replica(self) -> int:
-        return self.tensor_parallel_size * self.pipeline_parallel_size
+        return self.tensor_parallel_size * self.pipeline_parallel_size * self.data_parallel_size
+
+    @property
+    def expert_shards(self) -> int:
+        """GPUs a MoE's experts are spread over (1: each expert split by tensor parallelism)."""
+        if self.enable_expert_parallel or self.data_parallel_size > 1:
+            return self.data_parallel_size * self.tensor_parallel_size
+        return 1
 
 
 @dataclass(frozen=True)

@@ -70,6 +70,8 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "parallel.pipeline_parallel_size": (2, {}),
         "parallel.num_replicas": (3, {}),
         "parallel.router": ("least_kv", {}),
+        "parallel.data_parallel_size": (2, {}),
+        "parallel.enable_expert_parallel": (True, {"model": "mixtral-8x7b"}),
         "quantization.weights": ("int4", {}),
         "cost_model.profile": (profile, {}),
         "cost_model.source": ("roofline", {}),

@@ -53,6 +53,11 @@ class ExpertLayer:
     latency: float
     num_experts: int
     top_k: int
+    #: Expert parallelism: each of this GPU's rows stands for ``global_rows`` tokens routed over
+    #: all experts (the data-parallel ranks' together), of which this GPU holds the
+    #: ``local_share`` (1 / EP): it reads the weights of its touched experts only.
+    global_rows: int = 1
+    local_share: float = 1.0
     _touched: list[float] = field(init=False, repr=False)
     _touched_arr: np.ndarray = field(init=False, repr=False)
 
@@ -71,5 +76,9 @@ class ExpertLayer:
         """Seconds of the layer for ``rows`` tokens (0 for none); ``mx`` is ``max`` for a
         number and ``np.maximum`` for an array, with the same float operations."""
         compute = self.compute_per_row * rows
-        memory = self.weight_per_expert * self.touched(rows) + self.memory_per_row * rows
+        if self.global_rows == 1 and self.local_share == 1.0:
+            touched = self.touched(rows)
+        else:
+            touched = self.local_share * self.touched(rows * self.global_rows)
+        memory = self.weight_per_expert * touched + self.memory_per_row * rows
         return (rows > 0) * (mx(compute, memory) + self.latency)

@@ -88,7 +88,7 @@ A100_EFFICIENCY = Efficiency(
 
 BREAKDOWN_KEYS: tuple[str, ...] = (
     "qkv_proj", "attn_prefill", "attn_decode", "o_proj", "mlp", "norms_elementwise",
-    "lm_head", "tp_allreduce", "pp_send_recv", "swap", "overhead",
+    "lm_head", "tp_allreduce", "pp_send_recv", "swap", "overhead", "ep_all_to_all",
 )
 
 LAYER_GEMMS: tuple[str, ...] = ("qkv_proj", "o_proj", "mlp_up", "mlp_down")
@@ -134,7 +134,11 @@ class RooflineCostModel(StepPricer):
                  dtype: str = "float16", tensor_parallel_size: int = 1,
                  pipeline_parallel_size: int = 1, kv_cache_dtype: str = "auto",
                  weight_dtype: Optional[str] = None,
-                 efficiency: Efficiency = A100_EFFICIENCY) -> None:
+                 efficiency: Efficiency = A100_EFFICIENCY,
+                 expert_parallel_size: int = 1, data_parallel_size: int = 1) -> None:
+        """``expert_parallel_size`` > 1: a MoE's experts spread whole over that many GPUs, each
+        GPU's tokens (and those of the other ``data_parallel_size - 1`` attention ranks, taken
+        as loaded alike) sent to their experts and back by all-to-all."""
         self.model = m = get_model(model)
         self.hardware = h = get_hardware(hw)
         self.tensor_parallel_size = tp = tensor_parallel_size
@@ -198,11 +202,31 @@ class RooflineCostModel(StepPricer):
                 self._gemm_layers["shared_up"] = self._gemm_layers["shared_down"] = moe_layers
             self._gemms["router"] = gemm(hd, m.num_experts, ab)
             self._gemm_layers["router"] = moe_layers
-            self._experts = ExpertLayer(
-                compute_per_row=2 * k_top * hd * (up + ffn) / peak,
-                weight_per_expert=hd * (up + ffn) * wb / gemm_bw,
-                memory_per_row=k_top * (2 * hd + up + ffn) * ab / gemm_bw,
-                latency=2 * e.gemm_latency_s, num_experts=m.num_experts, top_k=k_top)
+            ep, dp = expert_parallel_size, data_parallel_size
+            if ep <= 1:
+                self._experts = ExpertLayer(
+                    compute_per_row=2 * k_top * hd * (up + ffn) / peak,
+                    weight_per_expert=hd * (up + ffn) * wb / gemm_bw,
+                    memory_per_row=k_top * (2 * hd + up + ffn) * ab / gemm_bw,
+                    latency=2 * e.gemm_latency_s, num_experts=m.num_experts, top_k=k_top)
+            else:
+                # Whole experts, E / ep of them here; the dp ranks' tokens together are routed
+                # over all E, so each GPU computes k x dp / ep expert rows per row of its own.
+                up_all, ffn_all, per = m.mlp_in_size, m.intermediate_size, dp / ep
+                self._experts = ExpertLayer(
+                    compute_per_row=2 * k_top * hd * (up_all + ffn_all) / peak * per,
+                    weight_per_expert=hd * (up_all + ffn_all) * wb / gemm_bw,
+                    memory_per_row=k_top * (2 * hd + up_all + ffn_all) * ab / gemm_bw * per,
+                    latency=2 * e.gemm_latency_s, num_experts=m.num_experts, top_k=k_top,
+                    global_rows=dp, local_share=1.0 / ep)
+                # Dispatch and combine: each token's hidden state to its k experts and back,
+                # (ep - 1) / ep of them on other GPUs.
+                link = h.interconnect_bandwidth if ep <= h.gpus_per_node else h.network_bandwidth
+                self._a2a_fixed = 2 * e.allreduce_latency_s
+                self._a2a_per_row = (2 * k_top * hd * ab * (ep - 1) / ep
+                                     / (link * e.allreduce_bandwidth))
+        self.expert_parallel_size = expert_parallel_size if m.is_moe else 1
+        self.data_parallel_size = data_parallel_size
         # LM head: 16-bit weights, 16-bit compute, vocab-parallel over tp.
         head_peak = h.flops(DTYPE_COMPUTE[p.dtype]) * e.gemm_compute
         vocab = m.vocab_size / tp
@@ -365,6 +389,9 @@ class RooflineCostModel(StepPricer):
             row_bytes = m.hidden_size * act_bytes
             a += (pp - 1) * 2 * e.p2p_latency_s
             b += (pp - 1) * 2 * self._p2p_per_byte * row_bytes
+        if self.expert_parallel_size > 1:  # all-to-all dispatch and combine per MoE layer
+            a += m.num_moe_layers * self._a2a_fixed
+            b += m.num_moe_layers * self._a2a_per_row
         # Every GEMM runs in ``_gemm_layers[name]`` layers: all of them, but the dense and
         # sparse MLPs of a dense-first MoE. Grouped by that count so that a model whose GEMMs
         # all run in every layer sums exactly as it always has.
@@ -489,14 +516,18 @@ class RooflineCostModel(StepPricer):
             out["tp_allreduce"] = 2 * L * self.allreduce_time(row_bytes)
             out["pp_send_recv"] = (self.pipeline_parallel_size - 1) * 2 * self.send_recv_time(
                 row_bytes)
+            if self.expert_parallel_size > 1:
+                out["ep_all_to_all"] = m.num_moe_layers * (self._a2a_fixed + self._a2a_per_row * rows)
         out["overhead"] = self.overhead_time(s.batch_size)
         return out
 
     def describe(self) -> str:
         p = self.precision
+        ep = (f", dp={self.data_parallel_size}, ep={self.expert_parallel_size}"
+              if self.expert_parallel_size > 1 or self.data_parallel_size > 1 else "")
         return (f"roofline ({self.model.name} on {self.hardware.name}, {p.dtype}, "
                 f"weights {p.weight_dtype}, kv {p.kv_cache_dtype}, "
-                f"tp={self.tensor_parallel_size}, pp={self.pipeline_parallel_size})")
+                f"tp={self.tensor_parallel_size}, pp={self.pipeline_parallel_size}{ep})")
 
     def __repr__(self) -> str:
         p = self.precision
