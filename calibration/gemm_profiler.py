@@ -55,6 +55,10 @@ def measure_gemm_tables(model: Any, max_body_rows: int, max_head_rows: int,
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
+    # A mixture of experts' MLP is timed whole (router, top-k, each touched expert over its
+    # tokens): what it costs depends on how many experts ``m`` rows touch, not on ``m`` alone.
+    moe = hasattr(layers[0].mlp, "experts_gate_up")
+
     def body(m: int) -> Callable[[], None]:
         x = torch.randn(m, hidden, device=device, dtype=dtype)
         attn_out = torch.randn(m, layers[0].self_attn.q_size, device=device, dtype=dtype)
@@ -64,8 +68,11 @@ def measure_gemm_tables(model: Any, max_body_rows: int, max_head_rows: int,
             for layer in layers:
                 layer.self_attn.qkv_proj(x)
                 layer.self_attn.o_proj(attn_out)
-                layer.mlp.gate_up_proj(x)
-                layer.mlp.down_proj(act)
+                if moe:
+                    layer.mlp(x)
+                else:
+                    layer.mlp.gate_up_proj(x)
+                    layer.mlp.down_proj(act)
         return run
 
     def head(m: int) -> Callable[[], None]:
@@ -82,7 +89,8 @@ def measure_gemm_tables(model: Any, max_body_rows: int, max_head_rows: int,
         if progress is not None:
             progress("GEMM table: LM head")
     threads = torch.get_num_threads() if device.type == "cpu" else None
-    method = (f"model's own linear layers, {dtype} on {device.type}"
+    method = (f"model's own linear layers{' (MoE layers whole, routed)' if moe else ''}, "
+              f"{dtype} on {device.type}"
               + (f" ({threads} threads)" if threads else "")
               + f"; median of {ROUNDS} rounds ({LARGE_ROUNDS} at {LARGE}+ rows), one warm-up call each")
     return GemmTables(RowTable(tuple(body_rows), tuple(body_s)),

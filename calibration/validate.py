@@ -14,6 +14,8 @@ and the provenance; beside it ``runtime_steps.jsonl`` (the replay's step trace) 
 
 from __future__ import annotations
 
+import os
+
 import json
 from array import array
 import sys
@@ -89,7 +91,8 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
                                     num_threads=num_threads or prof.num_threads)
     llm = LLM.from_engine(LLMEngine.from_args(args))
     engine = llm.engine
-    slug = sim_model or prof.catalog_model or catalog_model_of(engine.config)
+    slug = (sim_model or prof.catalog_model or catalog_model_of(engine.config)
+            or _config_path_of(model or prof.model_spec))
     if slug is None:
         raise ConfigError("--sim-model: the model is not in the simulator's catalog by shape; "
                           "name a catalog model with the same shapes")
@@ -212,3 +215,13 @@ def _profile_error_on(steps: list[dict], prof: Any) -> str:
     return (f"profile on the replay's own {s.n} steps: MAPE {100 * np.mean(np.abs(rel)):.1f}%, "
             f"bias {100 * np.mean(rel):+.1f}% (busy {s.seconds.sum():.1f} s real, "
             f"{pred.sum():.1f} s predicted)")
+
+
+def _config_path_of(spec: Optional[str]) -> Optional[str]:
+    """A ``random:<config.json>`` model (a shape no catalog entry has, e.g.
+    ``calibration/models/mixtral-tiny``): the simulator reads the same config.json."""
+    if spec and str(spec).startswith("random:"):
+        path = str(spec)[len("random:"):]
+        if os.path.exists(path):
+            return path
+    return None

@@ -135,3 +135,33 @@ def test_calibrate_measures_tables_on_the_models_own_layers():
     assert all(s > 0 for s in tables.body.seconds + tables.lm_head.seconds)
     assert len(seen) == 2 and "float32 on cpu" in tables.method
     assert GemmTables.from_dict(json.loads(json.dumps(tables.to_dict()))) == tables
+
+
+def test_a_mixture_of_experts_is_timed_whole_with_its_routing():
+    """A MoE layer's cost depends on how many experts its rows touch: the table times the
+    model's own MoE module (router, top-k, experts), so one row costs less than many."""
+    torch = pytest.importorskip("torch")
+    from calibration.gemm_profiler import measure_gemm_tables
+    from runtime.model_config import ModelConfig
+    from runtime.weights import random_model
+
+    cfg = ModelConfig(vocab_size=64, hidden_size=64, intermediate_size=256, num_hidden_layers=2,
+                      num_attention_heads=2, num_key_value_heads=1, head_dim=32, num_experts=8,
+                      num_experts_per_tok=2, model_type="mixtral")
+    model = random_model(cfg, seed=0).model.to(torch.float32)
+    calls = []
+    real = type(model.model.layers[0].mlp).forward
+
+    def counting(self, x):
+        calls.append(x.shape[0])
+        return real(self, x)
+
+    type(model.model.layers[0].mlp).forward = counting
+    try:
+        tables = measure_gemm_tables(model, max_body_rows=16, max_head_rows=2)
+    finally:
+        type(model.model.layers[0].mlp).forward = real
+    assert "MoE layers whole" in tables.method
+    assert set(calls) == set(range(1, 17))   # the MoE module itself ran at every row count
+    body = dict(zip(tables.body.rows, tables.body.seconds))
+    assert body[16] > body[1]
