@@ -161,3 +161,27 @@ def test_a_window_needs_full_attention_layers_too():
         from sim.policies.kv import make_allocator
 
         make_allocator("contiguous", num_slots=1000, window=(144, 1.0))
+
+
+LLAMA4_SCOUT_CONFIG = {  # meta-llama/Llama-4-Scout-17B-16E config.json (text part)
+    "model_type": "llama4", "_name_or_path": "meta-llama/Llama-4-Scout-17B-16E",
+    "text_config": {"model_type": "llama4_text", "hidden_size": 5120, "num_hidden_layers": 48,
+                    "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+                    "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+                    "num_local_experts": 16, "num_experts_per_tok": 1,
+                    "interleave_moe_layer_step": 1, "vocab_size": 202048,
+                    "max_position_embeddings": 10485760, "rope_theta": 500000.0,
+                    "attention_chunk_size": 8192, "no_rope_layers": [1, 1, 1, 0] * 12},
+}
+
+
+def test_llama4_scout_config_json_loads_like_the_catalog_entry(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA4_SCOUT_CONFIG))
+    loaded, catalog = get_model(str(tmp_path)), get_model("llama-4-scout")
+    assert loaded.params == catalog.params and loaded.active_params == catalog.active_params
+    assert (loaded.sliding_window, loaded.sliding_window_layers) == (8192, 36)
+    maverick = json.loads(json.dumps(LLAMA4_SCOUT_CONFIG))
+    maverick["text_config"]["interleave_moe_layer_step"] = 2
+    (tmp_path / "config.json").write_text(json.dumps(maverick))
+    with pytest.raises(ConfigError, match="interleave_moe_layer_step"):
+        get_model(str(tmp_path))

@@ -426,7 +426,8 @@ def list_models() -> list[ModelSpec]:
 
 
 _LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen3", "qwen3_moe")
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = _LLAMA_LIKE + ("deepseek_v3", "gpt_oss", "opt")
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = _LLAMA_LIKE + ("deepseek_v3", "gpt_oss", "llama4",
+                                                        "llama4_text", "opt")
 
 
 def load_hf_config(path: "str | os.PathLike[str]") -> ModelSpec:
@@ -458,6 +459,8 @@ def load_hf_config(path: "str | os.PathLike[str]") -> ModelSpec:
             return _from_deepseek_v3(name, cfg)
         if model_type == "gpt_oss":
             return _from_gpt_oss(name, cfg)
+        if model_type in ("llama4", "llama4_text"):
+            return _from_llama4(name, cfg.get("text_config") or cfg)
         return _from_llama_like(name, model_type, cfg)
     except KeyError as exc:
         raise ConfigError(f"model: {file} lacks required key {exc.args[0]!r}") from None
@@ -567,6 +570,33 @@ def _from_gpt_oss(name: str, cfg: dict) -> ModelSpec:
         num_experts_per_tok=int(cfg.get("num_experts_per_tok") or cfg["experts_per_token"]),
         sliding_window=int(cfg["sliding_window"]) if sliding else None,
         sliding_window_layers=sliding, attention_sinks=True,
+    )
+
+
+def _from_llama4(name: str, cfg: dict) -> ModelSpec:
+    """Llama 4's text model (the vision encoder is not served here): a MoE of
+    ``num_local_experts`` (top ``num_experts_per_tok``) plus a shared expert in every layer,
+    the rotary layers attending within ``attention_chunk_size`` chunks (held as a window)."""
+    if int(cfg.get("interleave_moe_layer_step", 1)) != 1:
+        raise ValueError("Llama 4 with dense layers between the MoE ones (interleave_moe_layer_step "
+                         "!= 1, Maverick) is not modelled")
+    hidden = int(cfg["hidden_size"])
+    heads = int(cfg["num_attention_heads"])
+    layers = int(cfg["num_hidden_layers"])
+    rope = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(layers)]
+    chunk = cfg.get("attention_chunk_size")
+    local = sum(1 for r in rope[:layers] if r) if chunk else 0
+    return ModelSpec(
+        name=name, num_layers=layers, hidden_size=hidden, num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        intermediate_size=int(cfg["intermediate_size"]), vocab_size=int(cfg["vocab_size"]),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 131072)),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        rope_theta=float(cfg.get("rope_theta", 500000.0)),
+        num_experts=int(cfg["num_local_experts"]), num_experts_per_tok=int(cfg["num_experts_per_tok"]),
+        num_shared_experts=1,
+        sliding_window=int(chunk) if local else None, sliding_window_layers=local,
     )
 
 
