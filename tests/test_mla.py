@@ -176,3 +176,48 @@ def test_mla_shapes_are_checked():
     with pytest.raises(ConfigError, match="shared experts"):
         replace(get_model("llama-3.1-8b"), num_shared_experts=1)
     assert np.isclose(m.qk_nope_head_dim, 128)
+
+
+# --- DeepSeek-V3 from AIConfigurator's measured tables (H200) ---------------------------------
+
+from pathlib import Path  # noqa: E402
+
+SHARED_TABLES = Path(__file__).resolve().parents[1].parent / "shared" / "gpu_profiles" / "aiconfigurator"
+needs_shared = pytest.mark.skipif(not (SHARED_TABLES / "h200_sxm" / "mla").is_dir(),
+                                  reason="../shared MLA tables absent")
+
+
+@needs_shared
+def test_deepseek_v3_is_priced_from_the_measured_mla_and_moe_tables():
+    from sim.pricing.operator_tables import OperatorTableCostModel
+
+    r = OperatorTableCostModel("deepseek-v3", "h200", "bfloat16", 8, tables=SHARED_TABLES,
+                               weight_dtype="fp8", max_num_seqs=256)
+    assert set(r.gemm_shapes) >= {"q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj", "o_proj",
+                                  "mlp_up", "shared_up", "router"}
+    # Decode attention per layer: the measured MLA kernel at this rank's 16 heads (batch 64,
+    # 2,048 tokens: 0.13-0.17 ms in the table's rows), not the roofline's 0.1 ms.
+    assert 0.12e-3 < r._dec.at(64, 2048) < 0.18e-3
+    roof = RooflineCostModel("deepseek-v3", "h200", "bfloat16", tensor_parallel_size=8,
+                             weight_dtype="fp8")
+    step = StepShape(num_decode_seqs=64, decode_context_tokens=64 * 2000)
+    assert r.price(step) > roof.price(step)  # the roofline is optimistic here (docs)
+    rng = random.Random(4)
+    shapes = [StepShape(num_decode_seqs=d, decode_context_tokens=d * rng.randint(1, 8000),
+                        num_prefill_tokens=p, num_prefill_seqs=1 if p else 0,
+                        prefill_attention_work=p * (p + 1) // 2)
+              for d, p in ((rng.randint(0, 256), rng.choice([0, rng.randint(1, 4096)]))
+                           for _ in range(200))]
+    scalar = [r.price(s) for s in shapes]
+    assert r.price_many(shapes).tolist() == scalar
+    f = r.decode_context_pricer(step)
+    assert f(64 * 2500) == r.price(step.with_decode_context(64 * 2500))
+
+
+@needs_shared
+def test_deepseek_v3_simulates_from_the_tables_when_present(monkeypatch):
+    monkeypatch.setenv("KVPLAN_GPU_TABLES", str(SHARED_TABLES))
+    s = simulate(None, overrides=["model=deepseek-v3", "hardware=h200", "dtype=bfloat16",
+                                  "parallel.tensor_parallel_size=8", "quantization.weights=fp8",
+                                  "workload.num_requests=40", "workload.arrival.rate=4"]).summary
+    assert s["cost_model"]["source"] == "operator_tables" and s["completed"] == 40

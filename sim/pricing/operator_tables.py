@@ -215,11 +215,10 @@ class OperatorTableCostModel(StepPricer):
         tp, pp = tensor_parallel_size, pipeline_parallel_size
         self.tensor_parallel_size, self.pipeline_parallel_size = tp, pp
         check_parallel(m, tp, pp)
-        if m.is_mla or m.num_shared_experts or m.first_dense_layers or m.sliding_window_layers:
+        if m.sliding_window_layers:
             raise TablesNotCovering(
-                f"cost_model.source operator_tables: {m.name}'s MLA attention, shared experts, "
-                f"dense-first or sliding-window layers are not read from the tables yet (the "
-                f"roofline prices them)")
+                f"cost_model.source operator_tables: {m.name}'s sliding-window layers are not "
+                f"read from the tables yet (the roofline prices them)")
         root = Path(tables) if tables is not None else default_tables_root()
         if root is None or not Path(root).is_dir():
             raise TablesNotCovering(f"cost_model.tables: {root}: operator-table folder not found")
@@ -281,13 +280,42 @@ class OperatorTableCostModel(StepPricer):
             "mlp_up": (m.mlp_in_size // tp, m.hidden_size),
             "mlp_down": (m.hidden_size, m.intermediate_size // tp),
         }
+        #: Layers an op runs in, where not all of them (dense-first MoEs: DeepSeek-V3).
+        layers: dict[str, int] = {}
+        if m.is_mla:  # vLLM's MLA projections (the down-projections replicated over TP)
+            heads = m.num_heads // tp
+            del shapes["qkv_proj"], shapes["o_proj"]
+            if m.q_lora_rank:
+                shapes["q_a_proj"] = (m.q_lora_rank, m.hidden_size)
+                shapes["q_b_proj"] = (heads * m.head_dim, m.q_lora_rank)
+            else:
+                shapes["q_proj"] = (heads * m.head_dim, m.hidden_size)
+            shapes["kv_a_proj"] = (m.kv_lora_rank + m.qk_rope_head_dim, m.hidden_size)
+            shapes["kv_b_proj"] = (heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank)
+            shapes["o_proj"] = (m.hidden_size, heads * m.v_head_dim)
         if m.is_moe:  # the experts come from the measured fused-MoE table; the router is a GEMM
             del shapes["mlp_up"], shapes["mlp_down"]
+            if m.num_dense_layers:
+                dense = m.dense_intermediate_size
+                shapes["mlp_up"] = ((2 if m.gated_mlp else 1) * dense // tp, m.hidden_size)
+                shapes["mlp_down"] = (m.hidden_size, dense // tp)
+                layers["mlp_up"] = layers["mlp_down"] = m.num_dense_layers
+            if m.num_shared_experts:
+                shared = m.num_shared_experts * m.intermediate_size
+                shapes["shared_up"] = ((2 if m.gated_mlp else 1) * shared // tp, m.hidden_size)
+                shapes["shared_down"] = (m.hidden_size, shared // tp)
+                layers["shared_up"] = layers["shared_down"] = m.num_moe_layers
             shapes["router"] = (m.num_experts, m.hidden_size)
+            if m.num_dense_layers:
+                layers["router"] = layers["experts"] = m.num_moe_layers
         self.gemm_shapes = shapes
         self._gemm_ms = {op: self._gemm_curve(cube, ms, ns, ks, n, k) for op, (n, k) in shapes.items()}
         if m.is_moe:
             self._gemm_ms["experts"] = self._moe_curve(ms)
+        # ``_rows_part`` multiplies a layer's ops by every layer: an op in fewer layers counts
+        # for its share of them.
+        for op, count in layers.items():
+            self._gemm_ms[op] = self._gemm_ms[op] * (count / m.num_layers)
         # LM head: vocab-parallel over TP, 16-bit (vLLM does not quantise it).
         self._head_ms = self._gemm_curve(bf, ms, ns, ks, -(-m.vocab_size // tp), m.hidden_size)
 
@@ -415,15 +443,58 @@ class OperatorTableCostModel(StepPricer):
         z = _fill_monotone(z, bs) * 1e-3 * tf * head_scale  # seconds per layer
         return _Grid(bs, ys, z), bf, tf * head_scale, bs, ys
 
+    def _mla_grid(self, path: Path, y_col: str, y_offset: float, kv_dtype: str
+                  ) -> tuple[_Grid, np.ndarray, np.ndarray]:
+        """One layer's MLA attention (vLLM's MLA module) from AIConfigurator's ``mla`` table at
+        this rank's head count: seconds over (batch, ``y_col`` + ``y_offset``), the median of
+        repeated rows, FlashMLA's rows where measured at this head count."""
+        c = read_columns(path, ("batch_size", y_col, "num_heads", "tp_size", "kv_cache_dtype",
+                                "kernel_source", "latency"))
+        m, tp = self.model, self.tensor_parallel_size
+        heads = m.num_heads // tp
+        kd = kv_dtype if kv_dtype in set(c["kv_cache_dtype"].tolist()) else "bfloat16"
+        # Rows are per rank: this rank's heads of this model's split (the same head count at
+        # another TP degree is another model's).
+        sel = (c["kv_cache_dtype"] == kd) & (c["num_heads"] == heads) & (c["tp_size"] == tp)
+        sources = set(c["kernel_source"][sel].tolist())
+        if not sources:
+            raise TablesNotCovering(f"{path}: no {kd} MLA rows at {heads} heads")
+        src = "vllm_flashmla" if "vllm_flashmla" in sources else sorted(sources)[0]
+        sel &= c["kernel_source"] == src
+        b = c["batch_size"][sel].astype(float)
+        y = c[y_col][sel].astype(float) + y_offset
+        lat = c["latency"][sel].astype(float)
+        bs, ys = np.unique(b), np.unique(y)
+        z = np.full((bs.size, ys.size), np.nan)
+        cells: dict = {}
+        for bi, yi, v in zip(np.searchsorted(bs, b), np.searchsorted(ys, y), lat):
+            cells.setdefault((bi, yi), []).append(v)
+        for (bi, yi), vals in cells.items():
+            z[bi, yi] = float(np.median(vals))
+        # Made non-decreasing from above (a lone slow sample, 0.69 ms amid 0.16 ms neighbours
+        # in this table, must not lift every larger batch), then filled as the others.
+        z = np.fmin.accumulate(z[::-1, ::-1], axis=0)[::-1, ::-1]
+        z = np.fmin.accumulate(z[:, ::-1], axis=1)[:, ::-1]
+        z = _fill_monotone(z, bs) * 1e-3  # seconds per layer
+        return _Grid(bs, ys, z), bs, ys
+
     def _build_attention(self) -> None:
-        adir = self.gpu_dir / "attention" / "vllm"
         kvd = "fp8" if self.precision.kv_bytes == 1 else "bfloat16"
-        gen, _ = table_file(adir, "generation_attention_perf")
-        ctx, _ = table_file(adir, "context_attention_perf")
-        # Decode: x = batch, y = KV length (``step`` tokens cached + the new one).
-        self._dec, self._dec_bf, _, _, dys = self._attention_grid(gen, "batch_size", "step", 1.0, kvd)
-        # Prefill (no cached tokens measured): x = batch, y = new tokens per sequence.
-        self._pre, self._pre_bf, _, _, pys = self._attention_grid(ctx, "batch_size", "isl", 0.0, kvd)
+        if self.model.is_mla:
+            mdir = self.gpu_dir / "mla" / "vllm"
+            gen, _ = table_file(mdir, "generation_mla_perf")
+            ctx, _ = table_file(mdir, "context_mla_perf")
+            self._dec, _, dys = self._mla_grid(gen, "step", 1.0, kvd)
+            self._pre, _, pys = self._mla_grid(ctx, "isl", 0.0, kvd)
+            self._dec_bf = self._pre_bf = 1.0
+        else:
+            adir = self.gpu_dir / "attention" / "vllm"
+            gen, _ = table_file(adir, "generation_attention_perf")
+            ctx, _ = table_file(adir, "context_attention_perf")
+            # Decode: x = batch, y = KV length (``step`` tokens cached + the new one).
+            self._dec, self._dec_bf, _, _, dys = self._attention_grid(gen, "batch_size", "step", 1.0, kvd)
+            # Prefill (no cached tokens measured): x = batch, y = new tokens per sequence.
+            self._pre, self._pre_bf, _, _, pys = self._attention_grid(ctx, "batch_size", "isl", 0.0, kvd)
         # Cross term of a chunk over cached tokens (not measured): per query-key pair as the
         # longest measured single-sequence prefill, or streaming the cached KV as decode does
         # (slope of single-sequence decode over its longest lengths), whichever is longer.
