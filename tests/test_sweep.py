@@ -112,3 +112,55 @@ def test_cli_sweep_writes_csv_and_json(tmp_path):
     rows = list(csv.DictReader(open(tmp_path / "s.csv")))
     assert [r["label"] for r in rows] == ["scheduler.max_num_seqs=4", "scheduler.max_num_seqs=64"]
     assert json.loads((tmp_path / "s.json").read_text())["kind"] == "sweep"
+
+
+# --- the frontier at equal load, the ranking under the SLO, re-ranking without simulating ------
+
+def _row(label, rate, x, y, ttft, error=None):
+    return {"point": {}, "label": label, "error": error, "seeds": 1, "offered_rate": rate,
+            "output_throughput_per_gpu": x, "tokens_per_s_per_user": y, "p99_ttft_ms": ttft,
+            "p99_tpot_ms": 1000.0 / y if y else None}
+
+
+def test_the_frontier_compares_points_only_at_the_same_offered_load():
+    from sim.analysis.sweep import rerank
+
+    rows = [_row("a4", 4, 100, 50, 200), _row("b4", 4, 120, 40, 300), _row("c4", 4, 90, 45, 250),
+            _row("a16", 16, 400, 20, 45000), _row("b16", 16, 380, 25, 800)]
+    rerank(rows, None)
+    by = {r["label"]: r for r in rows}
+    # c4 is dominated by a4; at 16 req/s neither dominates the other; and a 16 req/s point does
+    # not push the 4 req/s points off (it would dominate them on tokens/GPU alone).
+    assert [by[k]["pareto"] for k in ("a4", "b4", "c4", "a16", "b16")] == [True, True, False, True, True]
+    for r in rows:  # nothing on the frontier is dominated by a point at its own load
+        if r["pareto"]:
+            assert not any(o is not r and o["offered_rate"] == r["offered_rate"]
+                           and o["output_throughput_per_gpu"] >= r["output_throughput_per_gpu"]
+                           and o["tokens_per_s_per_user"] >= r["tokens_per_s_per_user"]
+                           and (o["output_throughput_per_gpu"], o["tokens_per_s_per_user"])
+                           != (r["output_throughput_per_gpu"], r["tokens_per_s_per_user"])
+                           for o in rows)
+
+
+def test_the_ranking_respects_the_slo_and_a_new_slo_only_reranks(monkeypatch):
+    from sim.analysis import sweep as sweep_mod
+    from sim.analysis.slo import parse_slo
+    from sim.analysis.sweep import SweepResult, rerank
+
+    rows = [_row("a4", 4, 100, 50, 200), _row("b4", 4, 120, 40, 300), _row("a16", 16, 400, 20, 45000),
+            _row("b16", 16, 380, 25, 800), _row("bad", 4, None, None, None, error="does not fit")]
+    res = SweepResult({}, {}, [0], rerank(rows, parse_slo("ttft_p99_ms=500")), [], "local", 1, 0.0,
+                      parse_slo("ttft_p99_ms=500"))
+    assert [r["label"] for r in res.ranked] == ["b4", "a4"]
+    assert all(r["p99_ttft_ms"] <= 500 for r in res.ranked)
+    assert not any(r["pareto"] for r in res.rows if r["p99_ttft_ms"] is None or r["p99_ttft_ms"] > 500)
+
+    def no_simulation(*a, **k):
+        raise AssertionError("a new SLO must not simulate again")
+
+    monkeypatch.setattr("sim.api.simulate", no_simulation)
+    looser = res.with_slo(parse_slo("ttft_p99_ms=1000"))
+    assert [r["label"] for r in looser.ranked] == ["b16", "b4", "a4"]
+    none = res.with_slo(parse_slo("ttft_p99_ms=100"))
+    assert none.ranked == [] and any("no configuration meets" in n for n in none.notes)
+    assert res.to_dict()["ranked"] == ["b4", "a4"]

@@ -52,24 +52,38 @@ if cfg is None or grid is None or slo_text is None:
     st.info("Fix the setting marked in red to run the sweep.")
     st.stop()
 
-params = {"cfg": cfg, "grid": grid, "seeds": seeds, "slo": slo.to_dict() if slo else None}
+# A bound on percentiles only re-ranks the same simulations (not part of the cache key); an
+# attainment bound needs each request judged inside the simulation, so it is.
+sim_slo = slo if slo is not None and slo.attainment is not None else None
+params = {"cfg": cfg, "grid": grid, "seeds": seeds, "slo": sim_slo.to_dict() if sim_slo else None}
 try:
-    result = common.cached("sweep", params, lambda p: run_sweep(
-        cfg, grid, seeds=int(seeds), slo=slo, workers=int(workers),
-        on_done=lambda d, t: p(d / t, f"sweep: {d}/{t} simulations")).to_dict(), "sweep")
+    sims = common.cached("sweep", params, lambda p: run_sweep(
+        cfg, grid, seeds=int(seeds), workers=int(workers), slo=sim_slo,
+        on_done=lambda d, t: p(d / t, f"sweep: {d}/{t} simulations")), "sweep")
 except common.KvplanError as exc:
     f.error(str(exc), "grid")
     st.stop()
+result = sims.with_slo(slo).to_dict()
 
 front = [r for r in result["rows"] if r["pareto"]]
+ranked = sorted((r for r in result["rows"] if r.get("rank")), key=lambda r: r["rank"])
 st.success(f"{len(result['rows'])} configurations, {result['num_simulations']} simulations; "
-           f"{len(front)} on the Pareto frontier.")
+           f"{len(front)} on the Pareto frontier (compared at equal offered load).")
+if slo is not None and not ranked:
+    st.error(f"No configuration meets the SLO ({slo}).")
+elif ranked:
+    st.subheader("Best configurations" + (f" under {slo}" if slo else ""))
+    st.dataframe(pd.DataFrame([{
+        "rank": r["rank"], "configuration": r["label"], "offered req/s": r.get("offered_rate"),
+        "tok/s per GPU": r["output_throughput_per_gpu"], "tok/s per user": r["tokens_per_s_per_user"],
+        "TTFT p99 (ms)": r["p99_ttft_ms"], "TPOT p99 (ms)": r["p99_tpot_ms"]} for r in ranked[:10]]),
+        hide_index=True)
 st.plotly_chart(figures.pareto(result), key="sw-pareto")
 table = pd.DataFrame([{
     "configuration": r["label"], "tok/s per GPU": r["output_throughput_per_gpu"],
     "tok/s per user": r["tokens_per_s_per_user"], "TTFT p99 (ms)": r["p99_ttft_ms"],
     "TPOT p99 (ms)": r["p99_tpot_ms"], **({"meets SLO": r.get("meets_slo")} if slo else {}),
-    "Pareto": r["pareto"], "error": r["error"] or "",
+    "offered req/s": r.get("offered_rate"), "Pareto": r["pareto"], "error": r["error"] or "",
 } for r in result["rows"]]).sort_values(["Pareto", "tok/s per GPU"], ascending=False)
 st.dataframe(table, hide_index=True)
 common.show_notes(result["notes"])

@@ -230,6 +230,20 @@ def sweep_section(rec: dict) -> Section:
     s.text.append(f"{len(rec['rows'])} configurations ({grid}), {len(rec['seeds'])} seed(s) each, "
                   f"{rec['num_simulations']} simulations on the {rec['backend']} backend "
                   f"({rec['workers']} workers, {rec['wall_s']:.1f} s).")
+    ranked = sorted((r for r in rec["rows"] if r.get("rank")), key=lambda r: r["rank"])
+    if rec.get("slo") and not ranked:
+        s.text.append(f"No configuration meets the SLO ({rec.get('slo_text')}).")
+    elif ranked:
+        best = ranked[0]
+        s.text.append(f"Best{' under the SLO (' + rec['slo_text'] + ')' if rec.get('slo') else ''}: "
+                      f"{best['label']} at {_f(best.get(rec['x']), 0)} output tokens/s per GPU "
+                      f"({_f(best.get(rec['y']), 1)} tokens/s per user, offered "
+                      f"{_f(best.get('offered_rate'), 3)} req/s).")
+        s.tables.append((["rank", "configuration", "offered req/s", "tok/s/GPU", "tok/s/user",
+                          "TTFT p99 (ms)", "TPOT p99 (ms)"],
+                         [[str(r["rank"]), r["label"], _f(r.get("offered_rate"), 3), _f(r.get(rec["x"]), 0),
+                           _f(r.get(rec["y"]), 1), _f(r.get("p99_ttft_ms")), _f(r.get("p99_tpot_ms"))]
+                          for r in ranked[:10]]))
     rows = sorted(rec["rows"], key=lambda r: (not r["pareto"], -(r.get(rec["x"]) or 0)))
     headers = ["configuration", "tok/s/GPU", "tok/s/user", "TTFT p99 (ms)", "TPOT p99 (ms)", "Pareto"]
     if rec.get("slo"):

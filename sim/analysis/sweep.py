@@ -1,6 +1,14 @@
 """Sweeps: one simulation per grid point and seed, run in a local process pool (default) or on
 a Ray cluster, reduced to a table and its Pareto frontier of output tokens/s per GPU against
-output tokens/s per user.
+output tokens/s per user, and a ranking of the configurations that meet the SLO.
+
+Why the frontier is drawn per offered load: at a higher arrival rate every configuration does
+more tokens per GPU and fewer per user, so points at different loads do not compete (a 16 req/s
+point with a 45 s TTFT would otherwise be "optimal" beside 4 req/s points). Each point's offered
+load is its own config's ``workload.arrival.rate``; points compete with those at the same rate.
+The ranking (what Vidur's search and AIConfigurator answer first) orders the points that meet
+the SLO by output tokens/s per GPU; changing only the SLO re-ranks the same numbers
+(``rerank``), it does not simulate again.
 
 Why jobs are (base config, overrides, seed) triples: they are small to ship to another process
 or machine, a worker rebuilds and validates the config itself, and the same triple always
@@ -57,12 +65,24 @@ class SweepResult:
     def frontier(self) -> list[dict]:
         return sorted((r for r in self.rows if r["pareto"]), key=lambda r: r[X_METRIC])
 
+    @property
+    def ranked(self) -> list[dict]:
+        """The points that meet the SLO (all without one), best output tokens/s per GPU first."""
+        return sorted((r for r in self.rows if r.get("rank")), key=lambda r: r["rank"])
+
+    def with_slo(self, slo: Optional[SLO]) -> "SweepResult":
+        """The same simulations judged under another SLO (re-ranked, not re-simulated)."""
+        rows = rerank([dict(r) for r in self.rows], slo)
+        return SweepResult(self.config, self.grid, self.seeds, rows, self.runs, self.backend,
+                           self.workers, self.wall_s, slo, _notes(rows, slo))
+
     def to_dict(self) -> dict:
         return {"kind": "sweep", "config": self.config, "grid": self.grid, "seeds": self.seeds,
                 "rows": self.rows, "runs": self.runs, "backend": self.backend,
                 "workers": self.workers, "wall_s": self.wall_s, "x": X_METRIC, "y": Y_METRIC,
                 "slo": self.slo.to_dict() if self.slo else None,
                 "slo_text": str(self.slo) if self.slo else None,
+                "ranked": [r["label"] for r in self.ranked],
                 "num_simulations": len(self.runs), "notes": self.notes}
 
 
@@ -152,6 +172,7 @@ def run_job(base: dict, job: Job, base_dir: Optional[str] = None) -> dict:
         out["error"] = str(exc)
         return out
     out.update({k: s.get(k) for k in KEPT})
+    out["offered_rate"] = (cfg["workload"].get("arrival") or {}).get("rate")
     tpot = s.get("mean_tpot_ms")
     out[Y_METRIC] = 1000.0 / tpot if tpot else None
     out["gpus"] = s["scenario"]["gpus_per_replica"] * s["scenario"]["num_replicas"]
@@ -219,18 +240,35 @@ def _reduce(points: list[dict], runs: list[dict], slo: Optional[SLO]) -> list[di
         errors = sorted({r["error"] for r in mine if r["error"]})
         ok = [r for r in mine if not r["error"]]
         row: dict = {"point": point, "label": ", ".join(f"{k}={v}" for k, v in point.items()),
-                     "error": errors[0] if errors else None, "seeds": len(ok)}
+                     "error": errors[0] if errors else None, "seeds": len(ok),
+                     "offered_rate": mine[0].get("offered_rate") if mine else None}
         for k in KEPT + (Y_METRIC, "gpus", "kv_token_states", "preemptions"):
             vals = [r[k] for r in ok if r.get(k) is not None]
             row[k] = sum(vals) / len(vals) if vals else None
-        if slo is not None:
-            row["meets_slo"] = bool(ok) and slo.check(row)[0]
         rows.append(row)
-    eligible = [r["error"] is None and r.get("meets_slo", True) for r in rows]
-    mask = pareto_mask([r[X_METRIC] if e else None for r, e in zip(rows, eligible)],
-                       [r[Y_METRIC] if e else None for r, e in zip(rows, eligible)])
-    for r, m in zip(rows, mask):
-        r["pareto"] = m
+    return rerank(rows, slo)
+
+
+def rerank(rows: list[dict], slo: Optional[SLO]) -> list[dict]:
+    """``meets_slo``, ``pareto`` (non-dominated among the points at the same offered load that
+    meet the SLO) and ``rank`` (1 = most output tokens/s per GPU among those meeting it, None
+    for the others) from the rows' own numbers: a new SLO costs no simulation."""
+    for r in rows:
+        if slo is None:
+            r.pop("meets_slo", None)
+        else:
+            r["meets_slo"] = r["error"] is None and r.get("seeds", 0) > 0 and slo.check(r)[0]
+        r["pareto"] = False
+        r["rank"] = None
+    eligible = [r for r in rows if r["error"] is None and r.get("meets_slo", True)]
+    for load in {r.get("offered_rate") for r in eligible}:
+        group = [r for r in eligible if r.get("offered_rate") == load]
+        for r, m in zip(group, pareto_mask([r[X_METRIC] for r in group], [r[Y_METRIC] for r in group])):
+            r["pareto"] = m
+    ranked = sorted((r for r in eligible if r[X_METRIC] is not None),
+                    key=lambda r: (-r[X_METRIC], -(r[Y_METRIC] or 0.0), r["label"]))
+    for i, r in enumerate(ranked, 1):
+        r["rank"] = i
     return rows
 
 
@@ -239,6 +277,12 @@ def _notes(rows: list[dict], slo: Optional[SLO]) -> list[str]:
     if slo is not None:
         notes.append(f"the frontier holds only points that meet the SLO ({slo}), judged on "
                      f"each point's mean over seeds")
+        if not any(r.get("meets_slo") for r in rows):
+            notes.append(f"no configuration meets the SLO ({slo})")
+    loads = {r.get("offered_rate") for r in rows if r["error"] is None}
+    if len(loads) > 1:
+        notes.append(f"points at different offered loads ({', '.join(f'{x:g}' for x in sorted(loads) if x is not None)} "
+                     f"req/s) are compared only with points at the same load")
     return notes
 
 
