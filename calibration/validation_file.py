@@ -133,3 +133,26 @@ def _unit(name: str) -> str:
     if "throughput" in name:
         return "tok/s" if "token" in name or "output" in name else "req/s"
     return ""
+
+
+#: Mean absolute errors that separate a simulator to trust, to use with care, and one that does
+#: not describe the machine (the smollm2 CPU loop validates at 3-9%, Vidur reports under 9%).
+GOOD_MAPE, FAIR_MAPE = 0.10, 0.25
+
+
+def verdict(record: dict) -> tuple[str, str]:
+    """(level, sentence) a reader sees first: ``good`` (mean error within 10%), ``fair`` (25%)
+    or ``bad``, with what to do about it; ``none`` when nothing could be scored."""
+    mape = record.get("mape")
+    if mape is None:
+        return "none", "No metric could be scored (every real value was 0 or missing)."
+    worst = record.get("max_abs_error")
+    if mape <= GOOD_MAPE:
+        return "good", (f"The simulator matches these runs: {mape:.1%} mean error over "
+                        f"{len(record['metrics'])} metrics (largest {worst:.1%}).")
+    if mape <= FAIR_MAPE:
+        return "fair", (f"The simulator is off by {mape:.1%} on average (largest {worst:.1%}): use "
+                        f"its numbers with that margin, or recalibrate (kvplan calibrate).")
+    return "bad", (f"The simulator does not match this machine: {mape:.0%} mean error (largest "
+                   f"{worst:.0%}). Recalibrate on this machine (kvplan calibrate) before trusting "
+                   f"its predictions.")

@@ -139,3 +139,40 @@ def test_reports_render_without_plotly(saved, monkeypatch):
     assert "## Capacity" in render_markdown(records)
     page = render_html(records)
     assert "Plots need plotly" in page and "Plotly.newPlot" not in page
+
+
+def test_the_validation_verdict_is_loud_above_the_error_that_matters():
+    from calibration.validation_file import verdict
+    from sim.analysis.report import render_markdown
+
+    def record(errors):
+        metrics = [{"name": f"m{i}", "unit": "ms", "real": 100.0, "predicted": 100.0 * (1 + e),
+                    "error": e} for i, e in enumerate(errors)]
+        abs_e = [abs(e) for e in errors]
+        return {"kind": "validation", "source": {}, "metrics": metrics, "samples": {},
+                "mape": sum(abs_e) / len(abs_e), "max_abs_error": max(abs_e)}
+
+    good, fair, bad = record([0.03, -0.05]), record([0.2, -0.15]), record([1.5, -1.2])
+    assert verdict(good)[0] == "good" and "matches" in verdict(good)[1]
+    assert verdict(fair)[0] == "fair"
+    level, sentence = verdict(bad)
+    assert level == "bad" and "does not match this machine: 135% mean error" in sentence
+    assert "recalibrate" in sentence.lower()
+    assert "does not match this machine" in render_markdown([bad])
+    assert "does not match" not in render_markdown([good])
+
+
+def test_validation_scatter_has_one_panel_per_unit_family():
+    pytest.importorskip("plotly")
+    from sim.analysis.figures import validation_scatter
+
+    metrics = [{"name": n, "unit": u, "real": r, "predicted": r * 1.1, "error": 0.1}
+               for n, u, r in (("p99_ttft_ms", "ms", 120.0), ("mean_tpot_ms", "ms", 40.0),
+                               ("output_throughput", "tok/s", 900.0), ("request_throughput", "req/s", 3.0),
+                               ("num_steps", "", 1500.0))]
+    fig = validation_scatter({"metrics": metrics})
+    titles = [a.text for a in fig.layout.annotations]
+    assert titles == ["latency (ms)", "throughput", "counts"]
+    markers = [t for t in fig.data if t.mode == "markers"]
+    assert [sorted(t.text) for t in markers] == [["mean_tpot_ms", "p99_ttft_ms"],
+                                                 ["output_throughput", "request_throughput"], ["num_steps"]]

@@ -8,7 +8,7 @@ import streamlit as st
 
 from dashboards import common
 from sim.analysis import figures
-from calibration.validation_file import FORMAT, load_validation
+from calibration.validation_file import FORMAT, load_validation, verdict
 
 st.title("Validation")
 st.caption("Predicted against real, per metric: how far to trust the simulator on this hardware and model.")
@@ -29,7 +29,10 @@ elif path.strip():
 
 if source is None:
     st.info(f"Load a validation.json ({FORMAT}): per metric the real value, the simulator's "
-            f"prediction and the relative error. See docs/dashboard.md for the format.")
+            f"prediction and the relative error. Make one with `kvplan validate --profile "
+            f"calibration/profiles/smollm2-135m_fp32_cpu.json --rate 3 --num-requests 64 --out "
+            f"runs/val` (the real engine on this machine against the simulator), or `kvplan "
+            f"validate --real <a vLLM run folder>`. See docs/dashboard.md for the format.")
     st.code('{"format": "kvplan-validation/1",\n "source": {"profile": "...", "hardware": "a100-80gb"},\n'
             ' "metrics": [{"name": "p99_ttft_ms", "real": 120.0, "predicted": 131.0, "error": 0.092}]}',
             language="json")
@@ -41,13 +44,16 @@ except common.KvplanError as exc:
     f.error(str(exc), where)
     st.stop()
 
+level, sentence = verdict(record)
+{"good": st.success, "fair": st.warning, "bad": st.error, "none": st.info}[level](sentence)
 cols = st.columns(3)
 cols[0].metric("Metrics", len(record["metrics"]))
 cols[1].metric("Mean absolute error", f"{record['mape']:.1%}" if record["mape"] is not None else "-")
 cols[2].metric("Largest error", f"{record['max_abs_error']:.1%}" if record["max_abs_error"] is not None else "-")
 if record["source"]:
-    st.markdown("**Source:** " + "; ".join(f"{k}: `{v}`" for k, v in record["source"].items()
-                                           if k not in ("warnings", "stages", "notes")))
+    with st.expander("Source of these numbers", expanded=False):
+        st.table(pd.DataFrame([{"": k, "value": str(v)} for k, v in record["source"].items()
+                               if k not in ("warnings", "stages", "notes")]))
 stages = record["source"].get("stages")  # validate --real: per load stage, the overload verdict
 if isinstance(stages, list) and stages:
     st.dataframe(pd.DataFrame(stages), hide_index=True)

@@ -158,20 +158,38 @@ def pareto(result: dict, title: str = "Throughput per GPU against speed per user
     return fig
 
 
+#: Unit families a validation's metrics are drawn in, one panel each (latencies, rates, counts):
+#: milliseconds beside steps on one log-log plot hide both.
+UNIT_FAMILIES = (("latency (ms)", ("ms",)), ("throughput", ("tok/s", "req/s")),
+                 ("time (s)", ("s",)), ("counts", ("",)))
+
+
 def validation_scatter(record: dict, title: str = "Predicted against real") -> go.Figure:
-    ms = record["metrics"]
-    top = max([max(m["real"], m["predicted"]) for m in ms] + [1e-9])
-    low = min([min(m["real"], m["predicted"]) for m in ms if m["real"] > 0 and m["predicted"] > 0] + [top / 1e3])
-    fig = go.Figure()
-    fig.add_trace(go.Scatter(x=[low, top], y=[low, top], mode="lines", name="predicted = real",
-                             line=dict(dash="dash", color="#757575")))
-    fig.add_trace(go.Scatter(
-        x=[m["real"] for m in ms], y=[m["predicted"] for m in ms], mode="markers+text",
-        text=[m["name"] for m in ms], textposition="top center", name="metrics",
-        customdata=[(m["error"] or 0) * 100 for m in ms],
-        hovertemplate="%{text}: real %{x:.3g}, predicted %{y:.3g} (%{customdata:+.1f}%)<extra></extra>"))
-    fig.update_xaxes(type="log", title_text="real")
-    fig.update_yaxes(type="log", title_text="predicted")
+    panels = []
+    for name, units in UNIT_FAMILIES:
+        ms = [m for m in record["metrics"] if (m.get("unit") or "") in units]
+        if ms:
+            panels.append((name, ms))
+    known = {u for _, units in UNIT_FAMILIES for u in units}
+    other = [m for m in record["metrics"] if (m.get("unit") or "") not in known]
+    if other:
+        panels.append(("other", other))
+    fig = make_subplots(rows=1, cols=max(len(panels), 1), subplot_titles=[p[0] for p in panels])
+    for col, (name, ms) in enumerate(panels, 1):
+        pos = [v for m in ms for v in (m["real"], m["predicted"]) if v > 0]
+        top = max(pos + [1e-9])
+        low = min(pos + [top / 1e3])
+        fig.add_trace(go.Scatter(x=[low, top], y=[low, top], mode="lines", name="predicted = real",
+                                 line=dict(dash="dash", color="#757575"), showlegend=col == 1),
+                      row=1, col=col)
+        fig.add_trace(go.Scatter(
+            x=[m["real"] for m in ms], y=[m["predicted"] for m in ms], mode="markers",
+            text=[m["name"] for m in ms], name=name, marker=dict(size=9),
+            customdata=[(m["error"] or 0) * 100 for m in ms],
+            hovertemplate="%{text}: real %{x:.3g}, predicted %{y:.3g} (%{customdata:+.1f}%)<extra></extra>"),
+            row=1, col=col)
+        fig.update_xaxes(type="log", title_text="real", row=1, col=col)
+        fig.update_yaxes(type="log", title_text="predicted" if col == 1 else None, row=1, col=col)
     fig.update_layout(title=title, **_LAYOUT)
     return fig
 

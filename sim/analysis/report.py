@@ -300,14 +300,15 @@ def simulation_section(rec: dict) -> Section:
 def validation_section(rec: dict) -> Section:
     figures = _figures()
 
+    from calibration.validation_file import verdict
+
     s = Section("Validation: simulator against real runs")
+    s.text.append(verdict(rec)[1])
     if rec.get("source"):
         s.tables.append((["source", "value"], [[k, v] for k, v in rec["source"].items()]))
     s.tables.append((["metric", "real", "predicted", "error"],
                      [[m["name"] + (f" ({m['unit']})" if m["unit"] else ""), _f(m["real"]), _f(m["predicted"]),
                        "-" if m["error"] is None else f"{m['error']:+.1%}"] for m in rec["metrics"]]))
-    if rec.get("mape") is not None:
-        s.text.append(f"Mean absolute relative error {rec['mape']:.1%}, largest {rec['max_abs_error']:.1%}.")
     s.figures += [figures.validation_scatter(rec), figures.validation_errors(rec)]
     s.figures.append(figures.validation_cdfs(rec))
     return s
