@@ -142,7 +142,7 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
         pipeline_parallel_size=par.pipeline_parallel_size,
         kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype,
         max_num_batched_tokens=budget,
-        expert_parallel_size=par.expert_shards if model.is_moe else 1,
+        expert_parallel_size=par.expert_shards,
     )
     if par.enable_expert_parallel and not model.is_moe:
         raise ConfigError(f"parallel.enable_expert_parallel: {model.name} has no experts")
@@ -222,7 +222,7 @@ def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], 
                            max_num_seqs=sc.scheduler.max_num_seqs,
                            moe_routing=sc.cost_model.moe_routing, **common)
     return make_pricer("roofline", model, sc.hardware,
-                       expert_parallel_size=par.expert_shards if model.is_moe else 1,
+                       expert_parallel_size=par.expert_shards,
                        data_parallel_size=par.data_parallel_size, **common)
 
 
@@ -240,19 +240,22 @@ def _auto_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
     return _base_pricer(sc, model, weight_dtype, "roofline"), "roofline"
 
 
-def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swap_slots: int = 0):
-    """One replica's allocator over ``num_slots`` KV slots and its scheduler."""
+def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swap_slots: int = 0,
+                            model: Optional["ModelSpec"] = None):
+    """One replica's allocator over ``num_slots`` KV slots and its scheduler (``model``: the
+    scenario's, when the caller has resolved it already)."""
     from sim.catalog.models import get_model
     from sim.memory_plan import sliding_window_kv
 
     sc = as_scenario(scenario)
+    model = model or get_model(sc.model)
     kv, sched = sc.kv_cache, sc.scheduler
     try:
         allocator = make_allocator(
             kv.allocator, num_slots=num_slots, block_size=kv.block_size,
             prefix_caching=kv.prefix_caching, reserve=kv.reserve,
             max_model_len=kv.max_model_len, swap_slots=swap_slots,
-            window=sliding_window_kv(get_model(sc.model), kv.block_size),
+            window=sliding_window_kv(model, kv.block_size),
         )
         return make_scheduler(
             sched.policy, allocator, max_model_len=kv.max_model_len,
@@ -349,7 +352,8 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
     swap_slots = swap_slots_of(sc, dep.memory.kv_bytes_per_token)
     # One engine (scheduler, KV pool) per data-parallel attention rank of every replica.
     n = sc.parallel.num_replicas * sc.parallel.data_parallel_size
-    schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots) for _ in range(n)]
+    schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots, dep.model)
+                  for _ in range(n)]
     spec = sc.speculative
     samplers = None
     if spec.num_tokens:
