@@ -31,57 +31,82 @@ def latency_unit(values_ms) -> tuple[str, float, int]:
     return LATENCY_UNITS[0]
 
 
-def summary_table(summary: dict, title: str = "kvplan simulation") -> Table:
+def summary_rows(summary: dict) -> list[tuple[str, str, str]]:
+    """The summary as ``(section, metric, value)`` rows, values formatted for reading: the one
+    layout the CLI's table, the dashboard's table and reports all show."""
     sc = summary.get("scenario", {})
-    t = Table(title=title, show_header=False, title_justify="left", pad_edge=False)
-    t.add_column("metric", style="bold")
-    t.add_column("value", justify="right")
+    rows: list[tuple[str, str, str]] = []
+    current = [""]
+
+    def add(metric: str, value: str) -> None:
+        rows.append((current[0], metric, value))
 
     def section(name: str) -> None:
-        t.add_row(f"[cyan]{name}[/cyan]", "")
+        current[0] = name
 
     if sc:
         section("Scenario")
         alloc = sc.get("allocator")
         alloc_desc = f"{alloc} (block {sc['block_size']})" if alloc == "paged" else f"{alloc} ({sc.get('reserve')})"
-        t.add_row("model / hardware", f"{sc['model']} on {sc['hardware']} ({sc['dtype']})")
-        t.add_row("scheduler / KV allocator", f"{sc['scheduler']} / {alloc_desc}")
-        t.add_row("replicas x GPUs each", f"{sc['num_replicas']} x {sc['gpus_per_replica']}")
-        t.add_row("KV pool per replica", f"{sc['kv_pool_gb']:.1f} GB = {sc['kv_slots_per_replica']:,} tokens")
+        add("model / hardware", f"{sc['model']} on {sc['hardware']} ({sc['dtype']})")
+        add("scheduler / KV allocator", f"{sc['scheduler']} / {alloc_desc}")
+        add("replicas x GPUs each", f"{sc['num_replicas']} x {sc['gpus_per_replica']}")
+        add("KV pool per replica", f"{sc['kv_pool_gb']:.1f} GB = {sc['kv_slots_per_replica']:,} tokens")
     section("Requests")
-    t.add_row("completed / rejected", f"{summary['completed']:,} / {summary['rejected']:,}")
-    t.add_row("duration (s)", _fmt(summary["duration_s"]))
-    t.add_row("request throughput (req/s)", _fmt(summary["request_throughput"]))
-    t.add_row("output throughput (tok/s)", _fmt(summary["output_throughput"], 1))
-    t.add_row("total token throughput (tok/s)", _fmt(summary["total_token_throughput"], 1))
+    add("completed / rejected", f"{summary['completed']:,} / {summary['rejected']:,}")
+    add("duration (s)", _fmt(summary["duration_s"]))
+    add("request throughput (req/s)", _fmt(summary["request_throughput"]))
+    add("output throughput (tok/s)", _fmt(summary["output_throughput"], 1))
+    add("total token throughput (tok/s)", _fmt(summary["total_token_throughput"], 1))
     if "goodput" in summary:
-        t.add_row("goodput (req/s)", _fmt(summary["goodput"]))
-        t.add_row("SLO attainment", f"{summary['slo_attainment']:.1%}")
+        add("goodput (req/s)", _fmt(summary["goodput"]))
+        add("SLO attainment", f"{summary['slo_attainment']:.1%}")
     for name, label in (("ttft", "Time to first token"), ("tpot", "Time per output token"),
                         ("itl", "Inter-token latency"), ("e2el", "End-to-end latency")):
         stats = [summary[f"{st}_{name}_ms"] for st in ("mean", "median", "p90", "p99")]
         unit, per, digits = latency_unit(stats)
         v = [None if x is None else x / per for x in stats]
         section(f"{label} ({unit})")
-        t.add_row("mean / median", f"{_fmt(v[0], digits)} / {_fmt(v[1], digits)}")
-        t.add_row("p90 / p99", f"{_fmt(v[2], digits)} / {_fmt(v[3], digits)}")
+        add("mean / median", f"{_fmt(v[0], digits)} / {_fmt(v[1], digits)}")
+        add("p90 / p99", f"{_fmt(v[2], digits)} / {_fmt(v[3], digits)}")
     kv = summary["kv_cache"]
     section(f"KV memory ({kv['averaged_over']})")
-    t.add_row("token states", f"{kv['token_states']:.1%}")
-    t.add_row("reserved", f"{kv['reserved']:.1%}")
-    t.add_row("internal / external fragmentation",
+    add("token states", f"{kv['token_states']:.1%}")
+    add("reserved", f"{kv['reserved']:.1%}")
+    add("internal / external fragmentation",
               f"{kv['internal_fragmentation']:.1%} / {kv['external_fragmentation']:.1%}")
     if "fragmentation_of_used" in kv:
-        t.add_row("of memory in use: tokens / fragmentation",
+        add("of memory in use: tokens / fragmentation",
                   f"{kv['token_states_of_used']:.1%} / {kv['fragmentation_of_used']:.1%}")
-    t.add_row("free", f"{kv['free']:.1%}")
-    t.add_row("preemptions", _fmt(kv["preemptions"]))
-    t.add_row("prefix cache hit rate", f"{kv['prefix_cache_hit_rate']:.1%}")
+    add("free", f"{kv['free']:.1%}")
+    add("preemptions", _fmt(kv["preemptions"]))
+    add("prefix cache hit rate", f"{kv['prefix_cache_hit_rate']:.1%}")
+    off = kv.get("offload")
+    if off:  # KV offload tiers: where the hits came from, and what loading them cost
+        tiers = ["gpu"] + list(off["tiers"])
+        add(f"hit rate {' / '.join(tiers)}", " / ".join(f"{off[t]['hit_rate']:.1%}" for t in tiers))
+        for t in off["tiers"]:
+            o = off[t]
+            add(f"{t} tier: loaded / evicted",
+                f"{o['loaded_gb']:,.1f} GB in {o['load_s']:,.2f} s / {_fmt(o['evictions'])} blocks")
     if "spec_decode" in summary:
         sd = summary["spec_decode"]
         section("Speculative decoding")
-        t.add_row("acceptance rate", f"{sd['acceptance_rate']:.1%}")
-        t.add_row("tokens per verification step", _fmt(sd["mean_tokens_per_step"]))
+        add("acceptance rate", f"{sd['acceptance_rate']:.1%}")
+        add("tokens per verification step", _fmt(sd["mean_tokens_per_step"]))
+    return rows
+
+
+def summary_table(summary: dict, title: str = "kvplan simulation") -> Table:
+    t = Table(title=title, show_header=False, title_justify="left", pad_edge=False)
+    t.add_column("metric", style="bold")
+    t.add_column("value", justify="right")
+    section = None
+    for name, metric, value in summary_rows(summary):
+        if name != section:
+            t.add_row(f"[cyan]{name}[/cyan]", "")
+            section = name
+        t.add_row(metric, value)
     return t
 
 

@@ -61,7 +61,14 @@ def test_html_is_self_contained_with_every_section(saved):
     outside_js = re.sub(r"<script type='text/javascript'>.*?</script>", "", page, count=1, flags=re.S)
     assert not re.search(r"<script[^>]+src=|<link[^>]+href=", outside_js)  # nothing fetched
     assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", outside_js)
-    assert "Plotly.newPlot" in outside_js
+    # plotly.js once, gzipped (the file stays far under plotly.js's own 4.6 MB); every figure
+    # a JSON spec the loader draws
+    loader = re.search(r"<script type='text/javascript'>(.*?)</script>", page, flags=re.S).group(1)
+    assert "DecompressionStream('gzip')" in loader and "Plotly.newPlot" in loader
+    assert len(page) < 3_000_000
+    specs = re.findall(r"<script type='application/json' class='kvplan-fig-spec'>(.*?)</script>", page, flags=re.S)
+    assert len(specs) == page.count("class='kvplan-fig'") >= 5
+    assert all("data" in json.loads(spec) for spec in specs)
     for heading in ("Scenario", "Capacity", "A/B", "Sweep and Pareto frontier", "Simulation: run",
                     "Validation: simulator against real runs", "Calibration provenance", "Assumptions"):
         assert f">{heading}" in page, heading

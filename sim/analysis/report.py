@@ -17,7 +17,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
+from sim.analysis.formatting import (display_unit, format_diff, format_interval, format_relative,
+                                     format_value)
 from sim.errors import ConfigError, KvplanError, file_error
+from sim.summary_table import latency_unit
 
 
 @dataclass
@@ -104,7 +107,8 @@ def build_sections(records: Sequence[dict]) -> list[Section]:
     sections = []
     cfg = next((r.get("config") or r.get("config_a") for r in records if r.get("config") or r.get("config_a")), None)
     if cfg:
-        sections.append(scenario_section(cfg))
+        searched = next(r for r in records if r.get("config") or r.get("config_a"))["kind"] == "capacity"
+        sections.append(scenario_section(cfg, rates_searched=searched))
     for rec in records:
         sections.append(RENDERERS[rec["kind"]](rec))
     sections.append(provenance_section(cfg, [r for r in records if r["kind"] == "validation"]))
@@ -131,7 +135,9 @@ def _figures():
     return figures
 
 
-def scenario_section(cfg: dict) -> Section:
+def scenario_section(cfg: dict, rates_searched: bool = False) -> Section:
+    """The scenario's settings; ``rates_searched``: a capacity search's, whose runs take their
+    arrival rates and request counts from the search, not from the config."""
     kv, sch, par, spec, wl = (cfg.get(k, {}) for k in ("kv_cache", "scheduler", "parallel", "speculative", "workload"))
     alloc = kv.get("allocator")
     alloc_text = (f"paged, block {kv.get('block_size')}" + (", prefix caching" if kv.get("prefix_caching") else "")
@@ -150,10 +156,30 @@ def scenario_section(cfg: dict) -> Section:
          f"{spec.get('num_tokens')} tokens, acceptance {spec.get('acceptance_rate')}"],
         ["workload", _workload_text(wl)],
         ["arrivals", f"{arrival.get('process', 'trace')} at {arrival.get('rate')} req/s" if arrival else "trace timing"],
+    ]
+    if rates_searched:
+        rows[-2:] = _searched_workload_rows(wl)
+    rows += [
         ["SLO (per request)", _slo_text(cfg.get("slo") or {})],
         ["seed", cfg.get("seed")],
     ]
     return Section("Scenario", tables=[(["setting", "value"], rows)])
+
+
+def _searched_workload_rows(wl: dict) -> list[list[str]]:
+    """The workload and arrivals rows of a capacity search: its runs replace the config's
+    arrival rate and request count with their own, so neither is shown as if it were used."""
+    count = "requests per run set by the search (see run length)"
+    if wl.get("trace"):
+        return [["workload", f"trace {wl['trace']}, {count}"],
+                ["arrivals", "trace timing, rescaled to the rates set by the search"]]
+    arrival = wl.get("arrival") or {}
+    process = {"poisson": "Poisson", None: "Poisson"}.get(arrival.get("process"), arrival.get("process"))
+    if arrival.get("cv") is not None:
+        process += f", cv {arrival['cv']:g}"
+    lengths = _workload_text(wl).split("; ", 1)[-1]   # "input ...; output ...", without the count
+    return [["workload", f"{count}; {lengths}"],
+            ["arrivals", f"{process} (rates set by the search)"]]
 
 
 def capacity_section(rec: dict) -> Section:
@@ -164,28 +190,21 @@ def capacity_section(rec: dict) -> Section:
     size = (f"{sz['num_requests']} requests per simulation" if sz.get("num_requests") else
             f"arrivals spanning {sz['duration_s']:g} s per simulation (rate x {sz['duration_s']:g} requests, "
             f"at least {sz['min_requests']}), first {sz['warmup_fraction']:.0%} not judged")
-    rows = [
-        ["SLO", rec["slo_text"]],
-        ["search estimate (mean over seeds)", f"{_f(rec['capacity_rate'])} req/s"],
-        [f"{rec['confidence']:.0%} interval over seeds", f"{_f(rec['ci_low'])} - {_f(rec['ci_high'])} req/s"],
-        ["planning rate", f"{_f(rec['planning_rate'])} req/s ({_confirmation(rec)})"],
-        ["goodput at planning rate", f"{_f(rec['goodput'])} req/s"],
-        ["output tokens/s per GPU", _f(rec["output_tokens_per_s_per_gpu"], 0)],
-        ["GPUs per replica / hardware", f"{rec['gpus_per_replica']} x {rec['hardware']}"],
-        ["$ per GPU-hour", _f(rec["usd_per_gpu_hour"], 3)],
-        ["$ per million output tokens", _f(rec["usd_per_million_output_tokens"], 4)],
-        ["simulations used", rec["num_simulations"]],
-        ["run length", size],
-    ]
-    if sz.get("confirm_s"):
+    rows = [["SLO", rec["slo_text"]]] + (_capacity_rows(rec) if _has_rate(rec) else _no_rate_rows(rec))
+    rows += [["GPUs per replica / hardware", f"{rec['gpus_per_replica']} x {rec['hardware']}"],
+             ["$ per GPU-hour", _f(rec["usd_per_gpu_hour"], 3)],
+             ["simulations used", rec["num_simulations"]],
+             ["run length", size]]
+    if sz.get("confirm_s") and _has_rate(rec):
         rows.append(["confirming run", f"arrivals spanning {sz['confirm_s']:g} s at the planning rate"])
     if rec.get("target_rate"):
-        rows += [["target rate", f"{_f(rec['target_rate'])} req/s"],
-                 ["replicas / GPUs needed", f"{rec.get('replicas')} / {rec.get('gpus')}"],
-                 ["cost at target", f"${_f(rec.get('usd_per_hour'))} per hour"]]
+        rows += [["target rate", f"{_f(rec['target_rate'])} req/s"]] + (
+            [["replicas / GPUs needed", f"{rec.get('replicas')} / {rec.get('gpus')}"],
+             ["cost at target", f"${_f(rec.get('usd_per_hour'))} per hour"]] if rec.get("replicas") else
+            [["replicas / GPUs needed", "none: no rate meets this SLO on one replica"]])
     s.tables.append((["capacity", "value"], rows))
-    s.tables.append((["seed", "highest rate meeting SLO", "lowest rate missing it", "note"],
-                     [[x["seed"], _f(x["low"]), _f(x["high"]), x["note"]] for x in rec["searches"]]))
+    s.tables.append((["seed", "highest rate meeting SLO (req/s)", "lowest rate missing it (req/s)", "note"],
+                     [[x["seed"], _rate(x["low"]), _rate(x["high"]), x["note"]] for x in rec["searches"]]))
     at = rec.get("at_planning_rate") or {}
     if at:
         where = "confirming run" if rec.get("confirmed") else "mean over seeds"
@@ -194,6 +213,49 @@ def capacity_section(rec: dict) -> Section:
     s.notes += rec.get("notes", [])
     s.figures.append(figures.capacity_search(rec))
     return s
+
+
+def _has_rate(rec: dict) -> bool:
+    """Whether some rate met the SLO on every seed (a planning rate above 0)."""
+    return bool(rec.get("planning_rate")) and rec["planning_rate"] > 0
+
+
+def _no_rate(rec: dict) -> str:
+    from sim.analysis.capacity import no_rate_text
+
+    return no_rate_text(rec)
+
+
+def _rate(v: Optional[float]) -> str:
+    from sim.analysis.capacity import rate_text
+
+    return rate_text(v, missing="-")
+
+
+def _capacity_rows(rec: dict) -> list[list[Any]]:
+    """The answer's rows when a rate met the SLO: estimate, interval (and how it was sized),
+    planning rate, throughput and price."""
+    half = rec.get("ci_half_width")
+    rows = [
+        ["search estimate (mean over seeds)", f"{_f(rec['capacity_rate'])} req/s"],
+        [f"{rec['confidence']:.0%} interval over seeds",
+         f"{_f(rec['ci_low'])} - {_f(rec['ci_high'])} req/s" + (f" (±{half:.1%})" if half is not None else "")],
+    ]
+    if rec.get("sizing_note"):
+        rows.append(["seeds and interval", rec["sizing_note"]])
+    return rows + [
+        ["planning rate", f"{_f(rec['planning_rate'])} req/s ({_confirmation(rec)})"],
+        ["goodput at planning rate", f"{_f(rec['goodput'])} req/s"],
+        ["output tokens/s per GPU", _f(rec["output_tokens_per_s_per_gpu"], 0)],
+        ["$ per million output tokens", _f(rec["usd_per_million_output_tokens"], 4)],
+    ]
+
+
+def _no_rate_rows(rec: dict) -> list[list[Any]]:
+    """When nothing met the SLO: say so where each number would be, never "None" or $0."""
+    return [["planning rate", _no_rate(rec)],
+            ["output tokens/s per GPU", "none: no rate meets this SLO"],
+            ["$ per million output tokens", "none: no rate meets this SLO"]]
 
 
 def ab_section(rec: dict) -> Section:
@@ -210,9 +272,7 @@ def ab_section(rec: dict) -> Section:
         s.tables.append((["config key", "A", "B"], [[d["key"], d["a"], d["b"]] for d in rec["differences"]]))
     else:
         s.text.append("The two configs are identical.")
-    s.tables.append((["metric", "A", "B", "B - A", "interval", "verdict"],
-                     [[f"{r['label']} ({r['unit']})", _f(r["a"]), _f(r["b"]), _signed(r["diff"]),
-                       f"[{_signed(r['ci_low'])}, {_signed(r['ci_high'])}]", r["verdict"]] for r in rec["rows"]]))
+    s.tables.append((["metric", "A", "B", "B - A", "interval", "verdict"], [ab_row(r) for r in rec["rows"]]))
     s.notes += rec.get("notes", [])
     s.figures.append(figures.ab_forest(rec))
     if rec.get("samples"):
@@ -220,6 +280,19 @@ def ab_section(rec: dict) -> Section:
                                                f"B {rec['label_b']}": rec["samples"]["B"]},
                                               title="Latency CDFs (first seed)"))
     return s
+
+
+def ab_row(row: dict) -> list[str]:
+    """One metric of an A/B as the terminal and the reports print it, through the shared
+    formatter: B - A carries its relative size ("+2,201 (+1,670%)"), the interval is in the
+    metric's unit."""
+    unit = row["unit"]
+    diff = format_diff(row["diff"], unit)
+    if row.get("rel_diff") is not None:
+        diff += f" ({format_relative(row['rel_diff'])})"
+    return [f"{row['label']} ({display_unit(unit)})", format_value(row["a"], unit),
+            format_value(row["b"], unit), diff, format_interval(row["ci_low"], row["ci_high"], unit),
+            row["verdict"]]
 
 
 def sweep_section(rec: dict) -> Section:
@@ -277,8 +350,10 @@ def simulation_section(rec: dict) -> Section:
     if "goodput" in sm:
         rows += [["goodput (req/s)", _f(sm["goodput"])], ["SLO attainment", _f(sm.get("slo_attainment"), 3)]]
     for m in ("ttft", "tpot", "itl", "e2el"):
-        rows.append([f"{m.upper()} mean / median / p99 (ms)",
-                     " / ".join(_f(sm.get(f"{st}_{m}_ms")) for st in ("mean", "median", "p99"))])
+        stats = [sm.get(f"{st}_{m}_ms") for st in ("mean", "median", "p99")]
+        unit, per, digits = latency_unit(stats)  # 21.8 min, not 1,305,857 ms
+        rows.append([f"{m.upper()} mean / median / p99 ({unit})",
+                     " / ".join(_f(None if v is None else v / per, digits) for v in stats)])
     kv = sm.get("kv_cache", {})
     if kv:
         rows.append([f"KV memory ({kv.get('averaged_over')})",
@@ -286,14 +361,29 @@ def simulation_section(rec: dict) -> Section:
                      f"fragmentation {kv.get('internal_fragmentation', 0):.1%} int / "
                      f"{kv.get('external_fragmentation', 0):.1%} ext, free {kv.get('free', 0):.1%}"])
         rows.append(["preemptions", kv.get("preemptions")])
+    util, mem = rec.get("utilization") or {}, rec.get("memory")
+    if util.get("mfu") is not None:
+        rows.append(["model FLOPs / memory bandwidth utilisation (busy steps, per GPU)",
+                     f"{util['mfu']:.1%} / {util['mbu']:.1%}"])
+    if mem:
+        rows.append(["one GPU's memory (GB)",
+                     f"weights {mem['weights_gb']:,.1f}, activations + runtime reserve "
+                     f"{mem['activation_reserve_gb']:,.1f}, KV pool {mem['kv_pool_gb']:,.1f}, "
+                     f"left free {mem['unused_gb']:,.1f} of {mem['total_gb']:,.1f}"])
     s.tables.append((["metric", "value"], rows))
     if any(rec.get("latencies", {}).values()):
         s.figures.append(figures.latency_cdfs({rec.get("label") or "run": rec["latencies"]}))
     if rec.get("timeline", {}).get("time_s"):
         s.figures.append(figures.kv_memory(rec["timeline"]))
         s.figures.append(figures.batch_and_queue(rec["timeline"]))
+        if "mfu" in rec["timeline"]:
+            s.figures.append(figures.utilization(rec["timeline"]))
+    if mem:
+        s.figures.append(figures.memory_split(mem))
     if rec.get("rate_curve"):
-        s.figures.append(figures.rate_latency(rec["rate_curve"], rec.get("config", {}).get("slo")))
+        wl = rec.get("config", {}).get("workload", {})
+        s.figures.append(figures.rate_latency(rec["rate_curve"], rec.get("config", {}).get("slo"),
+                                              (wl.get("arrival") or {}).get("rate")))
     return s
 
 
@@ -357,6 +447,9 @@ def assumptions_section(records: Sequence[dict]) -> Section:
     if "capacity" in kinds:
         items += ["Capacity is per replica; replicas for a target rate assume the router spreads load "
                   "evenly, so N replicas sustain N times one replica's rate.",
+                  "The capacity interval is a Student-t interval over seeds (each seed one arrival "
+                  "pattern and one set of lengths), never narrower than the seeds' brackets can tell "
+                  "apart; seeds are added until it is within the stated target, or the result says why not.",
                   "Throughput and goodput at capacity are steady-state values: rate x mean output "
                   "tokens per request, rate x SLO attainment.",
                   "Prices are $/GPU-hour from the hardware catalog (indicative on-demand list prices) "
@@ -364,6 +457,10 @@ def assumptions_section(records: Sequence[dict]) -> Section:
     if "ab" in kinds:
         items.append("A/B intervals are paired percentile bootstraps; 'not significant' means the "
                      "interval of B - A contains 0. Throughput intervals hold each run's duration fixed.")
+        items.append("The A/B's overall verdict: B worse when it is significantly worse on a metric a "
+                     "capacity plan is sized on (p99 TTFT, TPOT or E2E latency, output tokens/s per GPU, "
+                     "SLO attainment, goodput), B better when every significant difference favours it, "
+                     "mixed otherwise.")
     if "sweep" in kinds:
         items.append("Sweep numbers are whole-run values (simulate's summary); tokens/s per user is "
                      "1000 / mean TPOT.")
@@ -412,14 +509,13 @@ def render_html(records: Sequence[dict], title: str = "kvplan report") -> str:
             body += ["<tr>" + "".join(f"<td>{html.escape(format_cell(c))}</td>" for c in row) + "</tr>" for row in rows]
             body.append("</tbody></table>")
         body += [f"<p class='note'>note: {html.escape(n)}</p>" for n in sec.notes]
-        body += [f"<div class='fig'>{fig.to_html(full_html=False, include_plotlyjs=False)}</div>"
-                 for fig in sec.figures]
+        body += [_figure_html(fig) for fig in sec.figures]
         body.append("</section>")
-    script = f"<script type='text/javascript'>{_plotlyjs()}</script>" if any(s.figures for s in sections) else ""
+    script = _PLOTLY_LOADER.replace("@PLOTLY_GZ_B64@", _plotlyjs_gzip_b64()) if any(s.figures for s in sections) else ""
     if isinstance(_figures(), _NoPlots):
         body.insert(2, "<p class='note'>Plots need plotly: pip install 'kvplan[dashboard]'.</p>")
     return (f"<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
-            f"<style>{_CSS}</style>{script}</head><body>{''.join(body)}</body></html>")
+            f"<style>{_CSS}</style></head><body>{''.join(body)}{script}</body></html>")
 
 
 def write_report(records: Sequence[dict], out: Union[str, Path], title: str = "kvplan report",
@@ -448,16 +544,56 @@ table{border-collapse:collapse;margin:1em 0;font-size:.92em}th,td{border:1px sol
 text-align:left}th{background:#eceff1}.note{color:#6d4c41;font-style:italic}.meta{color:#757575}
 nav ul{columns:2;font-size:.9em}"""
 
-_PLOTLY_JS: Optional[str] = None
+_PLOTLY_GZ_B64: Optional[str] = None
 
 
-def _plotlyjs() -> str:
-    global _PLOTLY_JS
-    if _PLOTLY_JS is None:
+def _plotlyjs_gzip_b64() -> str:
+    """plotly.js once per file, gzipped and base64-encoded: 4.6 MB of script becomes about
+    1.9 MB, and the report stays one self-contained file that opens offline."""
+    global _PLOTLY_GZ_B64
+    if _PLOTLY_GZ_B64 is None:
+        import base64
+        import gzip
+
         from plotly.offline import get_plotlyjs
 
-        _PLOTLY_JS = get_plotlyjs()
-    return _PLOTLY_JS
+        raw = get_plotlyjs().encode("utf-8")
+        _PLOTLY_GZ_B64 = base64.b64encode(gzip.compress(raw, compresslevel=9, mtime=0)).decode("ascii")
+    return _PLOTLY_GZ_B64
+
+
+def _figure_html(fig: Any) -> str:
+    """A figure as an empty div plus its JSON; the loader draws every one once plotly.js is
+    decompressed (the JSON is escaped so that no ``</script>`` inside a label ends the block)."""
+    spec = fig.to_json().replace("</", "<\\/")
+    return (f"<div class='fig'><div class='kvplan-fig' style='min-height:{fig.layout.height or 380}px'></div>"
+            f"<script type='application/json' class='kvplan-fig-spec'>{spec}</script></div>")
+
+
+#: Decompresses plotly.js with the browser's DecompressionStream (Chrome 80, Firefox 113,
+#: Safari 16.4), runs it, then draws each figure from its JSON.
+_PLOTLY_LOADER = """<script type='text/javascript'>
+(async function () {
+  var figs = document.querySelectorAll('.kvplan-fig');
+  try {
+    var bin = atob('@PLOTLY_GZ_B64@');
+    var bytes = new Uint8Array(bin.length);
+    for (var i = 0; i < bin.length; i++) bytes[i] = bin.charCodeAt(i);
+    var stream = new Blob([bytes]).stream().pipeThrough(new DecompressionStream('gzip'));
+    var code = await new Response(stream).text();
+    var s = document.createElement('script');
+    s.text = code;
+    document.head.appendChild(s);
+  } catch (e) {
+    figs.forEach(function (d) { d.textContent = 'This browser cannot draw the plots: ' + e; });
+    return;
+  }
+  figs.forEach(function (div) {
+    var spec = JSON.parse(div.nextElementSibling.textContent);
+    Plotly.newPlot(div, spec.data, spec.layout, {responsive: true, displaylogo: false});
+  });
+})();
+</script>"""
 
 
 def _confirmation(rec: dict) -> str:
@@ -490,10 +626,6 @@ def _f(v: Any, digits: int = 2) -> str:
     if isinstance(v, float):
         return f"{v:,.{digits}f}"
     return str(v)
-
-
-def _signed(v: Optional[float]) -> str:
-    return "-" if v is None else f"{v:+,.3g}"
 
 
 def _pct(v: Optional[float]) -> str:

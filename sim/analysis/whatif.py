@@ -18,12 +18,14 @@ import yaml
 
 from sim.analysis.capacity import with_rate
 from sim.analysis.steady import run_length, window_metrics
-from sim.api import SimResult, simulate
-from sim.errors import ConfigError, file_error
+from sim.analysis.utilization import UtilizationModel, model_for_run, overall, step_work
+from sim.api import SimResult, resolve_deployment, simulate
+from sim.errors import ConfigError, KvplanError, file_error
 
 LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 KV_PARTS = ("token_states", "internal_fragmentation", "external_fragmentation", "reserved", "free")
 QUEUE_PARTS = ("batch_size", "num_running", "num_waiting")
+WORK_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "num_spec_tokens", "decode_context_tokens")
 
 
 def simulation_record(result: SimResult, *, label: str = "", max_points: int = 400,
@@ -36,10 +38,33 @@ def simulation_record(result: SimResult, *, label: str = "", max_points: int = 4
             lat["e2el_ms"].append(r.e2el * 1000)
             if r.tpot is not None:
                 lat["tpot_ms"].append(r.tpot * 1000)
-    return {"kind": "simulation", "label": label, "config": result.config,
-            "summary": result.summary,
-            "latencies": {k: quantile_points(v, max_points) for k, v in lat.items()},
-            "timeline": timeline(result.steps, result.summary.get("scenario", {}), max_points, replica)}
+    scenario = result.summary.get("scenario", {})
+    um = model_for_run(scenario, result.config)
+    record = {"kind": "simulation", "label": label, "config": result.config,
+              "summary": result.summary,
+              "latencies": {k: quantile_points(v, max_points) for k, v in lat.items()},
+              "timeline": timeline(result.steps, scenario, max_points, replica, um),
+              "memory": memory_split(result.config, scenario)}
+    if um is not None and result.steps.get("duration_s"):
+        record["utilization"] = overall(result.steps, um)
+    record["peaks"] = {k: int(max(result.steps[k])) for k in QUEUE_PARTS if len(result.steps.get(k) or ())}
+    return record
+
+
+def memory_split(config: dict, scenario: dict) -> Optional[dict]:
+    """One GPU's memory in GB: weights, activation reserve (activations at the step token
+    budget plus CUDA context, graphs and communication buffers), KV pool, and what
+    ``gpu_memory_utilization`` leaves unused (vLLM's split, from the memory plan)."""
+    try:
+        mem = resolve_deployment(config).memory
+    except KvplanError:
+        return None
+    gb = 1e9
+    return {"total_gb": mem.memory_bytes / gb, "weights_gb": mem.weights_bytes / gb,
+            "activation_reserve_gb": mem.activation_reserve_bytes / gb,
+            "kv_pool_gb": mem.kv_pool_bytes / gb,
+            "unused_gb": (mem.memory_bytes - mem.budget_bytes) / gb,
+            "gpu_memory_utilization": mem.gpu_memory_utilization}
 
 
 def quantile_points(values: Sequence[float], max_points: int = 400) -> list[float]:
@@ -50,9 +75,11 @@ def quantile_points(values: Sequence[float], max_points: int = 400) -> list[floa
     return [round(float(v), 4) for v in x]
 
 
-def timeline(steps: dict, scenario: dict, max_points: int = 400, replica: int = 0) -> dict:
+def timeline(steps: dict, scenario: dict, max_points: int = 400, replica: int = 0,
+             utilization: Optional[UtilizationModel] = None) -> dict:
     """Step log of one replica, duration-weighted means in at most ``max_points`` time bins;
-    KV columns in GB (slots x bytes per slot)."""
+    KV columns in GB (slots x bytes per slot); with ``utilization``, MFU and memory-bandwidth
+    utilisation per bin (the bin's work over its busy time at peak)."""
     cols = {k: np.asarray(v, dtype=float) for k, v in steps.items() if k != "replica" and len(v)}
     if not cols or "start_s" not in cols:
         return {"time_s": []}
@@ -82,6 +109,14 @@ def timeline(steps: dict, scenario: dict, max_points: int = 400, replica: int = 
         if col is not None:
             mean = np.bincount(idx, weights=col * dur, minlength=max_points)[used] / weight[used]
             out[part] = [round(float(v), 3) for v in mean]
+    if utilization is not None and all(k in cols for k in WORK_COLUMNS):
+        flops, nbytes = step_work(cols, utilization)
+        busy = np.bincount(idx, weights=cols["duration_s"], minlength=max_points)[used]
+        busy = np.maximum(busy, 1e-12)
+        out["mfu"] = [round(float(v), 5) for v in
+                      np.bincount(idx, weights=flops, minlength=max_points)[used] / busy / utilization.peak_flops]
+        out["mbu"] = [round(float(v), 5) for v in
+                      np.bincount(idx, weights=nbytes, minlength=max_points)[used] / busy / utilization.bandwidth]
     return out
 
 
@@ -150,6 +185,12 @@ def load_run_dir(path: Union[str, Path], max_points: int = 400) -> dict:
         names = rows[0] if rows else []
         columns = list(zip(*rows[1:])) or [[] for _ in names]
         steps = {n: [_run_float(x, d / "steps.csv", n) for x in col] for n, col in zip(names, columns)}
-    return {"kind": "simulation", "label": d.name, "config": config, "summary": summary,
-            "latencies": {k: quantile_points(v, max_points) for k, v in lat.items()},
-            "timeline": timeline(steps, summary.get("scenario", {}), max_points)}
+    scenario = summary.get("scenario", {})
+    um = model_for_run(scenario, config) if config else None
+    record = {"kind": "simulation", "label": d.name, "config": config, "summary": summary,
+              "latencies": {k: quantile_points(v, max_points) for k, v in lat.items()},
+              "timeline": timeline(steps, scenario, max_points, utilization=um),
+              "memory": memory_split(config, scenario) if config else None}
+    if um is not None and steps.get("duration_s") and all(k in steps for k in WORK_COLUMNS):
+        record["utilization"] = overall(steps, um)
+    return record

@@ -3,6 +3,7 @@ changes the result, and invalid input shows an error beside its field (never a t
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,12 @@ def page(name: str) -> AppTest:
 
 def metric(at: AppTest, label: str) -> str:
     return next(m.value for m in at.metric if m.label.startswith(label))
+
+
+def as_ms(tile: str) -> float:
+    """A latency tile's value (``12.3 ms``, ``1.50 s``, ``21.8 min``) in milliseconds."""
+    number, unit = tile.replace(",", "").split()
+    return float(number) * {"ms": 1.0, "s": 1000.0, "min": 60_000.0}[unit]
 
 
 def errors(block) -> list[str]:
@@ -64,11 +71,11 @@ def test_what_if_runs_on_a_calibrated_profile():
     at.sidebar.number_input(key="wi.workload.input_len.mean").set_value(20)
     at.sidebar.number_input(key="wi.workload.output_len.mean").set_value(40)
     at.run()
-    on_a100 = float(metric(at, "TPOT p99").replace(",", ""))
+    on_a100 = as_ms(metric(at, "TPOT p99"))
     box.set_value(next(p for p in profiles if p.endswith("smollm2-135m_bf16_cpu.json"))).run()
     assert not at.exception and not errors(at.sidebar)
     # A 2-core CPU decodes SmolLM2 far slower than the A100 roofline says an A100 would.
-    assert float(metric(at, "TPOT p99").replace(",", "")) > 5 * on_a100
+    assert as_ms(metric(at, "TPOT p99")) > 5 * on_a100
     assert any("calibration profile" in c.value and "bfloat16" in c.value for c in at.caption)
 
 
@@ -81,9 +88,14 @@ def test_what_if_model_that_does_not_fit_is_explained():
 
 def test_ab():
     at = page("ab.py")
-    assert "significant" in at.success[0].value  # default: paged vs contiguous differ
-    verdicts = set(at.dataframe[0].value["verdict"])
-    assert "B worse" in verdicts
+    # Default: contiguous B is worse on TTFT p99, so the headline is red, not green.
+    assert not at.success and "is worse than" in at.error[0].value
+    table = at.dataframe[0].value
+    assert "B worse" in set(table["verdict"])
+    # Every cell is the shared formatter's text: separators, signed differences, no raw floats.
+    ttft = table[table["metric"] == "TTFT p99 (ms)"].iloc[0]
+    assert ttft["B - A"].startswith("+") and ttft["B - A"].endswith("%)")
+    assert all(isinstance(v, str) for v in table.drop(columns="metric").to_numpy().ravel())
     at.selectbox(key="abB.kv_cache.allocator").set_value("paged").run()
     assert not at.exception
     assert "No metric differs significantly" in at.info[0].value
@@ -97,11 +109,40 @@ def test_capacity():
     at = page("capacity.py")
     assert "One replica sustains" in at.success[0].value
     assert int(metric(at, "Simulations")) >= 3
+    # The default run's interval is within +-10% of the estimate, or the page says why not.
+    half = metric(at, "95% interval of the estimate")
+    if float(half.strip("±%")) > 10:
+        assert any("Interval target not met. Stopped at" in w.value for w in at.warning)
+    else:
+        assert "Interval within ±10%" in at.success[0].value
+    # The per-seed table: readable headers, every cell text, rates with two decimals, no None.
+    table = at.dataframe[0].value
+    assert list(table.columns[:3]) == ["Seed", "Highest rate meeting the SLO (req/s)",
+                                       "Lowest rate missing it (req/s)"]
+    assert len(table) >= 2 and all(isinstance(v, str) for v in table.to_numpy().ravel())
+    assert all(re.fullmatch(r"[\d,]+\.\d\d|—", v) for v in table.iloc[:, 1:3].to_numpy().ravel())
+    assert "None" not in table.to_string()
     replicas = metric(at, "Replicas for")
     at.number_input(key="cap.target").set_value(400.0).run()  # re-planned without simulating
     assert not at.exception and metric(at, "Replicas for") != replicas
     at.text_input(key="cap.slo").set_value("ttft_p99_ms=500,tpot_p42_ms=50").run()
     assert not at.exception and any("tpot_p42_ms" in e for e in errors(at.main))
+
+
+def test_capacity_when_no_rate_meets_the_slo():
+    """An SLO nothing can meet: the headline and the tile say so, with the lowest rate tried,
+    and no tile shows 0.00 req/s or $0.000 per million tokens."""
+    at = page("capacity.py")
+    at.text_input(key="cap.slo").set_value("ttft_p99_ms=0.001").run()
+    assert not at.exception and not at.success
+    assert at.error[0].value.startswith("No rate meets this SLO on one replica (ttft_p99_ms<=0.001): "
+                                        "even the lowest rate tried")
+    assert metric(at, "Capacity per replica") == "no rate meets this SLO on one replica"
+    labels = [m.label for m in at.metric]
+    assert not any(label.startswith(("$ per million", "Output tok/s", "Replicas for")) for label in labels)
+    shown = [m.value for m in at.metric] + [e.value for e in at.error]
+    assert not any("None" in str(v) or "0.000" in str(v) for v in shown)
+    assert "—" in at.dataframe[0].value["Highest rate meeting the SLO (req/s)"].tolist()
 
 
 def test_sweep():

@@ -1,0 +1,65 @@
+"""What the What-if page says beyond its default run: the overload message only when the
+server falls behind, latencies in units that read, the summary as a table, GPU utilisation
+and the memory split."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+PAGE = Path(__file__).resolve().parents[2] / "dashboards" / "views" / "what_if.py"
+
+
+def run(block_size: int = 16, **numbers) -> AppTest:
+    at = AppTest.from_file(str(PAGE), default_timeout=180)
+    at.run()  # build the widgets, then set them
+    at.text_input(key="wi.curve.rates").set_value("4")
+    at.sidebar.selectbox(key="wi.kv_cache.block_size").set_value(block_size)
+    for key, value in numbers.items():
+        at.sidebar.number_input(key=f"wi.{key}").set_value(value)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def tile(at: AppTest, label: str) -> str:
+    return next(m.value for m in at.metric if m.label == label)
+
+
+def test_overload_is_said_above_the_tiles_only_when_the_queue_grows():
+    calm = run()
+    assert not [e for e in calm.main.error if "overloaded" in e.value]
+    busy = run(**{"workload.arrival.rate": 60.0, "workload.num_requests": 600})
+    said = [e.value for e in busy.main.error if "overloaded" in e.value]
+    assert said and said[0].startswith("overloaded: arrivals") and "queue growing" in said[0]
+    # ... and its TTFT reads in seconds or minutes, not a seven-digit number of ms
+    assert tile(busy, "TTFT p99").endswith((" s", " min"))
+
+
+def test_summary_tab_is_a_table_with_the_json_behind_an_expander():
+    at = run()
+    frames = [d.value for d in at.dataframe]
+    summary = next(df for df in frames if list(df.columns) == ["section", "metric", "value"])
+    assert {"Requests", "Time to first token (ms)"} <= set(summary["section"])
+    assert "completed / rejected" in set(summary["metric"])
+    assert any(e.label == "summary.json" for e in at.expander)
+
+
+def test_gpu_utilisation_and_memory_split_are_shown():
+    at = run()
+    mfu = float(tile(at, "Model FLOPs utilisation").rstrip("%"))
+    mbu = float(tile(at, "Memory bandwidth utilisation").rstrip("%"))
+    assert 0 < mfu < 100 and 0 < mbu < 100
+    assert tile(at, "Weights per GPU") == "16.1 GB"  # Llama 3.1 8B in fp16
+
+
+def test_block_size_changes_what_the_kv_tab_shows():
+    small, large = run(block_size=16), run(block_size=128)
+    frag = lambda at: float(tile(at, "Fragmentation of memory in use").rstrip("%"))
+    blocks = lambda at: int(tile(at, "KV blocks per replica").replace(",", ""))
+    assert frag(large) > frag(small)
+    assert 0 <= blocks(small) - 8 * blocks(large) < 8  # the same pool in blocks 8x larger
