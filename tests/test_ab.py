@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import typer
@@ -9,7 +11,10 @@ import yaml
 from typer.testing import CliRunner
 
 from cli import analysis as cli_analysis
-from sim.analysis.ab import config_diff, run_ab, verdict
+from sim.analysis.ab import OVERALL_LEVEL, config_diff, overall_verdict, run_ab, verdict
+from sim.analysis.formatting import (format_diff, format_interval, format_number, format_relative,
+                                     format_value, with_unit)
+from sim.analysis.report import ab_row
 from sim.analysis.stats import mean_interval, paired_bootstrap
 from sim.errors import ConfigError
 
@@ -23,6 +28,7 @@ def test_identical_configs_are_not_different():
     assert {row["verdict"] for row in r.rows} == {"not significant"}
     assert all(row["diff"] == 0 and row["ci_low"] == 0 == row["ci_high"] for row in r.rows)
     assert r.differences == [] and "No metric differs significantly" in r.headline()
+    assert r.overall() == r.to_dict()["overall"] == "not significant"
 
 
 def test_contiguous_reservation_is_worse_than_paged_with_the_right_sign():
@@ -31,6 +37,7 @@ def test_contiguous_reservation_is_worse_than_paged_with_the_right_sign():
     assert ttft["diff"] > 0 and ttft["ci_low"] > 0 and ttft["verdict"] == "B worse"
     assert r.verdict("slo_attainment") == "B worse"
     assert r.differences == [{"key": "kv_cache.allocator", "a": "paged", "b": "contiguous"}]
+    assert r.overall() == "B worse" and r.headline().startswith("B is worse than A: worse on ")
     swapped = run_ab(CONTIGUOUS, PAGED, seeds=2, overrides=LOAD, num_bootstrap=300)
     assert swapped.verdict("p99_ttft_ms") == "B better"
     row = next(x for x in swapped.rows if x["metric"] == "p99_ttft_ms")
@@ -110,3 +117,92 @@ def test_cli_ab_prints_verdicts_and_writes_json(tmp_path):
     assert res.exit_code == 0, res.output
     assert "B worse" in res.output and "contiguous" in res.output
     assert '"kind": "ab"' in out.read_text()
+
+
+def _row(metric, verdict_, *, a=100.0, diff=0.0, ci=(0.0, 0.0), unit="ms", important=None):
+    row = {"metric": metric, "label": metric, "unit": unit, "a": a, "b": a + diff, "diff": diff,
+           "rel_diff": diff / a if a else None, "ci_low": ci[0], "ci_high": ci[1], "verdict": verdict_}
+    if important is not None:
+        row["important"] = important
+    return row
+
+
+def test_overall_verdict_rule_and_headline_level():
+    better, worse, ns = "B better", "B worse", "not significant"
+    assert overall_verdict([_row("p99_ttft_ms", ns), _row("mean_ttft_ms", ns)]) == ns
+    assert overall_verdict([_row("p99_ttft_ms", better), _row("mean_ttft_ms", ns)]) == better
+    # Worse on one metric a plan is sized on outweighs any number of improvements.
+    assert overall_verdict([_row("p99_ttft_ms", worse), _row("mean_tpot_ms", better),
+                            _row("goodput", better)]) == worse
+    # Worse only on a mean (secondary), better on a tail: mixed.
+    assert overall_verdict([_row("mean_ttft_ms", worse), _row("p99_ttft_ms", better)]) == "mixed"
+    # A saved row's own flag wins; rows saved without one fall back to the metric table.
+    assert overall_verdict([_row("mean_ttft_ms", worse, important=True)]) == worse
+    assert overall_verdict([_row("output_throughput_per_gpu", worse)]) == worse
+    assert OVERALL_LEVEL == {better: "success", worse: "error", "mixed": "warning", ns: "info"}
+
+
+@pytest.mark.parametrize("value, text", [
+    (0, "0"), (0.0, "0"), (-0.0, "0"), (61.592, "61.6"), (574.58, "575"), (20300, "20,300"),
+    (16834.79, "16,835"), (9.996, "10.0"), (0.0123, "0.0123"), (1.23e-5, "1.23e-05"),
+    (-1.722, "-1.72"), (None, "-"), (math.nan, "-"), (np.float64("nan"), "-"), (math.inf, "inf"),
+    (np.float64(3601.9), "3,602"),
+])
+def test_format_value(value, text):
+    assert format_value(value, "ms") == text
+
+
+@pytest.mark.parametrize("rel, text", [
+    (0.0, "0%"), (-0.08287, "-8.29%"), (0.02916, "+2.92%"), (-0.14868, "-14.9%"), (8.3288, "+833%"),
+    (16.705, "+1,670%"), (238.59, "+23,900%"), (4e-7, "+0.00%"), (None, "-"), (math.nan, "-"),
+])
+def test_format_relative_has_a_sign_and_at_most_three_significant_digits(rel, text):
+    assert format_relative(rel) == text
+
+
+def test_differences_intervals_and_fractions():
+    assert format_diff(512.99, "ms") == "+513" and format_diff(-146.47, "tok/s") == "-146"
+    assert format_diff(0.0, "ms") == "0" and format_diff(None, "ms") == "-"
+    assert format_number(1e-3, signed=True, max_decimals=2) == "+0.00"  # rounded away, sign kept
+    assert format_interval(172.46, 882.83, "ms") == "[+172, +883]"
+    assert format_interval(-1053.76, 508.72, "ms") == "[-1,054, +509]"
+    assert format_interval(math.nan, 1.0, "ms") == "-"
+    assert format_value(0.987, "fraction") == "98.7%" and format_value(-0.0, "fraction") == "0.0%"
+    assert format_diff(0.037, "fraction") == "+3.70 pp"
+    assert format_interval(0.012, 0.05, "fraction") == "[+1.20, +5.00] pp"
+    assert with_unit("+513", "ms") == "+513 ms" and with_unit("+3.7 pp", "fraction") == "+3.7 pp"
+
+
+def test_a_report_row_reads_the_same_everywhere():
+    row = _row("p99_ttft_ms", "B worse", a=131.75, diff=2200.93, ci=(1371.6, 2851.1))
+    assert ab_row({**row, "label": "TTFT p99"}) == [
+        "TTFT p99 (ms)", "132", "2,333", "+2,201 (+1,670%)", "[+1,372, +2,851]", "B worse"]
+    slo = _row("slo_attainment", "B better", a=0.95, diff=0.037, ci=(0.012, 0.05), unit="fraction")
+    assert ab_row(slo)[:5] == ["slo_attainment (%)", "95.0%", "98.7%", "+3.70 pp (+3.89%)", "[+1.20, +5.00] pp"]
+
+
+def _forest(rows):
+    figures = pytest.importorskip("sim.analysis.figures")  # plotly is the dashboard extra
+    return figures.ab_forest({"rows": rows})
+
+
+def test_forest_plot_has_a_legend_of_the_three_verdicts():
+    fig = _forest([_row("p99_ttft_ms", "B worse", diff=10, ci=(5, 15))])  # one verdict present
+    legend = {t.name: t.marker.color for t in fig.data if t.showlegend is not False}
+    assert legend == {"B better": "#2e7d32", "B worse": "#c62828", "not significant": "#757575"}
+
+
+def test_a_huge_effect_does_not_flatten_the_small_ones():
+    small = [_row("mean_tpot_ms", "B better", diff=-8, ci=(-12, -4)),
+             _row("p99_tpot_ms", "not significant", diff=3, ci=(-2, 9))]
+    huge = _row("p99_ttft_ms", "B worse", diff=2000, ci=(1500, 2600))
+    fig = _forest(small + [huge])
+    low, high = fig.layout.xaxis.range
+    widest_small = 12  # % of A: the largest interval end among the small effects
+    assert high - low < 4 * widest_small  # not stretched to +2,600%
+    assert low < -widest_small and high > 9  # every small interval still inside
+    worse = next(t for t in fig.data if t.name == "B worse")
+    assert low < worse.x[0] < high and worse.marker.symbol[0] == "triangle-right"
+    assert [a.text for a in fig.layout.annotations] == ["+2,000%"]  # the true value, beside the arrow
+    unclipped = _forest(small)
+    assert not unclipped.layout.annotations and unclipped.layout.xaxis.range[1] >= 9

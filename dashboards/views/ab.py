@@ -8,7 +8,8 @@ import streamlit as st
 
 from dashboards import common
 from sim.analysis import figures
-from sim.analysis.ab import run_ab
+from sim.analysis.ab import OVERALL_LEVEL, run_ab
+from sim.analysis.report import ab_row
 
 st.title("A/B experiment")
 st.caption("Both arms serve the very same requests (common random numbers) for each seed; the "
@@ -45,24 +46,18 @@ except common.KvplanError as exc:
     arms["B"][0].error(str(exc))
     st.stop()
 
-sig = [r for r in result["rows"] if r["verdict"] != "not significant"]
-(st.success if sig else st.info)(result["headline"])
+# The headline's colour is the overall verdict: green B better, red B worse, amber mixed.
+getattr(st, OVERALL_LEVEL[result["overall"]])(result["headline"])
 if result["differences"]:
     st.markdown("**B differs from A in** " + ", ".join(
         f"`{d['key']}`: {d['a']} → {d['b']}" for d in result["differences"]))
 else:
     st.markdown("**The two arms are identical.**")
 
-table = pd.DataFrame([{
-    "metric": f"{r['label']} ({r['unit']})", "A": r["a"], "B": r["b"], "B - A": r["diff"],
-    "relative": r["rel_diff"], "CI low": r["ci_low"], "CI high": r["ci_high"], "verdict": r["verdict"],
-} for r in result["rows"]])
-st.dataframe(table, hide_index=True, column_config={
-    "relative": st.column_config.NumberColumn(format="percent"),
-    "A": st.column_config.NumberColumn(format="%.3g"), "B": st.column_config.NumberColumn(format="%.3g"),
-    "B - A": st.column_config.NumberColumn(format="%+.3g"),
-    "CI low": st.column_config.NumberColumn(format="%+.3g"), "CI high": st.column_config.NumberColumn(format="%+.3g"),
-})
+# The report's own rows: one formatter for the page, the terminal and the reports.
+interval = f"{result['confidence']:.0%} interval of B - A"
+st.dataframe(pd.DataFrame([ab_row(r) for r in result["rows"]],
+                          columns=["metric", "A", "B", "B - A", interval, "verdict"]), hide_index=True)
 common.show_notes(result["notes"])
 t1, t2 = st.tabs(["Differences", "Latency CDFs"])
 with t1:

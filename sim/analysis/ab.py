@@ -1,6 +1,7 @@
 """A/B experiments: two serving configs on identical request streams (common random numbers),
-per-metric differences with paired bootstrap intervals, and a verdict that says when a
-difference is not significant.
+per-metric differences with paired bootstrap intervals, a verdict that says when a
+difference is not significant, and an overall verdict (``overall_verdict``) that the headline
+leads with and the dashboard colours.
 
 Why common random numbers: serving metrics swing more between two random workloads than
 between two good schedulers; feeding both arms the very same requests (same arrival times,
@@ -19,6 +20,7 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 
 from sim import config as config_mod
+from sim.analysis.formatting import MISSING, format_relative
 from sim.analysis.stats import paired_bootstrap
 from sim.api import SimResult, build_workload, simulate
 from sim.errors import ConfigError
@@ -33,7 +35,13 @@ ConfigLike = Union[dict, str, Path, None]
 
 @dataclass(frozen=True)
 class Metric:
-    """A run statistic computable from per-request arrays (so it can be bootstrapped)."""
+    """A run statistic computable from per-request arrays (so it can be bootstrapped).
+
+    ``important`` marks the numbers a capacity plan is sized on: tail latencies (SLOs are set
+    on tails), tokens/s per GPU (the cost) and the SLO itself. B significantly worse on one of
+    them makes the overall verdict "B worse"; means and medians explain a change but a B that
+    is worse only there is "mixed".
+    """
 
     name: str
     label: str
@@ -41,6 +49,7 @@ class Metric:
     higher_is_better: bool
     fn: Callable[[dict, np.ndarray], np.ndarray]
     needs_slo: bool = False
+    important: bool = False
 
 
 def _pct(column: str, q: float) -> Callable[[dict, np.ndarray], np.ndarray]:
@@ -70,17 +79,26 @@ def _fraction(arm: dict, idx: np.ndarray) -> np.ndarray:
 
 METRICS: tuple[Metric, ...] = (
     Metric("mean_ttft_ms", "TTFT mean", "ms", False, _mean("ttft_ms")),
-    Metric("p99_ttft_ms", "TTFT p99", "ms", False, _pct("ttft_ms", 99)),
+    Metric("p99_ttft_ms", "TTFT p99", "ms", False, _pct("ttft_ms", 99), important=True),
     Metric("mean_tpot_ms", "TPOT mean", "ms", False, _mean("tpot_ms")),
-    Metric("p99_tpot_ms", "TPOT p99", "ms", False, _pct("tpot_ms", 99)),
+    Metric("p99_tpot_ms", "TPOT p99", "ms", False, _pct("tpot_ms", 99), important=True),
     Metric("median_e2el_ms", "E2E latency median", "ms", False, _pct("e2el_ms", 50)),
-    Metric("p99_e2el_ms", "E2E latency p99", "ms", False, _pct("e2el_ms", 99)),
+    Metric("p99_e2el_ms", "E2E latency p99", "ms", False, _pct("e2el_ms", 99), important=True),
     Metric("output_throughput", "Output throughput", "tok/s", True, _per_second("output_tokens")),
     Metric("output_throughput_per_gpu", "Output throughput per GPU", "tok/s/GPU", True,
-           _per_second("output_tokens", per_gpu=True)),
-    Metric("slo_attainment", "SLO attainment", "fraction", True, _fraction, needs_slo=True),
-    Metric("goodput", "Goodput", "req/s", True, _per_second("good"), needs_slo=True),
+           _per_second("output_tokens", per_gpu=True), important=True),
+    Metric("slo_attainment", "SLO attainment", "fraction", True, _fraction, needs_slo=True,
+           important=True),
+    Metric("goodput", "Goodput", "req/s", True, _per_second("good"), needs_slo=True, important=True),
 )
+
+#: Metrics whose significant worsening makes B worse overall (see ``Metric.important``).
+IMPORTANT = frozenset(m.name for m in METRICS if m.important)
+
+#: The overall verdict of an A/B and how loudly a reader should be told (dashboard colour:
+#: success green, error red, warning amber, info blue).
+OVERALL_LEVEL = {"B better": "success", "B worse": "error", "mixed": "warning",
+                 "not significant": "info"}
 
 
 @dataclass
@@ -101,22 +119,31 @@ class ABResult:
     def verdict(self, metric: str) -> str:
         return next(r["verdict"] for r in self.rows if r["metric"] == metric)
 
+    def overall(self) -> str:
+        return overall_verdict(self.rows)
+
     def headline(self) -> str:
+        """One sentence that leads with the overall verdict, then the significant differences
+        grouped by which way they go (a sign alone does not say better or worse)."""
         a, b = _named("A", self.label_a), _named("B", self.label_b)
-        sig = [r for r in self.rows if r["verdict"] != "not significant"]
-        if not sig:
+        overall = self.overall()
+        if overall == "not significant":
             return (f"No metric differs significantly between {a} and {b} at "
                     f"{self.confidence:.0%} confidence over {len(self.seeds)} seed(s).")
-        parts = [f"{r['label']} {r['rel_diff']:+.1%}" if r["rel_diff"] is not None else r["label"]
-                 for r in sig]
-        return f"{b} vs {a}, significant: " + ", ".join(parts) + "."
+        lead = {"B better": f"{b} is better than {a}", "B worse": f"{b} is worse than {a}",
+                "mixed": f"{b} against {a} is mixed"}[overall]
+        groups = [f"{side} on " + ", ".join(_effect(r) for r in self.rows if r["verdict"] == f"B {side}")
+                  for side in ("worse", "better") if any(r["verdict"] == f"B {side}" for r in self.rows)]
+        return (f"{lead}: " + "; ".join(groups) +
+                f" ({self.confidence:.0%} confidence, {len(self.seeds)} seed(s)).")
 
     def to_dict(self) -> dict:
         return {"kind": "ab", "label_a": self.label_a, "label_b": self.label_b,
                 "config_a": self.config_a, "config_b": self.config_b, "seeds": self.seeds,
                 "confidence": self.confidence, "num_bootstrap": self.num_bootstrap,
                 "rows": self.rows, "differences": self.differences, "samples": self.samples,
-                "summaries": self.summaries, "notes": self.notes, "headline": self.headline()}
+                "summaries": self.summaries, "notes": self.notes, "headline": self.headline(),
+                "overall": self.overall()}
 
 
 def run_ab(config_a: ConfigLike, config_b: ConfigLike, *, seeds: int = 3,
@@ -178,6 +205,7 @@ def run_ab(config_a: ConfigLike, config_b: ConfigLike, *, seeds: int = 3,
             "a": a_val, "b": b_val, "diff": diff,
             "rel_diff": diff / a_val if a_val and math.isfinite(a_val) else None,
             "ci_low": lo, "ci_high": hi, "verdict": verdict(lo, hi, m.higher_is_better),
+            "important": m.important,
         })
     return ABResult(labels[0], labels[1], cfg_a, cfg_b, seed_list, confidence, num_bootstrap, rows,
                     config_diff(cfg_a, cfg_b), samples, {"A": sum_a, "B": sum_b}, notes)
@@ -189,6 +217,24 @@ def verdict(ci_low: float, ci_high: float, higher_is_better: bool) -> str:
         return "not significant"
     b_higher = ci_low > 0
     return "B better" if b_higher == higher_is_better else "B worse"
+
+
+def overall_verdict(rows: Sequence[dict]) -> str:
+    """The verdict of the whole experiment from its per-metric rows.
+
+    "not significant" when no metric differs; "B worse" when B is significantly worse on an
+    important metric (a capacity plan would get more expensive or miss its SLO); "B better"
+    when every significant difference favours B; otherwise "mixed" (B is worse only on
+    secondary metrics). Rows saved before rows carried ``important`` use the metric table.
+    """
+    sig = [r for r in rows if r["verdict"] != "not significant"]
+    if not sig:
+        return "not significant"
+    if any(r["verdict"] == "B worse" and r.get("important", r["metric"] in IMPORTANT) for r in sig):
+        return "B worse"
+    if all(r["verdict"] == "B better" for r in sig):
+        return "B better"
+    return "mixed"
 
 
 def arm_arrays(result: SimResult, slo: dict) -> dict:
@@ -261,6 +307,12 @@ def _samples(arm: dict, limit: int = 4000) -> dict:
 
 def _compact(summary: dict) -> dict:
     return {k: v for k, v in summary.items() if not isinstance(v, (list,))}
+
+
+def _effect(row: dict) -> str:
+    """A metric and its relative difference for the headline, e.g. "TTFT p99 +1,670%"."""
+    rel = format_relative(row["rel_diff"])
+    return row["label"] if rel == MISSING else f"{row['label']} {rel}"
 
 
 def _named(arm: str, label: str) -> str:
