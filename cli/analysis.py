@@ -24,7 +24,9 @@ def capacity(
                             "(metric_stat_ms; metric ttft/tpot/itl/e2el, stat mean/median/p90/p99; "
                             "optional attainment=0.99)."),
     target_rate: Optional[float] = typer.Option(None, "--target-rate", help="Requests/s to serve: prints replicas, GPUs and $/hour."),
-    seeds: int = typer.Option(3, "--seeds", help="Independent workloads searched; their spread is the stated uncertainty."),
+    seeds: int = typer.Option(3, "--seeds", help="Independent workloads searched (at least; --ci-target may add more); their spread is the stated uncertainty."),
+    ci_target: float = typer.Option(0.10, "--ci-target", help="Add seeds (and narrow brackets) until the confidence interval's half-width is within this fraction of the estimate; 0 keeps --seeds fixed."),
+    max_seeds: int = typer.Option(8, "--max-seeds", help="The most seeds --ci-target may grow to (never fewer than --seeds); the result says when it stopped short of the target."),
     duration: float = typer.Option(60.0, "--duration", help="Seconds of arrivals per simulation (rate x duration requests); lengthened automatically when too short to reach steady state."),
     num_requests: Optional[int] = typer.Option(None, "--num-requests", help="A fixed request count per simulation instead of --duration."),
     confirm: float = typer.Option(600.0, "--confirm", help="Seconds of arrivals of the long run that confirms the answer (near a hard limit a queue builds over minutes); 0 skips it."),
@@ -51,6 +53,7 @@ def capacity(
             sizing=RunSizing(duration_s=duration, num_requests=num_requests, confirm_s=confirm),
             max_simulations=max_simulations, prices=price, overrides=set_,
             base_dir=config.parent if config else None, workers=workers,
+            ci_target=ci_target, max_seeds=max_seeds,
             on_evaluation=lambda ev, n: bar.set(n, f"{ev.stage} {ev.rate:.3g} req/s seed {ev.seed}: "
                                                   f"{'met' if ev.passed else 'missed'}"))
     finish(result.to_dict(), capacity_section, out, as_json)

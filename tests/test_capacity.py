@@ -1,7 +1,9 @@
-"""Capacity search: monotone in the SLO and the prompt length, bracketed, counted, priced.
+"""Capacity search: monotone in the SLO and the prompt length, bracketed, counted, priced,
+sized to an interval target, and plain about an SLO nothing meets.
 
 Scenarios are small (Llama-3.1-8B on an A10G with short outputs) so a search takes about a
-second; the properties do not depend on the size."""
+second; the properties do not depend on the size. The sizing logic is also driven by a fake
+simulation whose per-seed capacity is known, so its stopping rules are checked exactly."""
 
 from __future__ import annotations
 
@@ -46,13 +48,100 @@ def test_longer_prompts_lower_capacity(tight):
 
 def test_search_is_bracketed_per_seed(tight):
     by_key = {(e.rate, e.seed): e for e in tight.evaluations}
-    assert len(tight.searches) == 2
+    assert len(tight.searches) >= 2  # at least the seeds asked for
+    assert tight.bracket_tol <= 0.1
     for s in tight.searches:
         assert by_key[(s.low, s.seed)].passed
         assert not by_key[(s.high, s.seed)].passed
-        assert s.low < s.high <= s.low * 1.1 + 1e-9
+        assert s.low < s.high <= s.low * (1 + tight.bracket_tol) + 1e-9
     assert tight.planning_rate == min(s.low for s in tight.searches)
     assert tight.ci_low <= tight.capacity_rate <= tight.ci_high
+
+
+def test_the_default_interval_is_within_ten_percent_and_says_how(tight):
+    """The default target: the interval's half-width within 10% of the estimate, and the
+    result says how many seeds it took."""
+    n = len(tight.searches)
+    half = (tight.ci_high - tight.ci_low) / 2 / tight.capacity_rate
+    assert tight.ci_target == 0.10 and tight.interval_met is True
+    assert tight.ci_half_width == pytest.approx(half) and 0 < half <= 0.10
+    assert f"interval within ±10% (±{half:.1%} over {n} seeds)" in tight.sizing_note
+    assert tight.sizing_note[1:] in tight.headline()
+    assert tight.to_dict()["sizing_note"] == tight.sizing_note
+
+
+def test_seeds_stay_fixed_without_a_target():
+    r = search("ttft_p99_ms=1000,tpot_p99_ms=60", ci_target=0)
+    assert len(r.searches) == 2 and r.interval_met is None and r.ci_target is None
+    assert r.sizing_note.startswith("2 seeds as asked, interval ±") and "no interval target" in r.sizing_note
+
+
+def test_a_target_out_of_reach_stops_at_max_seeds_and_says_why():
+    r = search("ttft_p99_ms=1000,tpot_p99_ms=60", ci_target=0.005, max_seeds=3,
+               sizing=RunSizing(duration_s=10, confirm_s=0))
+    assert len(r.searches) == 3 and r.interval_met is False and r.ci_half_width > 0.005
+    assert r.sizing_note.startswith(f"stopped at 3 seeds: interval ±{r.ci_half_width:.1%}, wider "
+                                    f"than the ±0.5% target")
+    assert "Stopped at 3 seeds" in r.headline()
+
+
+# ---------------------------------------------------------------- sizing, on known capacities
+
+def fake_search(monkeypatch, caps, **kw):
+    """find_capacity where seed s meets the SLO exactly up to ``caps[s]`` req/s (one run each):
+    the sizing rules are checked against capacities known in advance, in milliseconds."""
+    def evaluate(base, slo, sizing, base_dir, key, confirm):
+        rate, seed, _ = key
+        ok = rate <= caps[seed]
+        ev = capacity_mod.Evaluation(rate, seed, ok, [] if ok else ["p99_ttft_ms 900 > 500"], {},
+                                     "confirm" if confirm else "search")
+        return ev, 1, {"gpus_per_replica": 1, "hardware": "a10g"}
+
+    monkeypatch.setattr(capacity_mod, "_evaluate", evaluate)
+    args = dict(seeds=2, rel_tol=0.05, sizing=RunSizing(confirm_s=0), start_rate=8.0, workers=1)
+    return find_capacity(None, parse_slo("ttft_p99_ms=500"), **{**args, **kw})
+
+
+def test_seeds_are_added_until_the_interval_is_within_target(monkeypatch):
+    caps = [20.0, 23.0, 18.5, 21.5, 19.0, 22.0, 20.5, 18.0]
+    r = fake_search(monkeypatch, caps)
+    n = len(r.searches)
+    assert 2 < n <= 8 and r.interval_met and r.ci_half_width <= 0.10
+    for s in r.searches:  # each seed's bracket holds its true capacity
+        assert s.low <= caps[s.seed] < s.high
+    # the two seeds asked for were not enough: their interval missed the target
+    two = capacity_mod.seed_interval(r.searches[:2], 0.95)
+    assert capacity_mod.relative_half_width(*two, 2) > 0.10
+
+
+def test_a_wide_spread_stops_at_max_seeds(monkeypatch):
+    caps = [10.0, 20.0, 5.0, 15.0, 7.0, 18.0, 6.0, 12.0, 30.0]
+    r = fake_search(monkeypatch, caps)
+    assert len(r.searches) == 8 and r.interval_met is False
+    assert r.sizing_note.startswith(f"stopped at 8 seeds: interval ±{r.ci_half_width:.1%}")
+    assert r.planning_rate == pytest.approx(min(s.low for s in r.searches))
+    # seeds=N explicitly is a minimum, even above max_seeds
+    assert len(fake_search(monkeypatch, caps, seeds=9).searches) == 9
+
+
+def test_seeds_agreeing_within_their_brackets_narrow_the_brackets(monkeypatch):
+    """Equal capacities land every seed in the same bracket: a zero spread that only says the
+    brackets are too wide to tell the seeds apart. The interval is never narrower than the
+    brackets allow, and the brackets are narrowed until it meets the target."""
+    r = fake_search(monkeypatch, [20.0] * 8, rel_tol=0.2)
+    lows = [s.low for s in r.searches]
+    assert max(lows) / min(lows) - 1 < 0.01  # the seeds agree far closer than a 20% bracket
+    assert r.ci_high > r.ci_low  # ... and still no zero-width interval
+    assert r.bracket_tol < 0.2 and r.interval_met
+    assert all(s.high / s.low - 1 <= r.bracket_tol + 1e-6 for s in r.searches)
+    assert f"brackets narrowed from 20% to {capacity_mod._tol_text(r.bracket_tol)}" in r.sizing_note
+    assert r.headline().count("bracketed within 20%") == 0
+
+
+def test_the_answer_is_the_same_for_a_seed(monkeypatch):
+    caps = [20.0, 23.0, 18.5, 21.5, 19.0, 22.0, 20.5, 18.0]
+    one = fake_search(monkeypatch, caps).to_dict()
+    assert fake_search(monkeypatch, caps).to_dict() == one
 
 
 def test_reports_how_many_simulations_it_ran(monkeypatch):
@@ -132,10 +221,61 @@ def test_confirmation_steps_down_until_a_long_run_passes():
 
 
 def test_unreachable_slo_is_reported_not_raised():
-    r = search("tpot_p99_ms=1", seeds=1)
-    assert r.planning_rate == 0 and r.replicas is None
+    r = search("tpot_p99_ms=1", seeds=1, target_rate=40)
+    assert r.planning_rate == 0 and r.replicas is None and r.usd_per_million_output_tokens is None
     assert any("SLO missed even at" in n for n in r.notes)
-    assert "No rate meets the SLO" in r.headline()
+    lowest = min(e.rate for e in r.evaluations)
+    assert r.headline().startswith("No rate meets this SLO on one replica (tpot_p99_ms<=1): even the "
+                                   f"lowest rate tried, {lowest:.3g} req/s, missed p99_tpot_ms ")
+    assert "None" not in r.headline() and len(r.searches) == 1  # no interval to size
+
+
+def test_report_says_no_rate_meets_the_slo_instead_of_none_or_zero_dollars():
+    from sim.analysis.report import render_markdown
+
+    md = render_markdown([search("ttft_p99_ms=0.001", seeds=1, target_rate=40).to_dict()])
+    rows = dict([c.strip() for c in line.strip("|").split(" | ")] for line in md.splitlines()
+                if line.startswith("| ") and line.count(" | ") == 1)
+    assert rows["planning rate"].startswith("no rate meets this SLO on one replica")
+    assert "lowest rate tried" in rows["planning rate"] and "p99_ttft_ms" in rows["planning rate"]
+    assert rows["$ per million output tokens"].startswith("none: no rate meets this SLO")
+    assert rows["replicas / GPUs needed"].startswith("none: no rate meets this SLO on one replica")
+    assert "None" not in md and "0.000" not in md.split("## Capacity")[1].split("## Calibration")[0]
+
+
+def test_report_does_not_describe_an_arrival_rate_the_search_did_not_use(tight):
+    """The search sets every run's rate and request count; the config's 8 req/s and 1000
+    requests were never simulated, so the scenario must not show them as if they were."""
+    from sim.analysis.report import render_markdown, scenario_section
+
+    md = render_markdown([tight.to_dict()])
+    assert "| arrivals | Poisson (rates set by the search) |" in md
+    assert "poisson at" not in md.lower() and "1000 requests" not in md
+    assert "| workload | requests per run set by the search (see run length); input lognormal" in md
+    plain = dict(scenario_section(tight.config).tables[0][1])  # a simulation's scenario: as configured
+    assert plain["arrivals"] == "poisson at 8.0 req/s"
+
+
+def test_search_plot_shows_which_seed_each_point_came_from(tight):
+    pytest.importorskip("plotly")
+    from sim.analysis import figures
+
+    rec = tight.to_dict()
+    fig = figures.capacity_search(rec)
+    points = [t for t in fig.data if t.x and t.x[0] is not None]
+    seeds = sorted({e["seed"] for e in rec["evaluations"]})
+    panels = len(fig.layout.annotations)  # one subplot title per SLO metric
+    assert sorted(t.name for t in points) == sorted([f"seed {s}" for s in seeds] * panels)
+    legend = [t.name for t in fig.data if t.showlegend is not False and t.x == (None,)]
+    assert {f"seed {s}" for s in seeds} | {"met SLO", "missed SLO"} <= set(legend)
+    assert len({t.marker.symbol for t in points}) == len(seeds)  # one shape per seed
+    for t in points[:len(seeds)]:
+        seed = int(t.name.split()[1])
+        evs = [e for e in rec["evaluations"] if e["seed"] == seed]
+        assert list(t.x) == [e["rate"] for e in evs]
+        assert list(t.marker.color) == ["#2e7d32" if e["passed"] else "#c62828" for e in evs]
+        assert all(text.startswith(f"seed {seed}, {e['stage']} run, {e['rate']:.3g} req/s, p99_")
+                   for text, e in zip(t.text, evs))
 
 
 def test_short_runs_are_lengthened_until_steady():
@@ -196,7 +336,7 @@ def test_price_table_overrides_and_errors(tmp_path):
 @pytest.mark.parametrize("kw,needle", [
     ({"seeds": 0}, "--seeds"), ({"rel_tol": 1.5}, "--rel-tol"), ({"target_rate": -1}, "--target-rate"),
     ({"sizing": RunSizing(duration_s=0)}, "--duration"), ({"sizing": RunSizing(confirm_s=-1)}, "--confirm"),
-    ({"workers": -1}, "--workers"),
+    ({"workers": -1}, "--workers"), ({"ci_target": 1.5}, "--ci-target"), ({"max_seeds": 0}, "--max-seeds"),
 ])
 def test_bad_arguments_are_config_errors(kw, needle):
     with pytest.raises(ConfigError, match=needle):
@@ -224,3 +364,27 @@ def test_cli_capacity_prints_the_answer_and_writes_json(tmp_path):
     assert saved["kind"] == "capacity" and saved["usd_per_gpu_hour"] == 2.0
     bad = CliRunner().invoke(app, ["--slo", "ttft_p42_ms=1"])
     assert isinstance(bad.exception, ConfigError) and "--slo" in str(bad.exception)
+
+
+def test_cli_capacity_sizes_the_interval_and_says_when_no_rate_meets_the_slo():
+    import typer
+    from typer.testing import CliRunner
+
+    from cli import analysis as cli_analysis
+
+    app = typer.Typer()
+    app.command()(cli_analysis.capacity)
+    base = ["--duration", "10", "--confirm", "0", "--target-rate", "40", "--no-progress"]
+    for item in SMALL:
+        base += ["--set", item]
+    res = CliRunner().invoke(app, ["--slo", "ttft_p99_ms=1000", "--seeds", "2", "--ci-target", "0.01",
+                                   "--max-seeds", "3", *base], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())  # rich wraps long lines
+    assert "Stopped at 3 seeds: interval ±" in out and "wider than the ±1% target" in out
+    res = CliRunner().invoke(app, ["--slo", "ttft_p99_ms=0.001", "--seeds", "1", *base], catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    out = " ".join(res.output.split())
+    assert out.count("no rate meets this SLO on one replica") >= 2  # the answer and the replicas
+    assert "No rate meets this SLO on one replica (ttft_p99_ms<=0.001): even the lowest rate tried" in out
+    assert "None" not in out and "0.000" not in out

@@ -9,6 +9,15 @@ pattern and keeps every length (common random numbers), so within a seed the ans
 monotone in rate and bisection is sound. The spread of the per-seed answers is the stated
 uncertainty; the rate every seed sustained is the one used for planning.
 
+Why sized to an interval target: two seeds give a Student-t factor of 12.7, so an interval over
+them is too wide to act on, and seeds that land in the same bracket give one of zero width,
+which claims more than a bracket can tell. So the interval never counts the seeds' spread as
+smaller than their brackets could make it, and by default (``ci_target`` 0.10) the search keeps
+going until its half-width is within 10% of the estimate: it narrows every bracket when the
+brackets could explain the spread, else adds seeds (at most doubling them per round, up to
+``max_seeds``), and records why it stopped (``sizing_note``). Every decision reads only the
+results, so the answer stays deterministic for a seed.
+
 Why in parallel, and why the answer does not depend on it: every seed after the first starts
 from the first seed's answer, so their searches are independent and run at once, one process
 each (``workers``); the confirming long runs step down in pairs. The processes only prefetch:
@@ -22,6 +31,7 @@ from __future__ import annotations
 import copy
 import math
 import multiprocessing
+import threading
 import os
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
@@ -31,7 +41,6 @@ from typing import Any, Callable, Iterator, Optional, Sequence, Union
 from sim import config as config_mod
 from sim.analysis.pricing import price_table, usd_per_gpu_hour, usd_per_million_output_tokens
 from sim.analysis.slo import SLO
-from sim.analysis.stats import mean_interval
 from sim.analysis.steady import MIN_SPANS, run_length, window_metrics
 from sim.api import simulate
 
@@ -102,19 +111,33 @@ class CapacityResult:
     notes: list[str] = field(default_factory=list)
     num_simulations: int = 0
     confirmed: Optional[bool] = None  # None: no confirming run was asked for
+    ci_target: Optional[float] = None    # the half-width asked for, relative (None: seeds fixed)
+    max_seeds: Optional[int] = None      # the most seeds the target could add up to
+    bracket_tol: Optional[float] = None  # every seed's final bracket width (rel_tol or narrower)
+    ci_half_width: Optional[float] = None  # the interval's half-width relative to capacity_rate
+    interval_met: Optional[bool] = None  # the half-width is within ci_target (None: no target)
+    sizing_note: str = ""                # how the seeds were sized and why the search stopped
 
     def headline(self) -> str:
         """One sentence with the uncertainty, as the CLI prints it."""
         if self.planning_rate <= 0:
-            return f"No rate meets the SLO ({self.slo}); see the notes."
+            text = self.no_rate_text()
+            return f"{text[0].upper()}{text[1:]}. {self.num_simulations} simulations."
         spread = (f"{self.confidence:.0%} CI {self.ci_low:.2f}-{self.ci_high:.2f} over "
                   f"{len(self.searches)} seeds" if len(self.searches) > 1 else "one seed: no spread estimate")
         short = f"{self.sizing.num_requests} requests" if self.sizing.num_requests else f"{self.sizing.duration_s:g} s"
         confirm = (f", confirmed by a {self.sizing.confirm_s:g} s run" if self.confirmed else
                    ", NOT confirmed by a long run (see notes)" if self.confirmed is False else "")
+        sized = f" {self.sizing_note[0].upper()}{self.sizing_note[1:]}." if self.sizing_note else ""
         return (f"One replica sustains {self.planning_rate:.2f} req/s inside {self.slo}{confirm}. "
                 f"Search with {short} runs: {self.capacity_rate:.2f} req/s ({spread}; each seed "
-                f"bracketed within {self.rel_tol:.0%}). {self.num_simulations} simulations.")
+                f"bracketed within {_tol_text(self.bracket_tol or self.rel_tol)}).{sized} "
+                f"{self.num_simulations} simulations.")
+
+    def no_rate_text(self) -> str:
+        """Why there is no planning rate, in the words a planner reads: the lowest rate the
+        search tried and the bounds it missed there."""
+        return no_rate_text({"slo_text": str(self.slo), "evaluations": [asdict(e) for e in self.evaluations]})
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -125,12 +148,49 @@ class CapacityResult:
         return d
 
 
+#: What the page, the CLI and the report say when the planning rate is 0.
+NO_RATE = "no rate meets this SLO on one replica"
+
+
+def no_rate_text(rec: dict) -> str:
+    """``NO_RATE`` with the lowest rate tried and what it missed, from a result record (a
+    saved JSON result reads the same as a live one)."""
+    tried = [e for e in rec.get("evaluations") or [] if e.get("stage", "search") == "search"]
+    if not tried:
+        return f"{NO_RATE} ({rec.get('slo_text')}): no simulation finished"
+    low = min(tried, key=lambda e: e["rate"])
+    if low["passed"]:  # a seed's search was cut short (budget) before it found a passing rate
+        return f"{NO_RATE} on every seed ({rec.get('slo_text')}): see the notes"
+    missed = "; ".join(low.get("violations") or []) or "the SLO"
+    return (f"{NO_RATE} ({rec.get('slo_text')}): even the lowest rate tried, {low['rate']:.3g} req/s, "
+            f"missed {missed}")
+
+
+def rate_text(rate: Optional[float], missing: str = "—") -> str:
+    """A rate in req/s as tables show it: two decimals (21.76), three significant digits below
+    0.1 req/s, where two decimals would round the lowest rates of a search to 0.01."""
+    if rate is None:
+        return missing
+    return f"{rate:,.2f}" if rate >= 0.1 or rate == 0 else f"{rate:.3g}"
+
+
+def _tol_text(tol: float) -> str:
+    """5%, 2.5%, 1.25%: a bracket width as narrow as it was set."""
+    return f"{round(tol * 100, 4):g}%"
+
+
 OnEvaluation = Callable[[Evaluation, int], None]
 #: How often a passing run too short for steady state is repeated longer before it is judged
 #: unstable (its latency keeps growing with the run's length).
 MAX_LENGTHENINGS = 3
 #: How far the confirming long run may step the planning rate down (in bracket widths).
 MAX_CONFIRM_STEPS = 6
+#: The interval target by default: a half-width within 10% of the estimate.
+CI_TARGET = 0.10
+#: Seeds the interval target may grow to by default.
+MAX_SEEDS = 8
+#: The narrowest bracket the interval target asks for (each halving costs a run per seed).
+MIN_REL_TOL = 0.01
 
 
 def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
@@ -139,34 +199,40 @@ def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
                   confidence: float = 0.95, max_simulations: int = 200,
                   prices: Union[None, dict, Sequence[str], str, Path] = None,
                   overrides: Sequence[str] = (), base_dir: Optional[Union[str, Path]] = None,
-                  on_evaluation: Optional[OnEvaluation] = None, workers: int = 0) -> CapacityResult:
+                  on_evaluation: Optional[OnEvaluation] = None, workers: int = 0,
+                  ci_target: Optional[float] = CI_TARGET, max_seeds: int = MAX_SEEDS) -> CapacityResult:
     """Search the per-replica capacity of ``config`` under ``slo``.
 
     Every simulation is sized by ``sizing`` (default: arrivals spanning 60 s, lengthened when
     that is under four mean end-to-end latencies). The config is run as one replica
     (``parallel.num_replicas`` is set to 1) with the SLO's bounds as its per-request SLO.
-    ``workers`` processes prefetch simulations (0: one per CPU, at most 4; 1: none); the result
-    is the same for any number.
+    ``seeds`` are searched at least; with ``ci_target`` (a relative half-width; 0 or None: off)
+    brackets are narrowed and seeds added, up to ``max_seeds`` (never fewer than ``seeds``),
+    until the interval is that narrow. ``workers`` processes prefetch simulations (0: one per
+    CPU, at most 4; 1: none); the result is the same for any number.
     """
     sizing = sizing or RunSizing()
     _check_args(seeds, rel_tol, target_rate, start_rate, max_simulations, sizing, workers)
+    target = _check_target(ci_target, max_seeds)
     extra = list(overrides) + slo.overrides() + ["parallel.num_replicas=1"]
     base = config_mod.build_config(config, extra)
     table = price_table(prices)
     evaluator = _Evaluator(base, slo, sizing, base_dir, max_simulations, on_evaluation)
     start = start_rate or _configured_rate(base)
     first = _search(evaluator, base["seed"], start, 2.0, rel_tol, start)
-    searches = [first]
     # The other seeds start from the first seed's answer, one bracket width at a time: being
     # independent of each other, they are searched side by side.
-    guess, grow = (first.low, 1.0 + 2.0 * rel_tol) if first.low else (start, 2.0)
-    others = [base["seed"] + i for i in range(1, seeds)]
-    with _pool(workers, len(others)) as pool:
+    plan_ = _SeedPlan(base["seed"], start, max(seeds, max_seeds) if target else seeds)
+    with _pool(workers, plan_.most - 1) as pool:
         evaluator.pool = pool
-        evaluator.prefetch_searches(others, guess, grow, rel_tol, start)
-        searches += [_search(evaluator, seed, guess, grow, rel_tol, start) for seed in others]
-        return _assemble(base, slo, evaluator, searches, rel_tol, confidence, target_rate, table,
-                         sizing)
+        searches = [first] + plan_.add(evaluator, seeds - 1, rel_tol, [first])
+        sized = _size(evaluator, plan_, searches, rel_tol, confidence, target)
+        result = _assemble(base, slo, evaluator, sized.searches, rel_tol, confidence, target_rate,
+                           table, sizing)
+    result.ci_target, result.max_seeds = target, plan_.most if target else None
+    result.bracket_tol, result.ci_half_width = sized.tol, sized.half
+    result.interval_met, result.sizing_note = sized.met, sized.note
+    return result
 
 
 _Key = tuple  # (rate as recorded, seed, arrival seconds)
@@ -299,13 +365,23 @@ def _pool(workers: int, tasks: int) -> Iterator[Any]:
     if n <= 1:
         yield None
         return
-    methods = multiprocessing.get_all_start_methods()
-    pool = multiprocessing.get_context("fork" if "fork" in methods else "spawn").Pool(n)
+    pool = multiprocessing.get_context(_start_method()).Pool(n)
     try:
         yield pool
     finally:
         pool.terminate()
         pool.join()
+
+
+def _start_method() -> str:
+    """``fork`` from a single-threaded process (the CLI): workers start at once with
+    everything imported. From a process with other threads (the dashboard's server, a web
+    app) a forked child can inherit a lock another thread held and hang for ever, so the
+    workers are started clean (``forkserver``, else ``spawn``)."""
+    methods = multiprocessing.get_all_start_methods()
+    if "fork" in methods and threading.active_count() == 1:
+        return "fork"
+    return "forkserver" if "forkserver" in methods else "spawn"
 
 
 def with_rate(cfg: dict, rate: float, seed: Optional[int] = None,
@@ -346,6 +422,11 @@ def _search(ev: _Evaluator, seed: int, guess: float, grow: float, rel_tol: float
                     worst = "; ".join(ev(rate, seed).violations)
                     return SeedSearch(seed, None, hi, f"SLO missed even at {rate:.4g} req/s ({worst})")
                 rate = max(rate / grow, min_rate)
+    return _narrow(ev, seed, lo, hi, rel_tol)
+
+
+def _narrow(ev: _Evaluator, seed: int, lo: float, hi: float, rel_tol: float) -> SeedSearch:
+    """Bisect one seed's bracket in log space until it is narrower than ``rel_tol``."""
     while hi / lo > 1.0 + rel_tol:
         if ev.exhausted:
             return SeedSearch(seed, lo, hi, "simulation budget spent before the bracket was narrow enough")
@@ -359,11 +440,148 @@ def _search(ev: _Evaluator, seed: int, guess: float, grow: float, rel_tol: float
     return SeedSearch(seed, lo, hi)
 
 
+# ---------------------------------------------------------------- sizing the interval
+
+@dataclass
+class _SeedPlan:
+    """Which seeds come next and where their searches start: from the first seed's answer,
+    one bracket width at a time (from the start rate, doubling, when it found none)."""
+
+    first_seed: int
+    start: float
+    most: int   # seeds the search may grow to
+
+    def add(self, ev: _Evaluator, count: int, tol: float, searches: list[SeedSearch]) -> list[SeedSearch]:
+        """Up to ``count`` more seeds, numbered after ``searches`` and searched side by side."""
+        n = len(searches)
+        seeds = [self.first_seed + i for i in range(n, min(n + count, self.most))]
+        first = searches[0].low
+        guess, grow = (first, 1.0 + 2.0 * tol) if first else (self.start, 2.0)
+        ev.prefetch_searches(seeds, guess, grow, tol, self.start)
+        return [_search(ev, seed, guess, grow, tol, self.start) for seed in seeds]
+
+
+@dataclass
+class _Sized:
+    """The seeds the interval target settled on, the brackets' final width, and why it stopped."""
+
+    searches: list[SeedSearch]
+    tol: float
+    half: Optional[float]   # the interval's half-width relative to the estimate (None: no estimate)
+    met: Optional[bool]     # None: no target
+    note: str
+
+
+def _size(ev: _Evaluator, plan_: _SeedPlan, searches: list[SeedSearch], rel_tol: float,
+          confidence: float, target: Optional[float]) -> _Sized:
+    """Narrow the brackets or add seeds until the interval's half-width is within ``target``
+    of the estimate, the seeds run out (``plan_.most``) or the budget does. Narrowing comes
+    first when the brackets alone could explain the seeds' spread: a run per seed is cheaper
+    than a new seed's search, and more seeds would only average bracket error."""
+    tol = rel_tol
+    while True:
+        mean, lo, hi = seed_interval(searches, confidence)
+        half = relative_half_width(mean, lo, hi, len(searches))
+        met = half is not None and target is not None and half <= target
+        no_rate = not all(s.low for s in searches)  # the planning rate is 0 whatever comes next
+        if not target or no_rate or met or ev.exhausted:
+            break
+        sd, bracket = _spreads(searches)
+        if 0 < bracket >= sd and tol > MIN_REL_TOL:
+            tol = max(tol / 2, MIN_REL_TOL)
+            searches = _narrow_all(ev, searches, tol)
+            continue
+        if len(searches) >= plan_.most:
+            break
+        more = _more_seeds(len(searches), max(sd, bracket), mean, target, confidence, plan_.most)
+        searches = searches + plan_.add(ev, more, tol, searches)
+    note = _sizing_note(len(searches), half, target, no_rate, tol, rel_tol, ev.exhausted)
+    return _Sized(searches, tol, half, None if not target or no_rate else met, note)
+
+
+def _narrow_all(ev: _Evaluator, searches: list[SeedSearch], tol: float) -> list[SeedSearch]:
+    """Every complete bracket narrowed to ``tol``; each seed's first bisection starts at once."""
+    open_ = [s for s in searches if s.low and s.high and not s.note]
+    for s in open_:
+        ev.prefetch(math.sqrt(s.low * s.high), s.seed)
+    return [_narrow(ev, s.seed, s.low, s.high, tol) if s in open_ else s for s in searches]
+
+
+def _more_seeds(n: int, spread: float, mean: float, target: float, confidence: float, most: int) -> int:
+    """Seeds to add: as many as the present spread says the target needs, at most doubling
+    (a spread from few seeds is itself a rough estimate) and at least one."""
+    need = most
+    for m in range(n + 1, most + 1):
+        if _t_quantile(m - 1, confidence) * spread / math.sqrt(m) <= target * mean:
+            need = m
+            break
+    return max(1, min(need, 2 * n, most) - n)
+
+
+def seed_interval(searches: Sequence[SeedSearch], confidence: float) -> tuple[float, float, float]:
+    """(mean, low, high) of the seeds' highest passing rates: a Student-t interval whose spread
+    is never taken as smaller than the brackets alone could make it, so seeds that land in the
+    same bracket do not claim a zero-width interval. One seed: zero width (no estimate)."""
+    lows = [s.low or 0.0 for s in searches]
+    mean = sum(lows) / len(lows)
+    spread = max(_spreads(searches))
+    if len(lows) < 2 or spread == 0:
+        return mean, mean, mean
+    half = _t_quantile(len(lows) - 1, confidence) * spread / math.sqrt(len(lows))
+    return mean, mean - half, mean + half
+
+
+def relative_half_width(mean: float, lo: float, hi: float, n: int) -> Optional[float]:
+    """The interval's half-width as a fraction of the estimate (None: one seed, or no rate)."""
+    if n < 2 or mean <= 0:
+        return None
+    return (hi - lo) / 2 / mean
+
+
+def _spreads(searches: Sequence[SeedSearch]) -> tuple[float, float]:
+    """(the sample standard deviation of the seeds' highest passing rates, the largest one their
+    brackets alone could give: half the mean bracket width, corrected for n - 1)."""
+    n = len(searches)
+    if n < 2:
+        return 0.0, 0.0
+    lows = [s.low or 0.0 for s in searches]
+    mean = sum(lows) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in lows) / (n - 1))
+    widths = [s.high - s.low for s in searches if s.low and s.high]
+    bracket = sum(widths) / len(widths) / 2 * math.sqrt(n / (n - 1)) if widths else 0.0
+    return sd, bracket
+
+
+def _t_quantile(df: int, confidence: float) -> float:
+    # scipy.special's Student-t inverse is what scipy.stats.t.ppf calls (scipy.stats costs 0.4 s
+    # to import, most of a capacity search's start-up).
+    from scipy.special import stdtrit
+
+    return float(stdtrit(df, 0.5 + confidence / 2))
+
+
+def _sizing_note(n: int, half: Optional[float], target: Optional[float], no_rate: bool, tol: float,
+                 rel_tol: float, exhausted: bool) -> str:
+    """How the seeds were sized, in one sentence: the number, the interval, why it stopped."""
+    if no_rate:
+        return f"no interval: {NO_RATE}"
+    width = "no spread estimate" if half is None else f"interval ±{half:.1%}"
+    seeds = f"{n} seed{'s' if n > 1 else ''}"
+    if not target:
+        return f"{seeds} as asked, {width} (no interval target)"
+    narrowed = (f"; brackets narrowed from {_tol_text(rel_tol)} to {_tol_text(tol)}, as the seeds "
+                f"agreed within their bracket width" if tol < rel_tol else "")
+    if half is not None and half <= target:
+        return f"interval within ±{_tol_text(target)} (±{half:.1%} over {n} seeds){narrowed}"
+    why = "the simulation budget ran out" if exhausted else "more seeds or longer runs narrow it"
+    return f"stopped at {seeds}: {width}, wider than the ±{_tol_text(target)} target ({why}){narrowed}"
+
+
 def _assemble(base: dict, slo: SLO, ev: _Evaluator, searches: list[SeedSearch], rel_tol: float,
               confidence: float, target_rate: Optional[float], table: dict,
               sizing: RunSizing) -> CapacityResult:
     lows = [s.low or 0.0 for s in searches]
-    mean, lo, hi = mean_interval(lows, confidence)
+    mean, lo, hi = seed_interval(searches, confidence)
     planning = min(lows)
     notes = [f"seed {s.seed}: {s.note}" for s in searches if s.note]
     short = [e for e in ev.order if e.passed and not e.metrics.get("steady")]
@@ -462,6 +680,17 @@ def _configured_rate(cfg: dict) -> float:
     if isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0:
         return float(rate)
     return 1.0
+
+
+def _check_target(ci_target: Optional[float], max_seeds: int) -> Optional[float]:
+    """The interval target as a fraction (None: off, for 0 or None), or a one-line error."""
+    from sim.errors import ConfigError
+
+    if ci_target is not None and not (0 <= ci_target < 1):
+        raise ConfigError(f"--ci-target: expected a fraction in [0, 1) (0: seeds fixed), got {ci_target}")
+    if not 1 <= max_seeds <= 64:
+        raise ConfigError(f"--max-seeds: expected 1 to 64, got {max_seeds}")
+    return ci_target or None
 
 
 def _check_args(seeds: int, rel_tol: float, target_rate, start_rate, budget: int,
