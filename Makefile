@@ -16,7 +16,7 @@ NATIVE_STAMP := $(VENV)/.native
 NATIVE_SOURCES := $(wildcard sim/policies/*.py sim/policies/*/*.py) sim/fast_decode.py \
 	sim/simulation.py sim/native.py sim/native_build.py
 
-.PHONY: install install-dev native demo test test-all bench clean
+.PHONY: install install-dev native demo test test-all bench screenshots clean
 
 install: $(CORE_STAMP) $(NATIVE_STAMP)
 
@@ -57,6 +57,10 @@ bench: install-dev $(NATIVE_STAMP)
 	$(BIN)/python benchmarks/sim_speed.py
 	$(BIN)/python benchmarks/cost_model_vs_vidur.py
 	$(BIN)/python benchmarks/runtime_vs_hf.py
+
+# The dashboard's pages in headless Chromium (apt-get install chromium), saved to docs/img.
+screenshots: install-dev $(NATIVE_STAMP)
+	KVPLAN_SCREENSHOT_DIR=docs/img $(BIN)/python -m pytest tests/dashboard/test_browser.py -q -k every_page
 
 clean:
 	test ! -x $(BIN)/python || $(BIN)/python -m sim.native_build clean
