@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from cli import analysis, calibration, engine
+from cli.serve import serve
 from cli.simulate import simulate
 from sim.errors import KvplanError
 
@@ -57,6 +58,7 @@ def _root(
 for _fn in (simulate, analysis.capacity, analysis.sweep, analysis.ab, analysis.report,
             analysis.dashboard, calibration.calibrate, calibration.validate, engine.generate):
     app.command()(_fn)
+app.command()(serve)
 
 bench_app = typer.Typer(help="Benchmarks of the real engine.", no_args_is_help=True)
 bench_app.command("runtime")(engine.bench_runtime)
