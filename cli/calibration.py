@@ -207,10 +207,10 @@ def validate(
         help="Score the simulator against a run measured outside kvplan instead (repeatable): an "
              "inference-perf run folder, a vllm bench serve --save-result JSON or a GuideLLM report "
              "JSON. No runtime needed; server settings come from the run, the rest from --set."),
-    hardware: Optional[str] = typer.Option(None, "--hardware", help="With --real: the GPU (default: from the run or its folder name)."),
-    set_: List[str] = typer.Option([], "--set", help="With --real: scenario overrides key=value (repeatable)."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="With --real: the GPU (default: from the run or its folder name). With --endpoint: the GPU the server runs on (prices steps with the GPU cost model)."),
+    set_: List[str] = typer.Option([], "--set", help="With --real or --endpoint: scenario overrides key=value (repeatable; with --endpoint, workload.* keys shape the requests sent)."),
     stage_seconds: Optional[float] = typer.Option(None, "--stage-seconds", help="With --real: simulate at most this many seconds of each load stage (quick check)."),
-    source: Optional[str] = typer.Option(None, "--source", help="With --real: step pricer (cost_model.source): auto, roofline, operator_tables or profile."),
+    source: Optional[str] = typer.Option(None, "--source", help="With --real or --endpoint --hardware: step pricer (cost_model.source): auto, roofline, operator_tables or profile."),
     rate: float = typer.Option(2.0, "--rate", help="Poisson arrival rate (req/s)."),
     num_requests: int = typer.Option(64, "--num-requests"),
     scale: float = typer.Option(0.125, "--scale", help="Multiplies ShareGPT lengths (161 in / 338 out)."),
@@ -228,12 +228,35 @@ def validate(
              "table and draft availability the engine measured."),
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     as_json: bool = typer.Option(False, "--json", help="Print validation.json's metrics as JSON."),
+    endpoint: Optional[str] = typer.Option(
+        None, "--endpoint",
+        help="Score the simulator against a running OpenAI-compatible server instead (e.g. "
+             "http://127.0.0.1:8000/v1): kvplan loadgen sends the workload (--rate, --num-requests, "
+             "--scale, or --config/--set workload.*), the simulator replays the same requests with "
+             "--profile (kvplan serve) or the GPU cost model on --hardware (vLLM); the HTTP overhead "
+             "is measured from the server's /metrics. --model: the served model to request."),
+    config: Optional[Path] = typer.Option(None, "--config", help="With --endpoint: a scenario YAML whose workload section is sent."),
+    duration_limit: float = typer.Option(600.0, "--duration-limit", help="With --endpoint: send nothing after this many seconds."),
+    api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="With --endpoint: sent as a Bearer token (default: $OPENAI_API_KEY)."),
+    endpoint_type: str = typer.Option("completions", "--endpoint-type", help="With --endpoint: completions or chat."),
 ) -> dict:
     """One workload through the real engine and the simulator; errors side by side in validation.json.
-    With --real: the simulator against measured benchmark runs, stage by stage."""
+    With --real: the simulator against measured benchmark runs, stage by stage. With --endpoint:
+    against a live server, the same requests on both sides."""
     if real:
         return validate_real_runs(real, out, hardware=hardware, model=model, overrides=set_, seed=seed,
                                   stage_seconds=stage_seconds, source=source, as_json=as_json)
+    if endpoint is not None:
+        from cli.loadgen import validate_endpoint
+
+        require("--num-requests", num_requests, 1 <= num_requests <= MAX_VALIDATION_REQUESTS,
+                f"an integer from 1 to {MAX_VALIDATION_REQUESTS:,}")
+        return validate_endpoint(
+            endpoint, out, profile=profile, hardware=hardware, config=config, overrides=set_, source=source,
+            sim_model=sim_model, model=model, rate=rate, num_requests=num_requests, scale=scale, seed=seed,
+            duration_limit=duration_limit, api_key=api_key, endpoint_type=endpoint_type, policy=policy,
+            max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+            progress=progress, as_json=as_json)
     if profile is None:
         raise ConfigError("--profile: required (a profile file from kvplan calibrate), unless --real is given")
     from sim.pricing.profile_file import load_profile

@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from cli import analysis, calibration, engine
+from cli.loadgen import loadgen
 from cli.serve import serve
 from cli.simulate import simulate
 from sim.errors import KvplanError
@@ -56,7 +57,7 @@ def _root(
 
 
 for _fn in (simulate, analysis.capacity, analysis.sweep, analysis.ab, analysis.report,
-            analysis.dashboard, calibration.calibrate, calibration.validate, engine.generate):
+            analysis.dashboard, calibration.calibrate, calibration.validate, engine.generate, loadgen):
     app.command()(_fn)
 app.command()(serve)
 
