@@ -18,6 +18,7 @@ import typer
 from rich.console import Console
 
 from cli import analysis, calibration, engine
+from cli.autoscale import autoscale
 from cli.loadgen import loadgen
 from cli.serve import serve
 from cli.simulate import simulate
@@ -60,6 +61,7 @@ for _fn in (simulate, analysis.capacity, analysis.sweep, analysis.ab, analysis.r
             analysis.dashboard, calibration.calibrate, calibration.validate, engine.generate, loadgen):
     app.command()(_fn)
 app.command()(serve)
+app.command()(autoscale)
 
 bench_app = typer.Typer(help="Benchmarks of the real engine.", no_args_is_help=True)
 bench_app.command("runtime")(engine.bench_runtime)

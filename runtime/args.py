@@ -55,6 +55,13 @@ class EngineArgs:
     #: GiB (2**30 bytes) of host memory for swapped KV (vLLM's name, unit and default); the
     #: scenario's ``kv_cache.swap_space_gb`` is the same number in the same unit.
     swap_space: float = 4.0
+    #: KV offload tiers under the prefix cache (``sim.policies.kv.offload``, the scenario's
+    #: ``kv_cache.cpu_offload_gb`` / ``ssd_offload_gb``, GiB): prefix blocks evicted from the
+    #: device pool are kept in host memory, then in files under ``kv_offload_dir`` (a temporary
+    #: directory when None), and loaded back on a hit. 0 = tier off; needs prefix caching.
+    kv_offload_cpu_gb: float = 0.0
+    kv_offload_ssd_gb: float = 0.0
+    kv_offload_dir: Optional[str] = None
     trace_path: Optional[str] = None  # JSONL step trace
     num_threads: Optional[int] = None  # torch intra-op threads on CPU
     attention_backend: str = "auto"  # auto (Triton on CUDA, sdpa on CPU) | triton | sdpa | torch
@@ -92,6 +99,8 @@ class EngineArgs:
         kv_cache.gpu_memory_utilization gpu_memory_utilization
         kv_cache.max_model_len          max_model_len
         kv_cache.swap_space_gb          swap_space (both GiB)
+        kv_cache.cpu_offload_gb         kv_offload_cpu_gb (both GiB)
+        kv_cache.ssd_offload_gb         kv_offload_ssd_gb (both GiB)
         kv_cache.num_gpu_blocks         num_kv_blocks
         scheduler.policy                scheduling_policy, enable_chunked_prefill
         scheduler.max_num_seqs          max_num_seqs
@@ -106,7 +115,7 @@ class EngineArgs:
         ``scheduler.async_scheduling`` true (the engine's loop is synchronous), and more than one GPU or replica (``parallel.*``). Simulator-only keys are not used:
         ``model``, ``hardware``, ``kv_cache.reserve``, ``cost_model``, the acceptance model
         (``speculative.acceptance*``, ``draft_cost_ratio``, ``draft_availability``: the runtime
-        measures these), ``slo`` and ``workload``.
+        measures these), the offload tiers' bandwidths (measured too), ``slo`` and ``workload``.
         """
         kv, sched, par = scenario.kv_cache, scenario.scheduler, scenario.parallel
         unsupported = [
@@ -132,6 +141,8 @@ class EngineArgs:
             "gpu_memory_utilization": kv.gpu_memory_utilization,
             "max_model_len": kv.max_model_len,
             "swap_space": kv.swap_space_gb,
+            "kv_offload_cpu_gb": kv.cpu_offload_gb,
+            "kv_offload_ssd_gb": kv.ssd_offload_gb,
             "num_kv_blocks": kv.num_gpu_blocks,
             "scheduling_policy": sched.policy,
             "enable_chunked_prefill": SCHEDULERS[sched.policy].chunked_prefill,
@@ -178,6 +189,13 @@ class EngineArgs:
                               f"got {self.preemption_mode!r}")
         if not 0 <= self.swap_space < float("inf"):  # also NaN
             raise ConfigError(f"swap_space must be >= 0 GiB and finite, got {self.swap_space}")
+        for name in ("kv_offload_cpu_gb", "kv_offload_ssd_gb"):
+            gib = getattr(self, name)
+            if not 0 <= gib < float("inf"):
+                raise ConfigError(f"{name} must be >= 0 GiB and finite, got {gib}")
+            if gib > 0 and not self.enable_prefix_caching:
+                raise ConfigError(f"{name}: KV offload tiers need enable_prefix_caching (only cached "
+                                  f"prefix blocks are offloaded)")
 
     def torch_device(self) -> torch.device:
         if self.device == "auto":

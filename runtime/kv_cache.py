@@ -8,7 +8,10 @@ what weights and a warm-up forward already took; on CPU, an explicit byte budget
 
 from __future__ import annotations
 
+import tempfile
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
 
 import torch
 
@@ -118,3 +121,106 @@ class HostSwapSpace:
     def drop(self, request_id: str) -> None:
         """Forget a host copy (the request was aborted or finished while swapped)."""
         self._copies.pop(request_id, None)
+
+
+class HostKVOffload:
+    """The bytes behind the ``sim.policies`` KV offload tiers: prefix blocks evicted from the
+    device pool kept in host memory (tier ``cpu``) and in files on a local disk (tier ``ssd``),
+    loaded back into device blocks on a prefix hit (LMCache's local CPU and disk backends, vLLM's
+    offloading connector).
+
+    The allocator's ``OffloadTiers`` decides every movement and records it in its ``journal``;
+    ``apply`` replays the journal in order before the step's forward pass: an evicted block's
+    device copy is still intact then (it was only handed to its new owner in this schedule), and
+    a loaded block must hold its KV before attention reads it. ``tier_kinds[i]`` says where tier
+    ``i`` keeps bytes: ``"memory"`` or ``"disk"`` (one file per block under ``directory``).
+    """
+
+    def __init__(self, cache: KVCache, tier_kinds: list[str], directory: Optional[str] = None) -> None:
+        if any(k not in ("memory", "disk") for k in tier_kinds):
+            raise ValueError(f"offload tier kinds must be memory or disk, got {tier_kinds}")
+        self.cache = cache
+        self.tier_kinds = tier_kinds
+        self._pin = cache.data.device.type == "cuda"
+        self._memory: dict[int, torch.Tensor] = {}  # block hash -> [2, layers, bs, heads, dim]
+        self._on_disk: set[int] = set()
+        self._tmp: Optional[tempfile.TemporaryDirectory] = None
+        if "disk" in tier_kinds and directory is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="kvplan-kv-offload-")
+            directory = self._tmp.name
+        self.directory = Path(directory) if directory is not None else None
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        self.num_blocks_out = 0  # device -> host copies
+        self.num_blocks_in = 0  # host -> device copies
+        self.num_disk_writes = 0
+        self.num_disk_reads = 0
+
+    @property
+    def num_resident(self) -> dict[str, int]:
+        """Blocks held now, per place (the tiers' LRUs must agree: ``check``)."""
+        return {"memory": len(self._memory), "disk": len(self._on_disk)}
+
+    def apply(self, journal: list[tuple[str, int, int]]) -> int:
+        """Replay ``journal`` (then the caller clears it); returns the blocks copied to or
+        from the device."""
+        moved = 0
+        for kind, h, where in journal:
+            if kind == "out":
+                self._put(h, 0, self.cache.data[:, :, where].to("cpu", copy=True))
+                moved += 1
+                self.num_blocks_out += 1
+            elif kind == "move":
+                self._put(h, where, self._take(h))
+            elif kind == "in":
+                block = self._take(h).to(self.cache.data.device, non_blocking=self._pin)
+                self.cache.data[:, :, where].copy_(block)
+                moved += 1
+                self.num_blocks_in += 1
+            elif kind in ("drop", "discard"):
+                self._take(h)
+            else:
+                raise RuntimeError(f"KV offload journal: unknown entry {kind!r}")
+        return moved
+
+    def check(self, resident_per_tier: list[int]) -> None:
+        """Every hash the tiers hold has its bytes here, and nothing else is kept."""
+        want = {"memory": 0, "disk": 0}
+        for kind, n in zip(self.tier_kinds, resident_per_tier):
+            want[kind] += n
+        if want != self.num_resident:
+            raise AssertionError(f"KV offload: tiers hold {want} blocks, host keeps {self.num_resident}")
+
+    def _put(self, h: int, tier: int, block: torch.Tensor) -> None:
+        if self.tier_kinds[tier] == "memory":
+            self._memory[h] = block.pin_memory() if self._pin else block
+            return
+        assert self.directory is not None
+        torch.save(block, self.directory / f"{h & 0xFFFFFFFFFFFFFFFF:016x}.pt")
+        self._on_disk.add(h)
+        self.num_disk_writes += 1
+
+    def _take(self, h: int) -> torch.Tensor:
+        block = self._memory.pop(h, None)
+        if block is not None:
+            return block
+        if h not in self._on_disk:
+            raise RuntimeError(f"KV offload: block hash {h} has no host copy")
+        assert self.directory is not None
+        path = self.directory / f"{h & 0xFFFFFFFFFFFFFFFF:016x}.pt"
+        block = torch.load(path)
+        path.unlink()
+        self._on_disk.discard(h)
+        self.num_disk_reads += 1
+        return block
+
+    def close(self) -> None:
+        """Remove the disk tier's files (a temporary directory is removed whole)."""
+        for h in list(self._on_disk):
+            if self.directory is not None:
+                (self.directory / f"{h & 0xFFFFFFFFFFFFFFFF:016x}.pt").unlink(missing_ok=True)
+        self._on_disk.clear()
+        self._memory.clear()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None

@@ -23,7 +23,7 @@ from typing import Optional, Sequence, Union
 import torch
 
 from runtime.args import EngineArgs
-from runtime.kv_cache import (HostSwapSpace, allocate_kv_cache, block_bytes, num_blocks_for_budget,
+from runtime.kv_cache import (HostKVOffload, HostSwapSpace, allocate_kv_cache, block_bytes, num_blocks_for_budget,
                               num_blocks_for_gpu)
 from runtime.model_runner import ModelRunner, PreparedStep
 from runtime.outputs import RequestOutput, request_output
@@ -33,9 +33,15 @@ from runtime.tracing import StepTracer
 from runtime.weights import LoadedModel, load_model
 from sim.errors import ConfigError
 from sim.policies import Request, ScheduledRequest, StepPlan, StepResult
-from sim.policies.kv import KVAllocator, make_allocator
+from sim.policies.kv import KVAllocator, OffloadTier, OffloadTiers, make_allocator
 from sim.policies.schedulers import Scheduler, make_scheduler
 from sim.scenario import swap_space_blocks
+
+#: Where each offload tier keeps its bytes (runtime.kv_cache.HostKVOffload).
+OFFLOAD_TIER_KINDS = {"cpu": "memory", "ssd": "disk"}
+#: Nominal read bandwidths (bytes/s) of the tiers: a host memcpy / PCIe-class link, and a
+#: PCIe 4.0 NVMe drive (the simulator's default, kv_cache.ssd_offload_bandwidth_gbs).
+OFFLOAD_NOMINAL_BANDWIDTH = {"cpu": 25e9, "ssd": 6e9}
 
 DEFAULT_CPU_KV_BYTES = 512 * 2**20
 
@@ -69,6 +75,12 @@ class LLMEngine:
         self.allocator, self.scheduler = self._make_policy(num_blocks)
         self.runner = ModelRunner(loaded.model, self.kv_cache, self.device, args.attention_backend)
         self.swap_space = HostSwapSpace(self.kv_cache)
+        self.kv_offload: Optional[HostKVOffload] = None
+        tiers = getattr(self.allocator, "offload", None)
+        if tiers is not None:
+            tiers.journal = []
+            self.kv_offload = HostKVOffload(self.kv_cache, [OFFLOAD_TIER_KINDS[t.name] for t in tiers.tiers],
+                                            args.kv_offload_dir)
         self.sampler = Sampler()
         self.proposer: Optional[NgramProposer] = None
         if args.num_speculative_tokens:
@@ -101,7 +113,7 @@ class LLMEngine:
             swap_slots = swap_space_blocks(a.swap_space, per_block) * a.block_size
         allocator = make_allocator("paged", num_slots=num_blocks * a.block_size, block_size=a.block_size,
                                    prefix_caching=a.enable_prefix_caching, max_model_len=self.max_model_len,
-                                   swap_slots=swap_slots)
+                                   swap_slots=swap_slots, offload=self._offload_tiers())
         try:
             scheduler = make_scheduler(a.policy(), allocator, max_model_len=self.max_model_len,
                                        max_num_seqs=a.max_num_seqs,
@@ -112,6 +124,25 @@ class LLMEngine:
         except ValueError as e:
             raise ConfigError(str(e)) from None
         return allocator, scheduler
+
+    def _offload_tiers(self) -> Optional[OffloadTiers]:
+        """The allocator's KV offload tiers (``kv_offload_cpu_gb``, ``kv_offload_ssd_gb``) in
+        whole blocks, as the simulator sizes them (``sim.scenario.swap_space_blocks``); None
+        when both are off. Bandwidths are nominal (they weight the traced ``num_swap_tokens`` of
+        a load and the tiers' load_s statistic): the engine's own time is measured."""
+        a = self.args
+        per_block = block_bytes(self.config, a.block_size, self.dtype)
+        tiers = []
+        for name, gib in (("cpu", a.kv_offload_cpu_gb), ("ssd", a.kv_offload_ssd_gb)):
+            if gib <= 0:
+                continue
+            blocks = swap_space_blocks(gib, per_block)
+            if blocks < 1:
+                raise ConfigError(f"kv_offload_{name}_gb: {gib!r} GiB holds no whole KV block of {per_block} bytes")
+            bandwidth = OFFLOAD_NOMINAL_BANDWIDTH[name]
+            tiers.append(OffloadTier(name, blocks, bandwidth, float(per_block),
+                                     OFFLOAD_NOMINAL_BANDWIDTH["cpu"] / bandwidth))
+        return OffloadTiers(tiers, a.block_size) if tiers else None
 
     def _num_kv_blocks(self) -> int:
         a = self.args
@@ -215,8 +246,7 @@ class LLMEngine:
         t_sched = self.now()
         plan = self.scheduler.schedule(t_sched)
         start = self.now()
-        if plan.swap_out_blocks or plan.swap_in_blocks:  # before anything writes the cache
-            self.swap_space.apply(plan.swap_out_blocks, plan.swap_in_blocks)
+        self._move_kv(plan)
         done: list[RequestOutput] = [self._retire(r) for r in plan.rejected]
         if not plan.scheduled:
             if not plan.shape.is_empty:
@@ -322,14 +352,38 @@ class LLMEngine:
             text = self.tokenizer.decode(req.output_token_ids, skip_special_tokens=params.skip_special_tokens)
         return request_output(req, prompt, text)
 
+    def _move_kv(self, plan: StepPlan) -> None:
+        """Host <-> device copies the schedule decided, before anything writes the cache, in the
+        order the schedule made them: swap-outs (preemption, first), the offload tiers' journal
+        (evictions of cached blocks and loads back, during admission), then swap-ins."""
+        journal = self.allocator.offload.journal if self.kv_offload is not None else None  # type: ignore[attr-defined]
+        if not (plan.swap_out_blocks or plan.swap_in_blocks or journal):
+            return
+        if plan.swap_out_blocks:
+            self.swap_space.apply(plan.swap_out_blocks, {})
+        if journal:
+            assert self.kv_offload is not None
+            self.kv_offload.apply(journal)
+            journal.clear()
+        if plan.swap_in_blocks:
+            self.swap_space.apply({}, plan.swap_in_blocks)
+
     # --- health ---------------------------------------------------------------------------------
     def num_leaked_blocks(self) -> int:
         """Blocks held although no request is live (0 after every run: tests check it)."""
         if self.has_unfinished():
             raise RuntimeError("requests are still in flight")
         self.allocator.check_invariants()
+        if self.kv_offload is not None:
+            tiers = self.allocator.offload  # type: ignore[attr-defined]
+            # Journal entries left by the last schedule's update (discards) are replayed first.
+            self.kv_offload.apply(tiers.journal)
+            tiers.journal.clear()
+            self.kv_offload.check([len(t) for t in tiers.tiers])
         return (self.allocator.num_slots - self.allocator.num_free_slots) // self.allocator.block_size
 
     def close(self) -> None:
         self.tracer.close()
+        if self.kv_offload is not None:
+            self.kv_offload.close()
 

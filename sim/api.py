@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 from sim import config as config_mod
 from sim.simulation import STEP_COLUMNS, Simulation
 from sim.errors import ConfigError
-from sim.metrics import summarize, summary_of
+from sim.metrics import offload_summary, summarize, summary_of
 from sim.policies.kv import make_allocator
 from sim.policies.request import Request
 from sim.policies.router import Router
@@ -33,7 +33,9 @@ if TYPE_CHECKING:
     from sim.catalog.hardware import HardwareSpec
     from sim.catalog.models import ModelSpec
     from sim.memory_plan import MemoryPlan
+    from sim.policies.kv import OffloadTiers
     from sim.pricing.base import StepPricer
+    from sim.workload.sessions import SessionLinks
 
 REQUEST_COLUMNS = (
     "request_id", "arrival_s", "prompt_len", "output_len", "state", "reject_reason",
@@ -241,21 +243,27 @@ def _auto_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
 
 
 def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swap_slots: int = 0,
-                            model: Optional["ModelSpec"] = None):
+                            model: Optional["ModelSpec"] = None, kv_bytes_per_token: float = 0.0):
     """One replica's allocator over ``num_slots`` KV slots and its scheduler (``model``: the
-    scenario's, when the caller has resolved it already)."""
+    scenario's, when the caller has resolved it already; ``kv_bytes_per_token``: one GPU's, to
+    size KV offload tiers, resolved from the scenario when 0 and tiers are on)."""
     from sim.catalog.models import get_model
     from sim.memory_plan import sliding_window_kv
 
     sc = as_scenario(scenario)
     model = model or get_model(sc.model)
     kv, sched = sc.kv_cache, sc.scheduler
+    offload = None
+    if kv.offload_enabled:
+        if not kv_bytes_per_token:
+            kv_bytes_per_token = resolve_deployment(sc).memory.kv_bytes_per_token
+        offload = offload_tiers_of(sc, kv_bytes_per_token)
     try:
         allocator = make_allocator(
             kv.allocator, num_slots=num_slots, block_size=kv.block_size,
             prefix_caching=kv.prefix_caching, reserve=kv.reserve,
             max_model_len=kv.max_model_len, swap_slots=swap_slots,
-            window=sliding_window_kv(model, kv.block_size),
+            window=sliding_window_kv(model, kv.block_size), offload=offload,
         )
         return make_scheduler(
             sched.policy, allocator, max_model_len=kv.max_model_len,
@@ -266,6 +274,34 @@ def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swa
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def offload_tiers_of(scenario: Scenario, kv_bytes_per_token: float) -> Optional["OffloadTiers"]:
+    """The KV offload tiers of one engine (``kv_cache.cpu_offload_*``, ``ssd_offload_*``), or
+    None when both are off. Capacities in whole blocks of one GPU's KV shard (as the swap
+    space); a tier's loads are priced as host-link swap tokens scaled by the host link's
+    bandwidth (the catalog's PCIe) over the tier's (``OffloadLoad``)."""
+    from sim.catalog.hardware import GB, get_hardware
+    from sim.policies.kv import OffloadTier, OffloadTiers
+
+    kv = scenario.kv_cache
+    if not kv.offload_enabled:
+        return None
+    link = get_hardware(scenario.hardware).pcie_bandwidth
+    block_bytes = float(kv_bytes_per_token * kv.block_size)
+    tiers = []
+    for name, gib, gbs, key in (
+            ("cpu", kv.cpu_offload_gb, kv.cpu_offload_bandwidth_gbs, "kv_cache.cpu_offload_gb"),
+            ("ssd", kv.ssd_offload_gb, kv.ssd_offload_bandwidth_gbs, "kv_cache.ssd_offload_gb")):
+        if gib <= 0:
+            continue
+        blocks = swap_space_blocks(gib, block_bytes)
+        if blocks < 1:
+            raise ConfigError(f"{key}: {gib!r} GiB holds no whole KV block of "
+                              f"{block_bytes / 2**20:.3g} MiB")
+        bandwidth = link if gbs is None else gbs * GB
+        tiers.append(OffloadTier(name, blocks, bandwidth, block_bytes, link / bandwidth))
+    return OffloadTiers(tiers, kv.block_size)
 
 
 def swap_slots_of(scenario: Scenario, kv_bytes_per_token: float) -> int:
@@ -336,6 +372,12 @@ def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides
 def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode, statistics,
               stream_to) -> SimResult:
     sc = as_scenario(config, overrides, seed)
+    if sc.disaggregation.enabled:  # prefill and decode pools (docs/cluster.md)
+        if stream_to is not None:
+            raise ConfigError("disaggregation.enabled: a disaggregated run is not streamed")
+        from sim.disaggregation import simulate_disaggregated
+
+        return simulate_disaggregated(sc, requests, base_dir, statistics)
     cfg = sc.to_dict()
     dep = resolve_deployment(sc)
     if stream_to is not None:
@@ -345,14 +387,19 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
         from sim.workload import build_requests
 
         reqs: Sequence[Request] = build_requests(sc.workload, sc.seed, base_dir=base_dir, lazy=True)
+        built: Sequence[Request] = reqs
     else:
         # A workload built here is fresh already; given requests are copied (A/B runs simulate
         # one stream under several configs).
-        reqs = [_fresh(r) for r in requests] if requests is not None else list(build_workload(sc, base_dir))
+        built = requests if requests is not None else build_workload(sc, base_dir)
+        reqs = [_fresh(r) for r in built] if requests is not None else list(built)
+    # Conversations (sim.workload.sessions): which turn follows which, by request id.
+    links = _session_links(built)
     swap_slots = swap_slots_of(sc, dep.memory.kv_bytes_per_token)
     # One engine (scheduler, KV pool) per data-parallel attention rank of every replica.
     n = sc.parallel.num_replicas * sc.parallel.data_parallel_size
-    schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots, dep.model)
+    schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots, dep.model,
+                                          dep.memory.kv_bytes_per_token)
                   for _ in range(n)]
     spec = sc.speculative
     samplers = None
@@ -361,7 +408,12 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
                                       draft_availability=_list(spec.draft_availability))
                     for i in range(n)]
     replica_of: dict[str, int] = {}
-    router = _RecordingRouter(sc.parallel.router, replica_of)
+    par = sc.parallel
+    router = _RecordingRouter(par.router, replica_of, prefix_weight=par.router_prefix_weight,
+                              load_weight=par.router_load_weight, kv_weight=par.router_kv_weight,
+                              session_affinity=par.session_affinity,
+                              affinity_abs_threshold=par.session_affinity_abs_threshold,
+                              affinity_rel_threshold=par.session_affinity_rel_threshold)
     recorder = None
     if stream_to is not None:
         from sim.streaming import StreamRecorder
@@ -375,7 +427,9 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
                      decode_pricer=getattr(dep.cost_model, "decode_context_pricer", None),
                      on_finish=recorder.request if recorder is not None else None,
                      keep_finished=recorder is None,
-                     step_sink=recorder.steps if recorder is not None else None)
+                     step_sink=recorder.steps if recorder is not None else None,
+                     next_turn=links.next_turn if links is not None else None,
+                     session_of=links.session_of if links is not None else None)
     if recorder is not None:
         with recorder:
             sim.run()
@@ -398,11 +452,22 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
                              **slo_kw)
     else:
         summary = summarize(reqs, steps, **slo_kw)
+    if statistics and sc.kv_cache.offload_enabled:
+        summary["kv_cache"]["offload"] = offload_summary(
+            [st for st in (s.allocator.offload_stats() for s in schedulers) if st is not None],
+            queries, hits)
     summary["scenario"] = _scenario(sc, dep)
     summary["num_gpu_blocks"] = dep.memory.num_kv_slots // sc.kv_cache.block_size
     summary["cost_model"] = cost_model_summary(dep)
     summary["simulator"] = {"num_steps": num_steps, "num_events": sim.num_events}
     extra: dict = {"replica_of": replica_of}
+    if links is not None:
+        extra["session_links"] = links
+        if statistics:
+            summary["sessions"] = links.summary(reqs)
+            if par.session_affinity:
+                summary["sessions"]["affinity"] = {"kept": router.num_affinity_hits,
+                                                   "moved": router.num_affinity_fallbacks}
     if recorder is not None:
         from sim.streaming import ITL_BIN_WIDTH
 
@@ -434,15 +499,22 @@ def cost_model_summary(dep: Deployment) -> dict:
 
 
 class _RecordingRouter(Router):
-    def __init__(self, policy: str, record: dict[str, int]) -> None:
-        super().__init__(policy)
+    def __init__(self, policy: str, record: dict[str, int], **options: Any) -> None:
+        super().__init__(policy, **options)
         self.record = record
 
-    def route(self, req, replicas):
-        i = super().route(req, replicas)
+    def route(self, req, replicas, session=None):
+        i = super().route(req, replicas, session)
         if len(replicas) > 1:
             self.record[req.request_id] = i
         return i
+
+
+def _session_links(requests: Sequence[Request]) -> Optional["SessionLinks"]:
+    """The conversation structure a workload carries (``sim.workload.SessionRequests``)."""
+    from sim.workload.sessions import SessionRequests
+
+    return requests.links if isinstance(requests, SessionRequests) else None
 
 
 def _is_built(config: Any) -> bool:

@@ -203,6 +203,61 @@ def totals_of(requests: Sequence[Request], slo_ttft_ms: Optional[float] = None,
         overload=overload(requests))
 
 
+def offload_summary(stats: Sequence[dict], prefix_queries: int, prefix_hits: int) -> dict:
+    """``summary["kv_cache"]["offload"]``: KV offload tiers, from every engine's
+    ``KVAllocator.offload_stats()`` (counts summed over engines; capacity, bandwidth per engine).
+
+    Per tier (``gpu`` first, then ``cpu`` / ``ssd`` as configured): ``hit_tokens`` served from
+    it at requests' first admissions, ``hit_rate`` = those over prompt tokens looked up (so the
+    tiers' rates sum to ``prefix_cache_hit_rate``), ``share_of_hits`` of all hit tokens. Lower
+    tiers add ``queried_tokens`` (tokens looked up there: past the GPU hits, up to the first
+    miss), ``lookup_hit_rate`` (hits over those), ``loaded_blocks`` / ``loaded_gb`` / ``load_s``
+    (every load back, re-admissions after a recompute preemption too, at the tier's
+    bandwidth), ``evictions`` (pushed down a tier, or dropped from the last),
+    ``inserted_blocks``, ``superseded_blocks`` (dropped: the GPU computed them again) and
+    ``resident_blocks`` at the end."""
+    hits, queries = prefix_hits, prefix_queries
+
+    def rate(n: float, d: float) -> float:
+        return n / d if d else 0.0
+
+    gpu_hits = sum(s["gpu_hit_tokens"] for s in stats)
+    out: dict = {
+        "tiers": list(stats[0]["tiers"]) if stats else [],
+        "gpu": {"hit_tokens": gpu_hits, "hit_rate": rate(gpu_hits, queries),
+                "share_of_hits": rate(gpu_hits, hits),
+                "evictions": sum(s["gpu_evicted_blocks"] for s in stats)},
+    }
+    for name in out["tiers"]:
+        per = [s["tiers"][name] for s in stats]
+        first = per[0]
+
+        def total(key: str) -> float:
+            return sum(p[key] for p in per)
+
+        hit_tokens = total("hit_tokens")
+        queried = total("queried_tokens")
+        out[name] = {
+            "capacity_blocks": first["capacity_blocks"],
+            "capacity_gb": first["capacity_blocks"] * first["block_bytes"] / 1e9,
+            "bandwidth_gbs": first["bandwidth"] / 1e9,
+            "queried_tokens": queried,
+            "hit_tokens": hit_tokens,
+            "hit_rate": rate(hit_tokens, queries),
+            "lookup_hit_rate": rate(hit_tokens, queried),
+            "share_of_hits": rate(hit_tokens, hits),
+            "loaded_blocks": total("loaded_blocks"),
+            "loaded_gb": total("loaded_bytes") / 1e9,
+            "load_s": total("load_s"),
+            "evictions": total("evicted_blocks"),
+            "inserted_blocks": total("inserted_blocks"),
+            "superseded_blocks": total("superseded_blocks"),
+            "resident_blocks": total("resident_blocks"),
+        }
+    out["dropped_blocks"] = sum(s["dropped_blocks"] for s in stats)
+    return out
+
+
 def summarize(requests: Sequence[Request], steps: dict[str, list], *,
               slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
               num_preemptions: int = 0, prefix_queries: int = 0, prefix_hits: int = 0,

@@ -27,9 +27,12 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
 from sim.catalog.dtypes import DTYPES, KV_DTYPES, WEIGHT_QUANT
+from sim.catalog.links import LINK_NAMES
 from sim.errors import ConfigError
 from sim.policies.kv import ALLOCATORS, RESERVE_POLICIES
-from sim.policies.router import ROUTERS
+from sim.policies.router import (DEFAULT_AFFINITY_ABS_THRESHOLD, DEFAULT_AFFINITY_REL_THRESHOLD,
+                                  DEFAULT_KV_WEIGHT, DEFAULT_LOAD_WEIGHT, DEFAULT_PREFIX_WEIGHT,
+                                  ROUTERS)
 from sim.policies.schedulers import PREEMPTION_MODES, QUEUE_POLICIES, SCHEDULERS
 from sim.policies.speculative import ACCEPTANCE_MODES
 from sim.workload.config import WorkloadSpec, parse_workload
@@ -58,6 +61,7 @@ _MAX_GPUS = 1024
 _MAX_REPLICAS = 100_000
 _MAX_SPEC_TOKENS = 128
 _MAX_SWAP_GIB = 1e6
+_MAX_OFFLOAD_GBS = 1e5  # GB/s of an offload tier's read bandwidth
 _MAX_MS = 1e9
 
 
@@ -213,10 +217,27 @@ class KVCacheConfig(_Section):
     #: Exact KV pool in blocks per replica (vLLM's num_gpu_blocks_override), bypassing the
     #: memory plan's count; validation sets it to the real engine's pool.
     num_gpu_blocks: Optional[int] = integer(None, 1, _MAX_BLOCKS, optional=True)
+    #: KV offload tiers under the prefix cache (``sim.policies.kv.offload``; needs
+    #: ``prefix_caching``): cached blocks evicted from the GPU move to CPU DRAM, then to a local
+    #: SSD, and load back on a hit. Sizes in GiB (2**30 bytes), 0 = tier off, converted to
+    #: blocks of one GPU's KV shard exactly as ``swap_space_gb`` (so per GPU under tensor
+    #: parallelism); read bandwidths in GB/s (1e9 bytes) a GPU gets from the tier.
+    cpu_offload_gb: float = number(0.0, 0.0, _MAX_SWAP_GIB)
+    #: None: the hardware's host link (the catalog's ``pcie_bandwidth``, what swap is priced at).
+    cpu_offload_bandwidth_gbs: Optional[float] = number(None, 0.0, _MAX_OFFLOAD_GBS, lo_open=True,
+                                                        optional=True)
+    ssd_offload_gb: float = number(0.0, 0.0, _MAX_SWAP_GIB)
+    #: A datacenter PCIe 4.0 NVMe drive reads about 6-7 GB/s sequentially; 6 is the default.
+    ssd_offload_bandwidth_gbs: float = number(6.0, 0.0, _MAX_OFFLOAD_GBS, lo_open=True)
 
     @property
     def swap_space_bytes(self) -> int:
         return int(self.swap_space_gb * GIB)
+
+    @property
+    def offload_enabled(self) -> bool:
+        """Whether any KV offload tier is on."""
+        return self.cpu_offload_gb > 0 or self.ssd_offload_gb > 0
 
 
 @dataclass(frozen=True)
@@ -257,6 +278,18 @@ class ParallelConfig(_Section):
     router: str = choice("round_robin", ROUTERS)
     data_parallel_size: int = integer(1, 1, _MAX_GPUS)
     enable_expert_parallel: bool = _field(False, _Check("bool"))
+    #: ``prefix_aware`` router's scorer weights (docs/cluster.md): cached prompt fraction,
+    #: outstanding requests (min-max normalised) and free KV; llm-d's 3 / 2 / 2.
+    router_prefix_weight: float = number(DEFAULT_PREFIX_WEIGHT, 0.0, 1000.0)
+    router_load_weight: float = number(DEFAULT_LOAD_WEIGHT, 0.0, 1000.0)
+    router_kv_weight: float = number(DEFAULT_KV_WEIGHT, 0.0, 1000.0)
+    #: Keep every turn of a session (``workload.sessions``) on the replica of its previous turn,
+    #: unless that one is overloaded: more than ``session_affinity_abs_threshold`` outstanding
+    #: requests above the least loaded replica *and* more than ``session_affinity_rel_threshold``
+    #: times its count (SGLang router's imbalance test and defaults, 64 and 1.5).
+    session_affinity: bool = _field(False, _Check("bool"))
+    session_affinity_abs_threshold: int = integer(DEFAULT_AFFINITY_ABS_THRESHOLD, 0, _MAX_SEQS)
+    session_affinity_rel_threshold: float = number(DEFAULT_AFFINITY_REL_THRESHOLD, 1.0, 1e6)
 
     @property
     def gpus_per_replica(self) -> int:
@@ -359,6 +392,29 @@ class SLOConfig(_Section):
     tpot_ms: Optional[float] = number(None, 0.0, _MAX_MS, lo_open=True, optional=True)
 
 
+@dataclass(frozen=True)
+class DisaggregationConfig(_Section):
+    """``disaggregation.*``: disaggregated prefill/decode serving (DistServe, Splitwise, vLLM's
+    KV connectors, llm-d P/D). When ``enabled``, a pool of ``prefill_replicas`` instances runs
+    prompts only and a pool of ``decode_replicas`` instances runs decodes only, each with its
+    own tensor parallelism and hardware (None: ``parallel.tensor_parallel_size`` and
+    ``hardware``); each request's KV crosses ``link`` (``sim.catalog.links``; the overrides
+    replace its per-GPU bandwidth in GB/s and per-transfer latency in microseconds).
+    ``parallel.num_replicas`` is ignored then (docs/cluster.md)."""
+
+    KEY: ClassVar[str] = "disaggregation"
+    enabled: bool = _field(False, _Check("bool"))
+    prefill_replicas: int = integer(1, 1, _MAX_REPLICAS)
+    prefill_tensor_parallel_size: Optional[int] = integer(None, 1, _MAX_GPUS, optional=True)
+    prefill_hardware: Optional[str] = _field(None, _Check("name", optional=True))
+    decode_replicas: int = integer(1, 1, _MAX_REPLICAS)
+    decode_tensor_parallel_size: Optional[int] = integer(None, 1, _MAX_GPUS, optional=True)
+    decode_hardware: Optional[str] = _field(None, _Check("name", optional=True))
+    link: str = choice("infiniband", LINK_NAMES)
+    link_bandwidth_gbs: Optional[float] = number(None, 0.0, 1e5, lo_open=True, optional=True)
+    link_latency_us: Optional[float] = number(None, 0.0, 1e9, optional=True)
+
+
 def default_workload() -> dict[str, Any]:
     """ShareGPT-like (vLLM paper means 161 in / 338 out; CVs measured on the ShareGPT table;
     caps as vllm bench serve's ShareGPT filter, so prompt + output <= 2048)."""
@@ -378,6 +434,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "cost_model": CostModelConfig,
     "speculative": SpeculativeConfig,
     "slo": SLOConfig,
+    "disaggregation": DisaggregationConfig,
 }
 
 
@@ -402,6 +459,7 @@ class Scenario:
     cost_model: CostModelConfig = field(default_factory=CostModelConfig)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
+    disaggregation: DisaggregationConfig = field(default_factory=DisaggregationConfig)
     workload: dict[str, Any] = field(default_factory=default_workload)
     workload_spec: WorkloadSpec = field(init=False, repr=False, compare=False)
 
@@ -423,6 +481,10 @@ class Scenario:
         kv, sched = self.kv_cache, self.scheduler
         if kv.prefix_caching and kv.allocator != "paged":
             raise ConfigError("kv_cache.prefix_caching: needs kv_cache.allocator 'paged'")
+        if kv.offload_enabled and not kv.prefix_caching:
+            key = "kv_cache.cpu_offload_gb" if kv.cpu_offload_gb > 0 else "kv_cache.ssd_offload_gb"
+            raise ConfigError(f"{key}: KV offload tiers need kv_cache.prefix_caching true "
+                              f"(only cached prefix blocks are offloaded)")
         if sched.policy == "static" and sched.preemption != "recompute":
             raise ConfigError("scheduler.preemption: static batching supports only 'recompute'")
         if sched.preemption == "swap" and kv.allocator != "paged":

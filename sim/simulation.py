@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from heapq import heappop, heappush
+from typing import Callable, Mapping, Optional, Sequence
 
 import simpy
 
 from sim.fast_decode import BulkDecode
-from sim.policies.request import Request
+from sim.policies.request import Request, RequestState
 from sim.policies.router import Router
 from sim.policies.schedulers.base import Scheduler
 from sim.policies.speculative import AcceptanceSampler
@@ -88,9 +89,14 @@ class Replica:
                  fast_decode: bool = True,
                  next_arrival: Callable[[], float] = lambda: math.inf,
                  async_scheduling: bool = False,
-                 decode_pricer: Optional[Callable[[StepShape], Callable[[int], float]]] = None) -> None:
+                 decode_pricer: Optional[Callable[[StepShape], Callable[[int], float]]] = None,
+                 blocked: Optional[Callable[[], bool]] = None) -> None:
         self.env = env
         self.index = index
+        #: Whether the replica waits on something outside it when its scheduler can make no
+        #: progress (disaggregated serving: KV held for a transfer); it then sleeps until
+        #: ``wake`` instead of raising. None: never (the error below).
+        self.blocked = blocked
         self.scheduler = scheduler
         self.step_time = step_time
         self.log = log
@@ -120,12 +126,23 @@ class Replica:
         a = self.scheduler.allocator
         return a.num_free_slots / a.num_slots
 
+    def cached_prefix_tokens(self, req: Request) -> int:
+        """Leading prompt tokens of ``req`` in this replica's prefix cache (read-only probe)."""
+        a = self.scheduler.allocator
+        return a.cached_prefix_blocks(req) * a.block_size
+
     def submit(self, req: Request) -> None:
         idle = self._wakeup is not None
         if self.async_scheduling and not idle:
             self._pending.append(req)
             return
         self._admit(req)
+        wakeup = self._wakeup
+        if wakeup is not None and not wakeup.triggered:
+            wakeup.succeed()
+
+    def wake(self) -> None:
+        """Let an idle replica schedule again (something outside it freed memory or added work)."""
         wakeup = self._wakeup
         if wakeup is not None and not wakeup.triggered:
             wakeup.succeed()
@@ -167,7 +184,7 @@ class Replica:
             if plan.is_empty:
                 if flushed:
                     continue
-                if sched.has_unfinished():
+                if sched.has_unfinished() and (self.blocked is None or not self.blocked()):
                     raise RuntimeError(
                         f"replica {self.index}: scheduler {sched.name} made no progress with "
                         f"{len(sched.waiting)} waiting, {len(sched.running)} running")
@@ -254,10 +271,19 @@ class Simulation:
                  decode_pricer: Optional[Callable[[StepShape], Callable[[int], float]]] = None,
                  on_finish: Optional[Callable[[Request], None]] = None,
                  keep_finished: bool = True,
-                 step_sink: Optional[Callable[[list[tuple]], None]] = None) -> None:
+                 step_sink: Optional[Callable[[list[tuple]], None]] = None,
+                 next_turn: Optional[Mapping[str, tuple[str, float]]] = None,
+                 session_of: Optional[Mapping[str, str]] = None) -> None:
         """``requests`` is read in order and may be lazy (``sim.workload.RequestStream``).
         A streamed run passes ``on_finish`` (each finished or rejected request, once),
-        ``keep_finished=False`` and a ``step_sink``, so nothing grows with the run's length."""
+        ``keep_finished=False`` and a ``step_sink``, so nothing grows with the run's length.
+
+        Conversations (``sim.workload.sessions``): ``next_turn`` maps a request id to the id of
+        the turn that follows it and the user's think time in seconds. A following turn is in
+        ``requests`` but not in the arrival stream: it arrives ``think`` seconds after its
+        parent finishes (its ``arrival_time`` is set then; a closed loop per session), and a
+        rejected parent ends the session (every later turn is rejected with it).
+        ``session_of`` maps request ids to session ids, passed to the router (session affinity)."""
         self.env = simpy.Environment()
         #: Seconds between a request's arrival and its reaching the scheduler (work outside the
         #: engine: HTTP, tokenisation, IPC). TTFT and E2E still count from ``arrival_time``.
@@ -271,6 +297,26 @@ class Simulation:
         self._finish_hook = on_finish
         self._progress = progress
         self._next_index = 0
+        self._next_turn: Mapping[str, tuple[str, float]] = next_turn or {}
+        self._session_of: Mapping[str, str] = session_of or {}
+        #: The arrival stream: every request but the follow-up turns, which are held here.
+        self._stream: Sequence[Request] = requests
+        self._held: dict[str, Request] = {}
+        #: Heaps for ``next_arrival_time``: scheduled follow-up deliveries (time, seq, id), and
+        #: parents still running (think time, id); entries of delivered or finished ones are
+        #: dropped lazily.
+        self._releases: list[tuple[float, int, str]] = []
+        self._delivered: set[str] = set()
+        self._awaiting: list[tuple[float, str]] = []
+        self._in_flight: set[str] = set()
+        self._num_released = 0
+        if self._next_turn:
+            follow = {child for child, _ in self._next_turn.values()}
+            self._held = {r.request_id: r for r in requests if r.request_id in follow}
+            if len(self._held) != len(follow):
+                missing = sorted(follow - set(self._held))[:3]
+                raise ValueError(f"next_turn names requests that are not in the workload: {missing}")
+            self._stream = [r for r in requests if r.request_id not in follow]
         self.replicas = [
             Replica(self.env, i, s, step_time, self.log, self._on_finish,
                     spec=(spec_samplers[i] if spec_samplers else None),
@@ -282,6 +328,11 @@ class Simulation:
         self.env.process(self._arrivals())
 
     def _on_finish(self, req: Request) -> None:
+        self._count_finished(req)
+        if self._next_turn:
+            self._follow_up(req)
+
+    def _count_finished(self, req: Request) -> None:
         self.num_finished += 1
         if self._keep_finished:
             self.finished.append(req)
@@ -290,24 +341,80 @@ class Simulation:
         if self._progress is not None:
             self._progress(1)
 
+    def _follow_up(self, parent: Request) -> None:
+        """Release the turn after ``parent`` (if any): ``think`` seconds after it finished, or,
+        if it was rejected, reject the rest of its session now."""
+        nxt = self._next_turn.get(parent.request_id)
+        if nxt is None:
+            return
+        self._in_flight.discard(parent.request_id)
+        child = self._held.pop(nxt[0])
+        now = self.env.now
+        if parent.state is not RequestState.FINISHED:
+            while True:  # a loop, not recursion: a session may have thousands of turns
+                child.arrival_time = now
+                child.state = RequestState.REJECTED
+                child.reject_reason = "session ended: an earlier turn was rejected"
+                child.finish_time = now
+                self._count_finished(child)
+                nxt = self._next_turn.get(child.request_id)
+                if nxt is None:
+                    return
+                child = self._held.pop(nxt[0])
+        done = parent.finish_time if parent.finish_time is not None else now
+        child.arrival_time = done + nxt[1]
+        at = child.arrival_time + self.request_overhead
+        self._num_released += 1
+        heappush(self._releases, (at, self._num_released, child.request_id))
+        self.env.process(self._deliver(child, at))
+
+    def _deliver(self, req: Request, at: float):
+        yield self.env.timeout(max(0.0, at - self.env.now))
+        self._delivered.add(req.request_id)
+        self._dispatch(req)
+
     def next_arrival_time(self) -> float:
         """When the next request not yet submitted reaches the scheduler (its arrival plus the
-        request overhead; inf when none is left)."""
-        if self._next_index < len(self.requests):
-            return self.requests[self._next_index].arrival_time + self.request_overhead
-        return math.inf
+        request overhead; inf when none is left). With conversations, also the earliest a
+        follow-up turn can: a scheduled delivery, or now + the think time of a parent that is
+        still running (it may finish any moment), so a decode window never runs past one."""
+        t = math.inf
+        if self._next_index < len(self._stream):
+            t = self._stream[self._next_index].arrival_time + self.request_overhead
+        if self._next_turn:
+            releases, awaiting = self._releases, self._awaiting
+            while releases and releases[0][2] in self._delivered:
+                self._delivered.discard(heappop(releases)[2])
+            while awaiting and awaiting[0][1] not in self._in_flight:
+                heappop(awaiting)
+            if releases and releases[0][0] < t:
+                t = releases[0][0]
+            if awaiting:
+                t = min(t, self.env.now + awaiting[0][0] + self.request_overhead)
+        return t
+
+    def _dispatch(self, req: Request) -> None:
+        """Route ``req`` and hand it to its replica."""
+        if self._next_turn and req.request_id in self._next_turn:
+            heappush(self._awaiting, (self._next_turn[req.request_id][1], req.request_id))
+            self._in_flight.add(req.request_id)
+        session = self._session_of.get(req.request_id) if self._session_of else None
+        if session is None:
+            i = self.router.route(req, self.replicas)
+        else:
+            i = self.router.route(req, self.replicas, session)
+        self.replicas[i].submit(req)
 
     def _arrivals(self):
         env = self.env
-        requests = self.requests
+        requests = self._stream
         for index in range(len(requests)):  # by index: a lazy stream builds each request once
             req = requests[index]
             at = req.arrival_time + self.request_overhead  # when it reaches the scheduler
             if at > env.now:
                 yield env.timeout(at - env.now)
             self._next_index = index + 1
-            i = self.router.route(req, self.replicas)
-            self.replicas[i].submit(req)
+            self._dispatch(req)
 
     @property
     def num_events(self) -> int:

@@ -89,6 +89,21 @@ def summary_rows(summary: dict) -> list[tuple[str, str, str]]:
             o = off[t]
             add(f"{t} tier: loaded / evicted",
                 f"{o['loaded_gb']:,.1f} GB in {o['load_s']:,.2f} s / {_fmt(o['evictions'])} blocks")
+    dis = summary.get("disaggregation")
+    if dis:  # prefill and decode pools, and the KV transfers between them
+        section("Disaggregated prefill / decode")
+        for name in ("prefill", "decode"):
+            p = dis[name]
+            add(f"{name}: replicas x GPUs ({p['hardware']})",
+                f"{p['num_replicas']} x {p['gpus_per_replica']}")
+            add(f"{name}: busy / mean queue / KV used",
+                f"{p['utilization']:.1%} / {p['mean_queue']:.1f} / {1 - p['kv_free']:.1%}")
+        tr = dis["transfer"]
+        add("KV transfers / mean size", f"{tr['count']:,} / {tr['mean_gb']:.3f} GB")
+        add("transfer mean / p99 (ms)", f"{_fmt(tr['mean_ms'])} / {_fmt(tr['p99_ms'])}")
+        add("of which waiting for decode KV, mean (ms)", _fmt(tr["wait_for_kv_ms"]["mean"]))
+        if "goodput_per_gpu" in dis:
+            add(f"goodput per GPU ({dis['num_gpus']} GPUs, req/s)", _fmt(dis["goodput_per_gpu"], 3))
     if "spec_decode" in summary:
         sd = summary["spec_decode"]
         section("Speculative decoding")

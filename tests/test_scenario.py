@@ -60,6 +60,10 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "kv_cache.dtype": ("fp8", {}),
         "kv_cache.swap_space_gb": (16, {}),
         "kv_cache.num_gpu_blocks": (1000, {}),
+        "kv_cache.cpu_offload_gb": (64.0, {"kv_cache.prefix_caching": True}),
+        "kv_cache.cpu_offload_bandwidth_gbs": (25.0, {}),
+        "kv_cache.ssd_offload_gb": (512.0, {"kv_cache.prefix_caching": True}),
+        "kv_cache.ssd_offload_bandwidth_gbs": (3.5, {}),
         "scheduler.policy": ("vllm_v0", {}),
         "scheduler.max_num_seqs": (64, {}),
         "scheduler.max_num_batched_tokens": (8192, {}),
@@ -72,6 +76,12 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "parallel.router": ("least_kv", {}),
         "parallel.data_parallel_size": (2, {}),
         "parallel.enable_expert_parallel": (True, {"model": "mixtral-8x7b"}),
+        "parallel.router_prefix_weight": (1.5, {}),
+        "parallel.router_load_weight": (0.5, {}),
+        "parallel.router_kv_weight": (0.0, {}),
+        "parallel.session_affinity": (True, {}),
+        "parallel.session_affinity_abs_threshold": (8, {}),
+        "parallel.session_affinity_rel_threshold": (2.0, {}),
         "quantization.weights": ("int4", {}),
         "cost_model.profile": (profile, {}),
         "cost_model.source": ("roofline", {}),
@@ -87,6 +97,16 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "speculative.draft_availability": ([0.1, 0.2, 0.3, 0.4], {"speculative.num_tokens": 3}),
         "slo.ttft_ms": (250.5, {}),
         "slo.tpot_ms": (40, {}),
+        "disaggregation.enabled": (True, {}),
+        "disaggregation.prefill_replicas": (2, {}),
+        "disaggregation.prefill_tensor_parallel_size": (2, {}),
+        "disaggregation.prefill_hardware": ("h100-sxm", {}),
+        "disaggregation.decode_replicas": (3, {}),
+        "disaggregation.decode_tensor_parallel_size": (4, {}),
+        "disaggregation.decode_hardware": ("a100-80gb", {}),
+        "disaggregation.link": ("nvlink", {}),
+        "disaggregation.link_bandwidth_gbs": (25.0, {}),
+        "disaggregation.link_latency_us": (100.0, {}),
     }
 
 
@@ -98,7 +118,7 @@ def test_defaults_round_trip_and_are_the_documented_mapping():
     assert build_config(None) == DEFAULTS and build_scenario(None) == sc
     assert list(DEFAULTS) == ["model", "hardware", "dtype", "seed", "kv_cache", "scheduler",
                               "parallel", "quantization", "cost_model", "speculative", "slo",
-                              "workload"]
+                              "disaggregation", "workload"]
 
 
 def test_every_key_round_trips(profile):

@@ -9,6 +9,7 @@ See docs/workloads.md for every key.
 from sim.workload.builder import build_requests
 from sim.workload.config import WorkloadSpec, parse_workload
 from sim.workload.presets import sharegpt_like
+from sim.workload.sessions import SessionLinks, SessionRequests
 from sim.workload.summary import describe
 from sim.workload.traces import (
     Trace,
@@ -21,6 +22,8 @@ from sim.workload.traces import (
 
 __all__ = [
     "Trace",
+    "SessionLinks",
+    "SessionRequests",
     "WorkloadSpec",
     "build_requests",
     "describe",

@@ -18,13 +18,16 @@ import numpy as np
 from sim.errors import ConfigError
 from sim.policies.request import Request
 from sim.workload import arrivals
-from sim.workload.config import DISTS, ArrivalSpec, LengthSpec, WorkloadSpec, parse_workload
+from sim.workload.config import (DISTS, MAX_REQUESTS, ArrivalSpec, LengthSpec, WorkloadSpec,
+                                  parse_workload)
 from sim.workload.lengths import Fixed, LengthDist, Lognormal, Table, Uniform
 from sim.workload.prefix import resize_hashes, synthetic_prefix_hashes
+from sim.workload.sessions import (SESSION_COLUMN, SessionRequests, assemble, think_times,
+                                   trace_sessions, trace_think_times)
 from sim.workload.traces import Trace, read_trace
 
 # Fixed order: a stream's numbers depend only on its index, so new streams go at the end.
-STREAMS = ("arrivals", "input_len", "output_len", "prefix", "priority")
+STREAMS = ("arrivals", "input_len", "output_len", "prefix", "priority", "sessions")
 KEY = "workload"
 
 
@@ -39,10 +42,16 @@ def build_requests(
     file paths are taken from ``base_dir`` when given (e.g. the config file's folder).
     Raises ``ConfigError`` naming the dotted key for a bad config, ``TraceFormatError`` naming
     ``file:line`` for a bad trace row.
+
+    Conversations (``workload.sessions``, or a trace with a ``session_id`` column) give a
+    ``SessionRequests`` list, never lazy: first turns in arrival order, each followed by its
+    session's later turns, whose arrival times the simulator sets (``sim.workload.sessions``).
     """
     spec = parse_workload(workload, base_dir=base_dir, key=KEY)
     rngs = dict(zip(STREAMS, _streams(seed)))
     trace = _load(spec.trace, f"{KEY}.trace", spec.zero_output) if spec.trace else None
+    if trace is not None and SESSION_COLUMN in trace.raw_columns:
+        return _trace_conversations(spec, trace, rngs)
     n = _count(spec, trace)
     times = _arrival_times(spec.arrival, n, trace, rngs["arrivals"])
     inputs, outputs = _lengths(spec, n, trace, rngs)
@@ -62,6 +71,9 @@ def build_requests(
         block_size = p.hash_block_size
         hashes = synthetic_prefix_hashes(choices, inputs, p.length, block_size, p.num_prefixes)
     priorities = _priorities(spec, n, rngs["priority"])
+    if spec.sessions is not None:
+        return _conversations(spec, times, inputs, outputs, hashes, block_size, priorities,
+                              rngs["sessions"])
     order = np.argsort(times, kind="stable")
     stream = RequestStream(order, times, inputs, outputs, hashes, block_size, priorities)
     if lazy:
@@ -228,6 +240,93 @@ def _dist(s: Optional[LengthSpec], key: str, role: str, zero_output: str) -> Len
             f"(columns: {', '.join(table.columns)})"
         ) from None
     return Table(values=values, source=str(Path(table.path).resolve()), min=s.min, max=s.max)
+
+
+def _conversations(spec: WorkloadSpec, times: np.ndarray, inputs: np.ndarray, outputs: np.ndarray,
+                   hashes: Optional[list[list[int]]], block_size: int, priorities: np.ndarray,
+                   rng: np.random.Generator) -> SessionRequests:
+    """Synthetic sessions: the workload's requests are the first turns; turn counts, think
+    times, new messages and later outputs come from ``workload.sessions`` (one child stream
+    each, so changing one leaves the others' numbers unchanged)."""
+    key = f"{KEY}.sessions"
+    s = spec.sessions
+    assert s is not None
+    if s.num_turns is None:
+        raise ConfigError(f"{key}.num_turns: required (turns per session, a length distribution "
+                          f"such as {{dist: uniform, min: 2, max: 8}})")
+    if s.think_time_s is None:
+        raise ConfigError(f"{key}.think_time_s: required (seconds between a reply and the next "
+                          f"message, e.g. {{dist: exponential, mean: 10}} or a number)")
+    if s.new_message_len is None:
+        raise ConfigError(f"{key}.new_message_len: required (tokens the user adds each turn)")
+    r_turns, r_think, r_msg, r_out = rng.spawn(4)
+    n = len(times)
+    turns = _dist(s.num_turns, f"{key}.num_turns", "input_len", spec.zero_output).sample(n, r_turns)
+    follow = int((turns - 1).sum())
+    if n + follow > MAX_REQUESTS:
+        raise ConfigError(f"{key}.num_turns: {n} sessions make {n + follow:,} requests, more than "
+                          f"{MAX_REQUESTS:,}")
+    thinks = think_times(s.think_time_s, follow, r_think)
+    msgs = _dist(s.new_message_len, f"{key}.new_message_len", "input_len", spec.zero_output).sample(follow, r_msg)
+    if s.output_len is not None:
+        outs = _dist(s.output_len, f"{key}.output_len", "output_len", spec.zero_output).sample(follow, r_out)
+    elif spec.output_len is not None and spec.output_len.dist is not None:
+        outs = _dist(spec.output_len, f"{KEY}.output_len", "output_len", spec.zero_output).sample(follow, r_out)
+    else:  # a trace's outputs: resample the first turns'
+        outs = outputs[r_out.integers(0, n, size=follow)] if follow else np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(turns - 1)
+    begins = ends - (turns - 1)
+    hbs = block_size if hashes is not None else s.hash_block_size
+    return assemble(
+        times, inputs.tolist(), hashes,
+        [msgs[b:e].tolist() for b, e in zip(begins, ends)],
+        [[int(outputs[i])] + outs[b:e].tolist() for i, (b, e) in enumerate(zip(begins, ends))],
+        [thinks[b:e].tolist() for b, e in zip(begins, ends)],
+        priorities.tolist(), hbs)
+
+
+def _trace_conversations(spec: WorkloadSpec, trace: Trace,
+                         rngs: dict[str, np.random.Generator]) -> SessionRequests:
+    """Sessions from a trace's ``session_id`` column (``sim.workload.sessions``): rows are
+    turns, each row's input length the turn's new message. First turns arrive at their rows'
+    times (the trace's timing, rescaled as ``workload.arrival`` says) or, for a synthetic
+    arrival process, one session per arrival; think times come from ``workload.sessions.
+    think_time_s`` when given, else from the trace's timing."""
+    key = f"{KEY}.sessions"
+    s = spec.sessions
+    if s is not None:
+        for name in ("num_turns", "new_message_len", "output_len"):
+            if getattr(s, name) is not None:
+                raise ConfigError(f"{key}.{name}: {trace.path} gives the conversations (its "
+                                  f"{SESSION_COLUMN} column); drop {key}.{name}")
+    if spec.prefix is not None:
+        raise ConfigError(f"{KEY}.prefix: not supported with a trace of conversations "
+                          f"({trace.path} has a {SESSION_COLUMN} column)")
+    n = _count(spec, trace)
+    inputs, outputs = _lengths(spec, n, trace, rngs)
+    groups = trace_sessions(trace, n)
+    timed = (spec.arrival.process or ("trace" if trace.timed else "poisson")) == "trace"
+    if timed:  # the trace's own timing (an error naming the key if it has none)
+        row_times = _arrival_times(spec.arrival, n, trace, rngs["arrivals"])
+        starts = np.array([row_times[g[0]] for g in groups], dtype=np.float64)
+    else:  # one session starts per arrival of the process
+        starts = _arrival_times(spec.arrival, len(groups), None, rngs["arrivals"])
+    if s is not None and s.think_time_s is not None:
+        draws = think_times(s.think_time_s, sum(len(g) - 1 for g in groups), rngs["sessions"])
+        thinks, at = [], 0
+        for g in groups:
+            thinks.append(draws[at:at + len(g) - 1].tolist())
+            at += len(g) - 1
+    elif timed:
+        thinks = [trace_think_times(trace, row_times, g) for g in groups]
+    else:
+        raise ConfigError(f"{key}.think_time_s: required: {trace.path} has no timestamps to take "
+                          f"think times from (or use workload.arrival.process trace)")
+    priorities = _priorities(spec, len(groups), rngs["priority"])
+    hbs = s.hash_block_size if s is not None else 16
+    return assemble(starts, [int(inputs[g[0]]) for g in groups], None,
+                    [[int(inputs[r]) for r in g[1:]] for g in groups],
+                    [[int(outputs[r]) for r in g] for g in groups], thinks, priorities.tolist(), hbs)
 
 
 def _priorities(spec: WorkloadSpec, n: int, rng: np.random.Generator) -> np.ndarray:

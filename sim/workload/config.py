@@ -29,11 +29,16 @@ TOP_KEYS = (
     "prefix",
     "priority",
     "zero_output",
+    "sessions",
 )
 ARRIVAL_KEYS = ("process", "rate", "cv", "time_scale")
 LENGTH_KEYS = ("dist", "mean", "cv", "min", "max", "path", "column")
 PREFIX_KEYS = ("num_prefixes", "length", "hash_block_size")
 PRIORITY_KEYS = ("levels", "weights")
+SESSION_KEYS = ("num_turns", "think_time_s", "new_message_len", "output_len", "hash_block_size")
+THINK_KEYS = ("dist", "mean", "cv", "min", "max")
+#: Think-time distributions (seconds, >= 0).
+THINK_DISTS = ("fixed", "uniform", "lognormal", "exponential")
 # Upper bounds: beyond them a value is a typo, and honouring it would exhaust memory before the
 # first step (``num_requests=10**12`` allocates terabytes of arrival times).
 MAX_REQUESTS = 10_000_000
@@ -74,6 +79,30 @@ class PrioritySpec:
 
 
 @dataclass(frozen=True)
+class ThinkTimeSpec:
+    """Seconds a user takes between a reply and the next message (``sim.workload.sessions``)."""
+
+    dist: str
+    mean: float = 0.0
+    cv: float = 0.0
+    min: float = 0.0
+    max: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class SessionSpec:
+    """``workload.sessions``: multi-turn conversations (``sim.workload.sessions``). All
+    optional here; which are required depends on the workload (a trace with a ``session_id``
+    column gives turns and messages itself), checked when the requests are built."""
+
+    num_turns: Optional[LengthSpec] = None
+    think_time_s: Optional[ThinkTimeSpec] = None
+    new_message_len: Optional[LengthSpec] = None
+    output_len: Optional[LengthSpec] = None
+    hash_block_size: int = 16
+
+
+@dataclass(frozen=True)
 class WorkloadSpec:
     num_requests: Optional[int]
     arrival: ArrivalSpec
@@ -83,6 +112,7 @@ class WorkloadSpec:
     prefix: Optional[PrefixSpec]
     priority: Optional[PrioritySpec]
     zero_output: str = "error"
+    sessions: Optional[SessionSpec] = None
 
 
 def parse_workload(
@@ -106,6 +136,7 @@ def parse_workload(
         prefix=_prefix(cfg.get("prefix"), f"{key}.prefix"),
         priority=_priority(cfg.get("priority"), f"{key}.priority"),
         zero_output=zero_output,
+        sessions=_sessions(cfg.get("sessions"), f"{key}.sessions", base_dir),
     )
 
 
@@ -207,6 +238,55 @@ def _priority(value: Any, key: str) -> Optional[PrioritySpec]:
     if sum(parsed) <= 0:
         raise ConfigError(f"{key}.weights: must not all be 0")
     return PrioritySpec(levels=levels, weights=parsed)
+
+
+def _sessions(value: Any, key: str, base_dir: Union[str, os.PathLike, None]) -> Optional[SessionSpec]:
+    if value is None:
+        return None
+    cfg = _section(value, key, SESSION_KEYS)
+    lengths = {}
+    for name in ("num_turns", "new_message_len", "output_len"):
+        spec = _length(cfg.get(name), f"{key}.{name}", base_dir)
+        if spec is not None and spec.dist is None:
+            raise ConfigError(f"{key}.{name}.dist: required (one of {', '.join(DISTS)})")
+        lengths[name] = spec
+    return SessionSpec(
+        num_turns=lengths["num_turns"],
+        think_time_s=_think(cfg.get("think_time_s"), f"{key}.think_time_s"),
+        new_message_len=lengths["new_message_len"],
+        output_len=lengths["output_len"],
+        hash_block_size=_int(cfg.get("hash_block_size", 16), f"{key}.hash_block_size", minimum=1,
+                             maximum=MAX_TOKENS),
+    )
+
+
+def _think(value: Any, key: str) -> Optional[ThinkTimeSpec]:
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):  # a bare number: a fixed think time
+        return ThinkTimeSpec(dist="fixed", mean=_number(value, key, positive=False))
+    cfg = _section(value, key, THINK_KEYS)
+    dist = cfg.get("dist")
+    if dist is None:
+        raise ConfigError(f"{key}.dist: required (one of {', '.join(THINK_DISTS)})")
+    _choice(dist, f"{key}.dist", THINK_DISTS)
+    lo = _number(cfg.get("min", 0.0), f"{key}.min", positive=False)
+    hi = cfg.get("max")
+    hi = None if hi is None else _number(hi, f"{key}.max", positive=False)
+    if hi is not None and hi < lo:
+        raise ConfigError(f"{key}.max: {hi!r} must be >= {key}.min ({lo!r})")
+    if dist == "uniform":
+        if hi is None:
+            raise ConfigError(f"{key}.max: required for dist uniform (seconds uniform on [min, max])")
+        return ThinkTimeSpec(dist=dist, min=lo, max=hi)
+    if dist == "fixed":
+        mean = _number(_required(cfg, "mean", key, dist), f"{key}.mean", positive=False)
+        return ThinkTimeSpec(dist=dist, mean=mean, min=lo, max=hi)
+    mean = _number(_required(cfg, "mean", key, dist), f"{key}.mean", positive=True)
+    cv = 1.0
+    if dist == "lognormal":
+        cv = _number(_required(cfg, "cv", key, dist), f"{key}.cv", positive=False)
+    return ThinkTimeSpec(dist=dist, mean=mean, cv=cv, min=lo, max=hi)
 
 
 # --- value checks ----------------------------------------------------------------------------

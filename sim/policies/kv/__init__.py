@@ -1,10 +1,14 @@
 """KV-cache allocators: contiguous reservation baselines and the paged allocator with an
-optional prefix cache. ``make_allocator`` builds one from config values."""
+optional prefix cache (and KV offload tiers under it, ``offload.py``). ``make_allocator`` builds
+one from config values."""
 
 from __future__ import annotations
 
+from typing import Optional
+
 from sim.policies.kv.base import KVAllocator, KVUsage, PrefixHit
 from sim.policies.kv.contiguous import RESERVE_POLICIES, ContiguousAllocator
+from sim.policies.kv.offload import OffloadLoad, OffloadTier, OffloadTiers
 from sim.policies.kv.paged import PagedAllocator
 
 ALLOCATORS = ("paged", "contiguous")
@@ -13,12 +17,17 @@ ALLOCATORS = ("paged", "contiguous")
 def make_allocator(kind: str = "paged", num_slots: int = 0, block_size: int = 16,
                    prefix_caching: bool = False, reserve: str = "max",
                    max_model_len: int = 2048, swap_slots: int = 0,
-                   window: tuple[int, float] = (0, 0.0)) -> KVAllocator:
+                   window: tuple[int, float] = (0, 0.0),
+                   offload: Optional[OffloadTiers] = None) -> KVAllocator:
     """Build an allocator over ``num_slots`` token slots of KV memory (``window``: a hybrid
-    model's sliding-window layers, (tokens held, pool slots a token), see ``PagedAllocator``)."""
+    model's sliding-window layers, (tokens held, pool slots a token), see ``PagedAllocator``;
+    ``offload``: KV offload tiers under the prefix cache)."""
     if kind == "paged":
         return PagedAllocator(num_slots, block_size=block_size, prefix_caching=prefix_caching,
-                              swap_slots=swap_slots, window_tokens=window[0], window_ratio=window[1])
+                              swap_slots=swap_slots, window_tokens=window[0], window_ratio=window[1],
+                              offload=offload)
+    if offload is not None:
+        raise ValueError("KV offload tiers need the paged allocator with prefix caching")
     if window[0]:
         raise ValueError("sliding-window layers (a hybrid model) need the paged allocator")
     if kind == "contiguous":
@@ -34,6 +43,9 @@ __all__ = [
     "ContiguousAllocator",
     "KVAllocator",
     "KVUsage",
+    "OffloadLoad",
+    "OffloadTier",
+    "OffloadTiers",
     "PagedAllocator",
     "PrefixHit",
     "make_allocator",

@@ -9,6 +9,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Iterable, Optional, Sequence
 
+from sim.policies.kv.offload import OffloadLoad
 from sim.policies.request import Request
 
 
@@ -74,23 +75,35 @@ class KVUsage:
 
 class PrefixHit:
     """Result of a prefix-cache lookup: cached blocks to reuse and how many tokens they cover.
-    A plain class, made at every admission (a compiled dataclass keeps an interpreted __init__)."""
+    A plain class, made at every admission (a compiled dataclass keeps an interpreted __init__).
 
-    __slots__ = ("block_ids", "num_tokens")
+    ``load``: with KV offload tiers, the blocks after ``block_ids`` found in a lower tier (CPU,
+    SSD), which ``allocate`` gives fresh device blocks and the step loads back; ``num_tokens``
+    covers both (every hit token is one the request does not compute)."""
 
-    def __init__(self, block_ids: Optional[list[int]] = None, num_tokens: int = 0) -> None:
+    __slots__ = ("block_ids", "num_tokens", "load")
+
+    def __init__(self, block_ids: Optional[list[int]] = None, num_tokens: int = 0,
+                 load: Optional[OffloadLoad] = None) -> None:
         self.block_ids: list[int] = [] if block_ids is None else block_ids
         self.num_tokens = num_tokens
+        self.load = load
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, PrefixHit):
             return NotImplemented
-        return self.block_ids == other.block_ids and self.num_tokens == other.num_tokens
+        mine = None if self.load is None else (self.load.hashes, self.load.tiers)
+        theirs = None if other.load is None else (other.load.hashes, other.load.tiers)
+        return (self.block_ids == other.block_ids and self.num_tokens == other.num_tokens
+                and mine == theirs)
 
     __hash__ = None  # type: ignore[assignment]  # mutable, like the dataclass it was
 
     def __repr__(self) -> str:
-        return f"PrefixHit(block_ids={self.block_ids!r}, num_tokens={self.num_tokens})"
+        if self.load is None:
+            return f"PrefixHit(block_ids={self.block_ids!r}, num_tokens={self.num_tokens})"
+        return (f"PrefixHit(block_ids={self.block_ids!r}, num_tokens={self.num_tokens}, "
+                f"load={self.load!r})")
 
 
 class KVAllocator(ABC):
@@ -173,8 +186,25 @@ class KVAllocator(ABC):
 
     def lookup_prefix(self, req: Request) -> PrefixHit:
         """Longest cached prefix of ``req`` in full blocks, always leaving its last prompt
-        token to be computed. Allocators without a prefix cache return an empty hit."""
+        token to be computed; with offload tiers it continues below the device (``hit.load``).
+        Allocators without a prefix cache return an empty hit."""
         return PrefixHit()
+
+    def cached_prefix_blocks(self, req: Request) -> int:
+        """How many of ``req``'s leading full blocks the device prefix cache holds now: a
+        read-only probe for a router choosing between replicas.
+
+        Args:
+            req: a request not yet admitted here (its block hashes are computed, and memoised
+                on the request, as ``lookup_prefix`` would).
+
+        Returns:
+            The length of the cached run from the first block, counted as ``lookup_prefix``
+            counts the device part of its hit (the last prompt token never counts). Unlike
+            ``lookup_prefix`` it changes nothing: no LRU order, ref count, statistic or offload
+            tier is touched, so a router may ask every replica. 0 without a prefix cache.
+        """
+        return 0
 
     def record_prefix_query(self, req: Request, hit: PrefixHit) -> None:
         """Count a request's first admission in the prefix-cache hit-rate statistic.
@@ -191,6 +221,11 @@ class KVAllocator(ABC):
 
     def cache_full_blocks(self, req: Request) -> None:
         """Publish ``req``'s newly completed full blocks to the prefix cache (no-op without)."""
+
+    def offload_stats(self) -> Optional[dict]:
+        """Per-tier statistics of the KV offload tiers under the prefix cache
+        (``OffloadTiers.stats``), or None without tiers."""
+        return None
 
     # --- swap space (host memory; "cannot" without one) ---------------------------------------
     def can_swap_out(self, req: Request) -> bool:

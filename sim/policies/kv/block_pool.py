@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Optional
 
+from sim.policies.kv.offload import OffloadTiers
+
 
 class Block:
     """One physical block. A plain class, not a dataclass: a pool makes tens of thousands at
@@ -36,6 +38,10 @@ class BlockPool:
         self.cached: dict[int, int] = {}  # block hash -> block id
         #: Sum over blocks of max(ref_cnt - 1, 0): extra holders of shared blocks.
         self.num_shared_refs = 0
+        #: Cached blocks evicted (handed out again while their hash was indexed).
+        self.num_evicted = 0
+        #: Where evicted hashes go (KV offload tiers); None: they are forgotten.
+        self.spill: Optional[OffloadTiers] = None
 
     @property
     def num_blocks(self) -> int:
@@ -69,6 +75,9 @@ class BlockPool:
             if block.block_hash is not None:
                 if self.cached.get(block.block_hash) == block_id:
                     del self.cached[block.block_hash]
+                    self.num_evicted += 1
+                    if self.spill is not None:
+                        self.spill.put(block.block_hash, block_id)
                 block.block_hash = None
             block.ref_cnt = 1
             out.append(block_id)

@@ -1,5 +1,5 @@
 """PagedAttention allocator: KV in fixed-size blocks handed out on demand, with an optional
-prefix cache and a host swap space (vLLM v0's swap preemption).
+prefix cache (and KV offload tiers under it) and a host swap space (vLLM v0's swap preemption).
 
 Waste is bounded by one partly filled block per request, which is why paging keeps well over 90%
 of KV memory holding token states where contiguous reservation keeps under 40%.
@@ -13,6 +13,7 @@ from typing import Iterable, Optional, Sequence
 from sim.policies.kv.base import KVAllocator, KVUsage, PrefixHit
 from sim.policies.kv.block_pool import BlockPool
 from sim.policies.kv.hashing import request_block_hashes
+from sim.policies.kv.offload import OffloadLoad, OffloadTiers
 from sim.policies.request import Request
 
 
@@ -24,10 +25,14 @@ class PagedAllocator(KVAllocator):
     a token (their bytes over the full-attention layers'): taken as whole blocks at its first
     allocation (its final length is what the simulator knows; vLLM grows to it), given back when
     it is freed or swapped out; counted as token states; never in ``num_held_slots``, which is
-    the full-attention layers'."""
+    the full-attention layers'.
+
+    ``offload``: KV offload tiers under the prefix cache (``sim.policies.kv.offload``): cached
+    blocks evicted from the pool move down to them, and a lookup continues in them."""
 
     def __init__(self, num_slots: int, block_size: int = 16, prefix_caching: bool = False,
-                 swap_slots: int = 0, window_tokens: int = 0, window_ratio: float = 0.0) -> None:
+                 swap_slots: int = 0, window_tokens: int = 0, window_ratio: float = 0.0,
+                 offload: Optional[OffloadTiers] = None) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
         if window_tokens < 0 or window_ratio < 0:
@@ -45,6 +50,15 @@ class PagedAllocator(KVAllocator):
         self.host_blocks: dict[str, int] = {}
         self.num_prefix_queries = 0  # prompt tokens looked up
         self.num_prefix_hits = 0  # of which served from cache
+        if offload is not None:
+            if not prefix_caching:
+                raise ValueError("KV offload tiers need prefix caching (only cached prefix "
+                                 "blocks are offloaded)")
+            if offload.block_size != block_size:
+                raise ValueError(f"offload tiers count blocks of {offload.block_size} tokens, "
+                                 f"the pool {block_size}")
+            self.pool.spill = offload
+        self.offload = offload
 
     # --- sizes ----------------------------------------------------------------------------
     @property
@@ -72,17 +86,46 @@ class PagedAllocator(KVAllocator):
         # Leave at least the last known token to compute: its logits produce the next token.
         max_blocks = (req.num_tokens - 1) // self.block_size
         hit = PrefixHit()
-        for h in request_block_hashes(req, max_blocks, self.block_size):
+        hashes = request_block_hashes(req, max_blocks, self.block_size)
+        for h in hashes:
             block_id = self.pool.get_cached(h)
             if block_id is None:
                 break
             hit.block_ids.append(block_id)
-        hit.num_tokens = len(hit.block_ids) * self.block_size
+        num_blocks = len(hit.block_ids)
+        if self.offload is not None and num_blocks < len(hashes):
+            # The chain goes on below the device (vLLM asks its offloading connector for the
+            # tokens after the GPU hit): a contiguous run of CPU / SSD blocks, loaded back.
+            hit.load = self.offload.lookup(hashes, num_blocks)
+            if hit.load is not None:
+                num_blocks += len(hit.load.hashes)
+        hit.num_tokens = num_blocks * self.block_size
         return hit
+
+    def cached_prefix_blocks(self, req: Request) -> int:
+        # Read-only: dict membership on the hash index, no touch, no stats (see the base class).
+        if not self.prefix_caching:
+            return 0
+        cached = self.pool.cached
+        n = 0
+        for h in request_block_hashes(req, (req.num_tokens - 1) // self.block_size, self.block_size):
+            if h not in cached:
+                break
+            n += 1
+        return n
 
     def record_prefix_query(self, req: Request, hit: PrefixHit) -> None:
         self.num_prefix_queries += req.prompt_len
         self.num_prefix_hits += hit.num_tokens
+        if self.offload is not None:
+            gpu = len(hit.block_ids)
+            lower = 0 if hit.load is None else len(hit.load.hashes)
+            known = len(request_block_hashes(req, (req.num_tokens - 1) // self.block_size,
+                                             self.block_size))
+            # Blocks past the GPU hits the tiers were asked for: the run found, plus the miss
+            # that ended it (if the request had known blocks left).
+            queried = lower + (1 if gpu + lower < known else 0)
+            self.offload.record_query(gpu, hit.load, queried)
 
     def cache_full_blocks(self, req: Request) -> None:
         if not self.prefix_caching:
@@ -98,7 +141,8 @@ class PagedAllocator(KVAllocator):
         for i in range(done, len(hashes)):
             block = self.pool.blocks[blocks[i]]
             if block.block_hash is None:
-                self.pool.publish(blocks[i], hashes[i])
+                if self.pool.publish(blocks[i], hashes[i]) and self.offload is not None:
+                    self.offload.discard(hashes[i])  # the device copy supersedes a tier's
         self.num_published[req.request_id] = max(done, len(hashes))
 
     # --- allocation -----------------------------------------------------------------------
@@ -136,12 +180,15 @@ class PagedAllocator(KVAllocator):
     def allocate(self, req: Request, num_new_tokens: int,
                  prefix: Optional[PrefixHit] = None) -> bool:
         window = self._window_needed(req)
+        load = prefix.load if prefix is not None and self.offload is not None else None
         if window:  # a request's first allocation under a sliding window: its window first
             if not self.can_allocate(req, num_new_tokens, prefix):
                 return False
+            if load is not None:  # out of the tiers before the window's blocks evict into them
+                self._take_load(load)
             self.window_blocks[req.request_id] = self.pool.allocate(window)
             self.num_window_blocks += window
-        if not prefix or not prefix.block_ids:
+        if not prefix or not prefix.num_tokens:
             # Hot path (every decode of every step): room already held, or plain growth.
             blocks = self.req_blocks.get(req.request_id)
             total = req.num_computed_tokens + num_new_tokens
@@ -164,9 +211,27 @@ class PagedAllocator(KVAllocator):
                 self.pool.touch(b)
             blocks.extend(prefix.block_ids)
             self.num_published[req.request_id] = len(blocks)
-        if need:
+        if load is not None:
+            # Out of the tiers first, so that evictions the new blocks cause cannot push the
+            # blocks being loaded further down; then fresh blocks take their content.
+            if not window:
+                self._take_load(load)
+            new = self.pool.allocate(need)
+            offload = self.offload
+            for j in range(len(load.hashes)):
+                self.pool.publish(new[j], load.hashes[j])
+                if offload is not None:
+                    offload.loaded_into(load.hashes[j], new[j])
+            blocks.extend(new)
+            self.num_published[req.request_id] = len(blocks) - len(new) + len(load.hashes)
+        elif need:
             blocks.extend(self.pool.allocate(need))
         return True
+
+    def _take_load(self, load: OffloadLoad) -> None:
+        if self.offload is None:
+            raise RuntimeError("a prefix hit with a load, but no offload tiers")
+        self.offload.take(load)
 
     def allocate_decodes(self, reqs: Sequence[Request], start: int, limit: int) -> int:
         # ``allocate(req, 1)`` per request (its hot path), inlined: one call per step.
@@ -267,9 +332,18 @@ class PagedAllocator(KVAllocator):
         need = -(-num_tokens // bs) - (len(blocks) if blocks else 0)
         return need * bs if need > 0 else 0
 
+    def offload_stats(self) -> Optional[dict]:
+        if self.offload is None:
+            return None
+        out = self.offload.stats()
+        out["gpu_evicted_blocks"] = self.pool.num_evicted
+        return out
+
     def check_invariants(self) -> None:
         held: dict[int, int] = {}
         for blocks in list(self.req_blocks.values()) + list(self.window_blocks.values()):
             for b in blocks:
                 held[b] = held.get(b, 0) + 1
         self.pool.check_invariants(held)
+        if self.offload is not None:
+            self.offload.check_invariants(set(self.pool.cached), self.pool.num_evicted)

@@ -81,6 +81,9 @@ class Scheduler(ABC):
         self._admit_counter = itertools.count()
         self.num_preemptions = 0
         self.num_swapped_tokens = 0
+        #: Host-link tokens of prefix loads from KV offload tiers admitted this step (priced
+        #: with the step's swap tokens by ``_finalize``, then reset).
+        self.num_load_swap_tokens = 0
         self.budget = self.resolved_budget()
 
     def resolved_budget(self) -> int:
@@ -254,6 +257,12 @@ class Scheduler(ABC):
                 break
             self._admit(req, hit, now)
             prefill = self.admission_is_prefill or n > 1 or req.is_prefill
+            if hit.load is not None:
+                # Its prefix's KV is loaded back from an offload tier before this step computes
+                # (LMCache's synchronous retrieve): the copy is priced into this step, like a
+                # swap-in, and the step counts as a prefill (it is not a repeatable decode).
+                self.num_load_swap_tokens += hit.load.num_swap_tokens
+                prefill = True
             plan.scheduled.append(ScheduledRequest(req, n, 0, is_prefill=prefill))
             budget -= n
         return budget
@@ -274,6 +283,9 @@ class Scheduler(ABC):
         # Swapped-in requests' computed tokens are what was copied back (read before the step).
         swap = sum(r.num_computed_tokens for r in plan.swapped_in)
         swap += sum(r.num_computed_tokens for r in plan.swapped_out)
+        if self.num_load_swap_tokens:  # prefix loads from offload tiers admitted this step
+            swap += self.num_load_swap_tokens
+            self.num_load_swap_tokens = 0
         plan.shape = shape_of(plan.scheduled, num_swap_tokens=swap, num_padding_tokens=padding)
         if self.emit_block_tables:
             table = self.allocator.block_table

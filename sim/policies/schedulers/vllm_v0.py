@@ -40,5 +40,7 @@ class VllmV0Scheduler(Scheduler):
             return True
         alloc = self.allocator
         need = alloc.growth_slots(req, req.num_computed_tokens + hit.num_tokens + n)
-        need -= hit.num_tokens  # hit blocks are reused, not taken (approximation for free ones)
+        # Device hit blocks are reused, not taken (approximation for free ones); blocks loaded
+        # from an offload tier (``hit.load``) take fresh ones.
+        need -= len(hit.block_ids) * alloc.block_size
         return alloc.num_free_slots - max(need, 0) >= self.watermark * alloc.num_slots

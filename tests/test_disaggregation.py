@@ -1,0 +1,187 @@
+"""Disaggregated prefill/decode serving (sim/disaggregation.py, sim/policies/kv_transfer.py):
+transfer time, TTFT/E2E and decode-side admission against hand calculations with constructed
+step times; accounting, reproducibility, the disabled path, config errors and the CLI."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.api import simulate
+from sim.catalog.links import LINKS
+from sim.config import build_scenario
+from sim.disaggregation import DisaggSimulation, model_kv_bytes_per_token
+from sim.errors import ConfigError
+from sim.policies.kv import make_allocator
+from sim.policies.kv_transfer import TransferLink, transfer_bytes, transfer_seconds
+from sim.policies.request import Request, RequestState
+from sim.policies.schedulers import make_scheduler
+
+ROOT = Path(__file__).resolve().parents[1]
+
+KV = 1000.0      # bytes a token, constructed
+BW = 1e6         # bytes/s
+LAT = 0.01       # s a transfer
+
+
+def prefill_time(shape) -> float:
+    """Constructed prefill step: 5 ms + 1 ms per prompt token."""
+    return 0.005 + 0.001 * shape.num_prefill_tokens
+
+
+def decode_time(shape) -> float:
+    """Constructed decode step: 20 ms whatever the batch."""
+    return 0.02
+
+
+def sched(num_blocks: int, block_size: int = 16):
+    alloc = make_allocator("paged", num_slots=num_blocks * block_size, block_size=block_size)
+    return make_scheduler("chunked", alloc, max_model_len=4096, max_num_batched_tokens=2048)
+
+
+def run(reqs, prefill_blocks=1000, decode_blocks=1000, n_prefill=1, n_decode=1):
+    p = [sched(prefill_blocks) for _ in range(n_prefill)]
+    d = [sched(decode_blocks) for _ in range(n_decode)]
+    sim = DisaggSimulation(reqs, p, d, prefill_time, decode_time,
+                           [TransferLink(BW, LAT) for _ in p], KV)
+    sim.run()
+    for s in p + d:  # nothing leaked in either pool
+        assert s.allocator.num_free_slots == s.allocator.num_slots
+        assert not s.has_unfinished()
+        s.allocator.check_invariants()
+    assert all(r.state is RequestState.FINISHED for r in reqs)
+    return sim
+
+
+def test_transfer_time_is_latency_plus_bytes_over_bandwidth():
+    assert transfer_bytes(1000, KV) == 1e6
+    assert transfer_seconds(1e6, BW, LAT) == pytest.approx(1.01)
+    assert transfer_seconds(1e6, BW, LAT, streams=4) == pytest.approx(0.26)
+    link = TransferLink(BW, LAT)  # FIFO on one prefill instance's link
+    assert link.start(0.0, 1e6) == pytest.approx(1.01)
+    assert link.start(0.5, 1e6) == pytest.approx(2.02)  # queued behind the first
+    assert link.start(5.0, 1e5) == pytest.approx(5.11)  # idle link: starts at once
+    assert link.num_transfers == 3 and link.bytes == pytest.approx(2.1e6)
+
+
+def test_catalog_links_and_model_kv_bytes():
+    assert LINKS["infiniband"].bandwidth == 50e9 and LINKS["pcie"].bandwidth == 64e9
+    assert LINKS["nvlink"].bandwidth == 450e9  # 900 GB/s bidirectional, one way
+    # Llama-3.1-8B fp16: 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 128 KiB a token,
+    # the same whatever the pools' tensor parallelism.
+    sc = build_scenario(None, ["disaggregation.enabled=true"])
+    assert model_kv_bytes_per_token(sc) == 32 * 8 * 128 * 2 * 2
+
+
+def test_single_request_ttft_and_e2e_by_hand():
+    req = Request("a", 0.0, 1000, 5)
+    sim = run([req])
+    # prefill: one step of 1000 tokens = 1.005 s, first token sampled there
+    assert req.ttft == pytest.approx(1.005)
+    # KV: 1000 x 1000 B over 1 MB/s + 10 ms = 1.01 s; then 4 decode steps of 20 ms
+    assert req.e2el == pytest.approx(1.005 + 1.01 + 4 * 0.02)
+    assert req.tpot == pytest.approx((1.01 + 4 * 0.02) / 4)
+    assert req.num_output_tokens == 5 and len(req.token_times) == 5
+    (t,) = sim.transfers
+    assert t.num_bytes == 1e6 and t.reserved == pytest.approx(1.005)
+    assert t.landed == pytest.approx(1.005 + 1.01)
+
+
+def test_decode_admission_waits_for_kv_blocks_then_proceeds():
+    # Decode pool of 8 blocks of 16: a 100-token prompt reserves 7, so the second waits for
+    # the first to finish.
+    a, b = Request("a", 0.0, 100, 10), Request("b", 0.0, 100, 10)
+    sim = run([a, b], decode_blocks=8)
+    prefill_end = 0.005 + 0.2          # both prompts in one step
+    wire = LAT + 100 * KV / BW          # 0.11 s each
+    a_done = prefill_end + wire + 9 * 0.02
+    assert a.finish_time == pytest.approx(a_done)
+    ta, tb = sim.transfers
+    assert ta.reserved == pytest.approx(prefill_end)
+    assert tb.reserved == pytest.approx(a_done)  # waited for a's blocks
+    assert tb.reserved - tb.ready == pytest.approx(a_done - prefill_end)
+    assert b.finish_time == pytest.approx(a_done + wire + 9 * 0.02)
+    assert a.ttft == b.ttft == pytest.approx(prefill_end)
+
+
+def test_transfers_from_one_prefill_instance_are_serialised():
+    a, b = Request("a", 0.0, 100, 3), Request("b", 0.0, 100, 3)
+    sim = run([a, b], n_decode=2)
+    ta, tb = sim.transfers
+    assert ta.reserved == tb.reserved  # room on both decode instances at once
+    assert tb.landed == pytest.approx(ta.landed + LAT + 0.1)  # ... but one link
+
+
+def test_prefill_kv_held_until_transfer_completes():
+    # A prefill pool of 8 blocks holds one 100-token prompt (7 blocks): the second prompt's
+    # prefill waits until the first's KV has left.
+    a, b = Request("a", 0.0, 100, 3), Request("b", 0.0, 100, 3)
+    sim = run([a, b], prefill_blocks=8, n_decode=2)
+    ta, _ = sim.transfers
+    assert a.ttft == pytest.approx(0.105)
+    assert b.ttft == pytest.approx(ta.landed + 0.105)
+
+
+SCENARIO = ["hardware=h100-sxm", "workload.num_requests=120", "workload.arrival.rate=12",
+            "slo.ttft_ms=300", "slo.tpot_ms=40", "cost_model.source=roofline"]
+PD = ["disaggregation.enabled=true", "disaggregation.prefill_replicas=1",
+      "disaggregation.decode_replicas=2"]
+
+
+def test_scenario_run_accounts_for_every_request_and_is_reproducible():
+    r1 = simulate(None, overrides=SCENARIO + PD)
+    r2 = simulate(None, overrides=SCENARIO + PD)
+    assert r1.summary == r2.summary
+    s = r1.summary
+    assert s["completed"] + s["rejected"] == 120 and s["completed"] == 120
+    d = s["disaggregation"]
+    assert d["num_gpus"] == 3 and d["transfer"]["count"] == 120
+    assert d["goodput_per_gpu"] == pytest.approx(s["goodput"] / 3)
+    assert 0 < d["prefill"]["utilization"] < 1 and 0 < d["decode"]["utilization"] <= 1
+    # bytes: every prompt at 128 KiB a token
+    prompts = sum(r.prompt_len for r in r1.requests)
+    assert d["transfer"]["bytes"] == pytest.approx(prompts * 131072)
+    assert set(r1.extra["replica_of"].values()) == {1, 2}
+
+
+def test_disabled_is_the_collocated_run():
+    base = simulate(None, overrides=SCENARIO)
+    off = simulate(None, overrides=SCENARIO + ["disaggregation.prefill_replicas=3",
+                                               "disaggregation.link=pcie"])
+    assert "disaggregation" not in base.summary
+    assert off.summary == base.summary
+
+
+@pytest.mark.parametrize("setting, key", [
+    ("disaggregation.link=carrier-pigeon", "disaggregation.link"),
+    ("disaggregation.prefill_replicas=0", "disaggregation.prefill_replicas"),
+    ("disaggregation.decode_tensor_parallel_size=2.5", "disaggregation.decode_tensor_parallel_size"),
+    ("disaggregation.link_bandwidth_gbs=0", "disaggregation.link_bandwidth_gbs"),
+    ("disaggregation.link_latency_us=-1", "disaggregation.link_latency_us"),
+    ("disaggregation.nope=1", "disaggregation.nope"),
+])
+def test_bad_keys_are_one_line_config_errors(setting, key):
+    with pytest.raises(ConfigError) as exc:
+        build_scenario(None, [setting])
+    msg = str(exc.value)
+    assert key in msg and "\n" not in msg
+
+
+def test_unsupported_combinations_name_the_key():
+    with pytest.raises(ConfigError, match="^disaggregation.enabled: .*data_parallel_size"):
+        simulate(None, overrides=SCENARIO + PD + ["parallel.data_parallel_size=2"])
+    with pytest.raises(ConfigError, match="^disaggregation.decode_hardware: "):
+        simulate(None, overrides=SCENARIO + PD + ["disaggregation.decode_hardware=nope"])
+
+
+def test_cli_prints_pool_rows(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "cli.main", "simulate", "--out", str(tmp_path / "out"),
+         *[a for s in SCENARIO + PD for a in ("--set", s)]],
+        cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Disaggregated prefill / decode" in proc.stdout and "KV transfers" in proc.stdout
+    assert (tmp_path / "out" / "summary.json").exists()
