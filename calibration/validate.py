@@ -207,14 +207,28 @@ def _as_request(out: Any) -> Request:
 def _profile_error_on(steps: list[dict], prof: Any) -> str:
     """How well the profile prices the replay's own steps: the cost model's share of the error,
     apart from any difference in what the two schedulers did."""
+    return profile_error_text(profile_error_numbers(steps, prof))
+
+
+def profile_error_numbers(steps: list[dict], prof: Any) -> dict[str, Any]:
+    """The profile's error on measured engine steps: ``num_steps``, ``mape`` and ``bias``
+    (fractions, predicted against measured per step), ``busy_s_real`` / ``busy_s_predicted``."""
     s = samples_from_records(steps)
     if not s.n:
-        return "no steps"
+        return {"num_steps": 0}
     pred = ProfileCostModel(prof).step_times(**s.cols)
     rel = (pred - s.seconds) / s.seconds
-    return (f"profile on the replay's own {s.n} steps: MAPE {100 * np.mean(np.abs(rel)):.1f}%, "
-            f"bias {100 * np.mean(rel):+.1f}% (busy {s.seconds.sum():.1f} s real, "
-            f"{pred.sum():.1f} s predicted)")
+    return {"num_steps": int(s.n), "mape": float(np.mean(np.abs(rel))), "bias": float(np.mean(rel)),
+            "busy_s_real": float(s.seconds.sum()), "busy_s_predicted": float(pred.sum())}
+
+
+def profile_error_text(n: dict[str, Any]) -> str:
+    """``profile_error_numbers`` as the line validate prints."""
+    if not n.get("num_steps"):
+        return "no steps"
+    return (f"profile on the replay's own {n['num_steps']} steps: MAPE {100 * n['mape']:.1f}%, "
+            f"bias {100 * n['bias']:+.1f}% (busy {n['busy_s_real']:.1f} s real, "
+            f"{n['busy_s_predicted']:.1f} s predicted)")
 
 
 def _config_path_of(spec: Optional[str]) -> Optional[str]:

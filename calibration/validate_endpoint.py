@@ -210,9 +210,16 @@ def http_overhead(run: LoadRun) -> dict[str, Any]:
 
 def validate_endpoint(run: LoadRun, workload: Sequence[Request], bench: Path, out: Path, *,
                       config: dict, notes: Sequence[str] = (), workload_description: str = "",
-                      seed: int = 0) -> dict:
+                      seed: int = 0, server_trace: Optional[Path] = None) -> dict:
     """Simulate ``run``'s requests under ``config`` and write ``out/validation.json`` (and the
-    simulation in ``out/sim``); returns the record as ``load_validation`` reads it."""
+    simulation in ``out/sim``); returns the record as ``load_validation`` reads it.
+
+    ``server_trace``: the step trace the server (kvplan serve --trace) wrote during the run; the
+    profile is then scored on the server's own steps (``source.step_error`` and
+    ``source.server_steps``), as the in-process validation scores it on the engine's. That
+    separates the two reasons the simulator can be off over HTTP: the engine running at another
+    speed inside the server than the profile says (sharing the CPU with the HTTP stack and the
+    client), and the HTTP path itself (``http_overhead``)."""
     from calibration.real_runs import read_vllm_bench
     from calibration.validate_real import real_overloaded
     from sim.api import simulate
@@ -260,11 +267,25 @@ def validate_endpoint(run: LoadRun, workload: Sequence[Request], bench: Path, ou
     }
     if s.get("warnings"):
         source["warnings"] = s["warnings"]
+    if server_trace is not None and result.config["cost_model"].get("profile"):
+        source.update(server_step_error(server_trace, prof))
     out.mkdir(parents=True, exist_ok=True)
     result.write(out / "sim")
     samples = {k: {"real": v, "predicted": samples_of(twins)[k]} for k, v in samples_of(measured).items()}
     path = write_validation(out / "validation.json", metrics, source, samples)
     return load_validation(path)
+
+
+def server_step_error(trace: Path, prof: Any) -> dict[str, Any]:
+    """The profile on the steps the server's engine ran (``kvplan serve --trace``): the line
+    the in-process validation prints (``step_error``) and its numbers (``server_steps``)."""
+    from calibration.fit import read_trace
+    from calibration.validate import profile_error_numbers, profile_error_text
+
+    steps = read_trace(trace)
+    numbers_ = profile_error_numbers(steps, prof)
+    text = profile_error_text(numbers_).replace("the replay's own", "the server's own")
+    return {"step_error": text, "server_steps": {"trace": str(trace), **numbers_}}
 
 
 def _finite(v: Any) -> bool:

@@ -239,6 +239,10 @@ def validate(
     duration_limit: float = typer.Option(600.0, "--duration-limit", help="With --endpoint: send nothing after this many seconds."),
     api_key: Optional[str] = typer.Option(None, "--api-key", envvar="OPENAI_API_KEY", help="With --endpoint: sent as a Bearer token (default: $OPENAI_API_KEY)."),
     endpoint_type: str = typer.Option("completions", "--endpoint-type", help="With --endpoint: completions or chat."),
+    server_trace: Optional[Path] = typer.Option(
+        None, "--server-trace",
+        help="With --endpoint --profile: the step trace kvplan serve --trace wrote during this run; the "
+             "profile is scored on the server's own steps (how fast the engine ran inside the server)."),
 ) -> dict:
     """One workload through the real engine and the simulator; errors side by side in validation.json.
     With --real: the simulator against measured benchmark runs, stage by stage. With --endpoint:
@@ -256,7 +260,9 @@ def validate(
             sim_model=sim_model, model=model, rate=rate, num_requests=num_requests, scale=scale, seed=seed,
             duration_limit=duration_limit, api_key=api_key, endpoint_type=endpoint_type, policy=policy,
             max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-            progress=progress, as_json=as_json)
+            progress=progress, as_json=as_json, server_trace=server_trace)
+    if server_trace is not None:
+        raise ConfigError("--server-trace: only with --endpoint (the in-process validation records its own steps)")
     if profile is None:
         raise ConfigError("--profile: required (a profile file from kvplan calibrate), unless --real is given")
     from sim.pricing.profile_file import load_profile

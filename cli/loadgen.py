@@ -181,7 +181,7 @@ def validate_endpoint(endpoint: str, out: Path, *, profile: Optional[Path], hard
                       model: Optional[str], rate: float, num_requests: int, scale: float, seed: int,
                       duration_limit: float, api_key: Optional[str], endpoint_type: str, policy: str,
                       max_num_seqs: int, max_num_batched_tokens: Optional[int], progress: bool,
-                      as_json: bool) -> dict:
+                      as_json: bool, server_trace: Optional[Path] = None) -> dict:
     """``validate --endpoint``: loadgen, then the simulator on the same requests (``--profile``:
     kvplan's engine; ``--hardware``: the GPU cost model), then validation.json."""
     from calibration import validate_endpoint as ve
@@ -202,6 +202,10 @@ def validate_endpoint(endpoint: str, out: Path, *, profile: Optional[Path], hard
         reqs = ve.validation_workload(num_requests, rate, scale, seed)
         work = Workload(reqs, rate, 1.0, f"{num_requests} requests, Poisson {rate:g} req/s, ShareGPT-like "
                                          f"lengths x {scale:g} (kvplan validate's workload), seed {seed}")
+    if server_trace is not None and profile is None:
+        raise ConfigError("--server-trace: needs --profile (the trace's steps are priced with it)")
+    if server_trace is not None and not server_trace.is_file():
+        raise ConfigError(f"--server-trace {server_trace}: no such file (start kvplan serve with --trace {server_trace})")
     if profile is not None:
         from sim.pricing.profile_file import load_profile
 
@@ -216,7 +220,8 @@ def validate_endpoint(endpoint: str, out: Path, *, profile: Optional[Path], hard
     else:
         cfg, notes = ve.hardware_config(bench, run, hardware, sim_sets, sim_model, source)  # type: ignore[arg-type]
     record = ve.validate_endpoint(run, work.requests, bench, out, config=cfg, notes=notes,
-                                  workload_description=work.description, seed=seed)
+                                  workload_description=work.description, seed=seed,
+                                  server_trace=server_trace)
     for warning in record["source"].get("warnings", []):
         typer.echo(f"warning: {warning}", err=True)
     if as_json:

@@ -21,7 +21,7 @@ class StepTracer:
         self.path = path
         self.keep = keep
         self.records: list[dict[str, Any]] = []
-        self._file: Optional[IO[str]] = open(path, "w", encoding="utf-8") if path else None
+        self._file: Optional[IO[str]] = open(path, "w", encoding="utf-8", buffering=1) if path else None
         self._step = 0
 
     def record(self, plan: StepPlan, start: float, seconds: float, schedule_seconds: float,

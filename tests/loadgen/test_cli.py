@@ -116,3 +116,42 @@ def test_one_line_errors(server, tmp_path):
     one_line_error(kvplan("loadgen", "--endpoint", server.url, "--out", out, "--model", "no-such-model", *SMALL),
                    "--model no-such-model: not served", "fake-model")
     one_line_error(kvplan("validate", "--endpoint", server.url, "--out", out), "--profile", "--hardware")
+
+
+def _half_speed_trace(path: Path) -> None:
+    """A server step trace whose every step took twice what the shipped profile prices it at."""
+    from sim.policies import StepShape
+    from sim.pricing.profile import ProfileCostModel
+
+    model = ProfileCostModel(str(PROFILE))
+    with open(path, "w") as fh:
+        for i in range(20):
+            batch = 1 + i % 8
+            shape = StepShape(num_decode_seqs=batch, decode_context_tokens=batch * (40 + 10 * i))
+            rec = {"step": i, "seconds": 2 * model.price(shape), "schedule_seconds": 0.0, **shape.to_dict()}
+            fh.write(json.dumps(rec) + "\n")
+
+
+def test_validate_endpoint_scores_the_profile_on_the_servers_own_steps(server, tmp_path):
+    """``--server-trace``: the engine ran at half the profile's speed inside the server, and the
+    record says so (bias -50%), beside the HTTP overhead: the two reasons HTTP errors differ."""
+    trace = tmp_path / "server_steps.jsonl"
+    _half_speed_trace(trace)
+    out = tmp_path / "val"
+    proc = kvplan("validate", "--endpoint", server.url, "--profile", str(PROFILE), "--out", str(out),
+                  "--num-requests", "6", "--rate", "20", "--no-progress", "--server-trace", str(trace))
+    assert proc.returncode == 0, proc.stderr
+    assert "profile on the server's own 20 steps: MAPE 50.0%, bias -50.0%" in " ".join(proc.stdout.split())
+    steps = json.loads((out / "validation.json").read_text())["source"]["server_steps"]
+    assert steps["num_steps"] == 20 and steps["bias"] == pytest.approx(-0.5)
+    assert steps["busy_s_real"] == pytest.approx(2 * steps["busy_s_predicted"])
+
+
+def test_server_trace_errors(server, tmp_path):
+    out = str(tmp_path / "o")
+    one_line_error(kvplan("validate", "--endpoint", server.url, "--hardware", "h100-sxm", "--out", out,
+                          "--server-trace", str(tmp_path / "t.jsonl")), "--server-trace", "--profile")
+    one_line_error(kvplan("validate", "--endpoint", server.url, "--profile", str(PROFILE), "--out", out,
+                          "--server-trace", str(tmp_path / "missing.jsonl")), "--server-trace", "no such file")
+    one_line_error(kvplan("validate", "--profile", str(PROFILE), "--out", out,
+                          "--server-trace", str(tmp_path / "t.jsonl")), "--server-trace", "only with --endpoint")
