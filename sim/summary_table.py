@@ -104,6 +104,15 @@ def summary_rows(summary: dict) -> list[tuple[str, str, str]]:
         add("of which waiting for decode KV, mean (ms)", _fmt(tr["wait_for_kv_ms"]["mean"]))
         if "goodput_per_gpu" in dis:
             add(f"goodput per GPU ({dis['num_gpus']} GPUs, req/s)", _fmt(dis["goodput_per_gpu"], 3))
+    ses = summary.get("sessions")
+    if ses:  # multi-turn conversations: how many, how long, and whether their turns stayed put
+        section("Sessions")
+        add("sessions / turns (mean, max per session)",
+            f"{ses['num_sessions']:,} / {ses['num_turns']:,} ({ses['mean_turns']:.2f}, {ses['max_turns']})")
+        add("sessions with every turn finished", f"{ses['completed_sessions']:,}")
+        aff = ses.get("affinity")
+        if aff:
+            add("session affinity: turns kept / moved", f"{aff['kept']:,} / {aff['moved']:,}")
     if "spec_decode" in summary:
         sd = summary["spec_decode"]
         section("Speculative decoding")

@@ -259,3 +259,6 @@ def test_cli_simulate_with_sessions_exits_0():
          "--set", "parallel.session_affinity=true", "--set", "kv_cache.prefix_caching=true"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr + proc.stdout
+    # the summary table says how many sessions and turns ran, and where affinity kept them
+    assert "sessions / turns" in proc.stdout and "20 / " in proc.stdout
+    assert "session affinity: turns kept / moved" in proc.stdout
