@@ -2,7 +2,8 @@
 
 One page per question a budget holder asks: what does this scenario do (What-if), is B better
 than A (A/B), how many GPUs (Capacity), which configurations are worth considering
-(Sweep/Pareto), and how far to trust the simulator (Validation).
+(Sweep/Pareto), what routing, KV offload, disaggregation and autoscaling do across replicas
+(Cluster), and how far to trust the simulator (Validation).
 """
 
 from pathlib import Path
@@ -17,6 +18,7 @@ page = st.navigation([
     st.Page(PAGES / "ab.py", title="A/B", icon=":material/compare_arrows:"),
     st.Page(PAGES / "capacity.py", title="Capacity", icon=":material/speed:"),
     st.Page(PAGES / "sweep.py", title="Sweep / Pareto", icon=":material/scatter_plot:"),
+    st.Page(PAGES / "cluster.py", title="Cluster", icon=":material/hub:"),
     st.Page(PAGES / "validation.py", title="Validation", icon=":material/fact_check:"),
 ])
 page.run()

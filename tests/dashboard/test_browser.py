@@ -70,16 +70,21 @@ def server(chromium, tmp_path):
         log.close()
 
 
-NEEDLES = ("What-if", "A/B", "Capacity", "Sweep / Pareto", "Validation", "Output tok/s per GPU",
+NEEDLES = ("What-if", "A/B", "Capacity", "Sweep / Pareto", "Cluster", "Validation", "Output tok/s per GPU",
            "Download report (HTML)")
 
 #: Each page as a new user first sees it (the default inputs), what shows it has finished, and
 #: the least number of plots it draws. The Validation page is given a committed validation.json.
+#: The Cluster page computes only its open tab; each tab is opened by its URL (``?cl.tab=``).
 PAGES = (
     ("what-if", "", "TTFT p99", 1),
     ("ab", "ab", "B differs from A", 1),
     ("capacity", "capacity", "Capacity per replica", 1),
     ("sweep", "sweep", "on the Pareto frontier", 1),
+    ("cluster", "cluster", "Lowest mean TTFT", 1),
+    ("cluster_offload", "cluster?cl.tab=KV%20offload", "Loaded back from the tiers", 1),
+    ("cluster_pd", "cluster?cl.tab=Prefill/decode", "KV transfer, mean", 2),
+    ("cluster_autoscaling", "cluster?cl.tab=Autoscaling", "Replicas mean / peak", 2),
     ("validation", "validation", "The simulator matches these runs", 1),
 )
 VALIDATION_EXAMPLE = APP.parents[1] / "benchmarks" / "results" / "validation_mixtral-tiny_cpu_rate3.json"
