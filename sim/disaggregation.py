@@ -2,11 +2,14 @@
 two pools of replicas, each with its own size, tensor parallelism and hardware, joined by a
 KV-transfer link.
 
-A request goes: router -> a prefill instance, which runs its prompt only and samples the first
-token (TTFT ends there) -> a decode instance picked by the decode router, where it waits for
+A request goes: router -> a prefill instance, which runs its prompt only (with
+``first_token="prefill"``, DistServe's and Splitwise's accounting, it samples the first token
+and TTFT ends there) -> a decode instance picked by the decode router, where it waits for
 room (``sim.policies.kv_transfer.reserve``: blocks for its prompt and a batch slot) -> its KV
 crosses the prefill instance's link (FIFO per prefill instance) -> the prefill blocks are freed
-and it joins the decode batch (``join``) -> decode steps to the end. Both pools are plain
+and it joins the decode batch (``join``) -> decode steps to the end (with
+``first_token="decode"``, vLLM's P/D proxy and llm-d, the default, the first of them samples the
+first token the client sees: TTFT includes the transfer and the wait for decode room). Both pools are plain
 ``sim.simulation.Replica``s with the scenario's scheduler and allocator, each pool sized and
 priced by its own ``resolve_deployment``. docs/cluster.md has the model and its limits.
 """
@@ -69,9 +72,14 @@ class DisaggSimulation:
                  decode: Sequence[Scheduler], prefill_step_time, decode_step_time,
                  links: Sequence[kv_transfer.TransferLink], kv_bytes_per_token: float,
                  prefill_router: Optional[Router] = None, decode_router: Optional[Router] = None,
-                 request_overhead: float = 0.0, async_scheduling: bool = False) -> None:
+                 request_overhead: float = 0.0, async_scheduling: bool = False,
+                 first_token: str = "decode") -> None:
         if len(links) != len(prefill):
             raise ValueError("one link per prefill instance")
+        if first_token not in ("decode", "prefill"):
+            raise ValueError(f"first_token must be decode or prefill, got {first_token!r}")
+        #: True: the decode instance emits the client's first token (the prefill's is dropped).
+        self.first_token_on_decode = first_token == "decode"
         self.env = simpy.Environment()
         self.requests = list(requests)
         self.log = StepLog()
@@ -178,7 +186,8 @@ class DisaggSimulation:
         self.held[t.prefill] -= 1
         p.wake()
         self.incoming[t.decode] -= 1
-        kv_transfer.join(self.decode[t.decode].scheduler, t.req, t.ready, self.env.now)
+        kv_transfer.join(self.decode[t.decode].scheduler, t.req,
+                         None if self.first_token_on_decode else t.ready, self.env.now)
         self.decode[t.decode].wake()
 
     def _decoded(self, req: Request) -> None:
@@ -295,7 +304,8 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
                            prefill_router=Router(par.router, **router_kw),
                            decode_router=Router(par.router, **router_kw),
                            request_overhead=pre.deployment.request_overhead_s,
-                           async_scheduling=async_scheduling_of(pre.scenario, pre.deployment))
+                           async_scheduling=async_scheduling_of(pre.scenario, pre.deployment),
+                           first_token=sc.disaggregation.first_token)
     sim.run()
     steps = sim.log.columns()
     scheds = p_scheds + d_scheds
@@ -311,6 +321,7 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
                                              "bandwidth_gbs_per_gpu": links[0].bandwidth / 1e9,
                                              "streams": links[0].streams,
                                              "latency_us": links[0].latency * 1e6}
+        summary["disaggregation"]["first_token"] = sc.disaggregation.first_token
     else:
         summary = {}
     summary["scenario"] = _scenario(dec.scenario, dec.deployment)

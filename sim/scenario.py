@@ -413,6 +413,11 @@ class DisaggregationConfig(_Section):
     link: str = choice("infiniband", LINK_NAMES)
     link_bandwidth_gbs: Optional[float] = number(None, 0.0, 1e5, lo_open=True, optional=True)
     link_latency_us: Optional[float] = number(None, 0.0, 1e9, optional=True)
+    #: Where the client's first token comes from: ``decode`` (vLLM's disaggregated-prefill proxy,
+    #: llm-d, Dynamo: the prefill request's own token is dropped and the decode instance emits
+    #: every token, so TTFT includes the KV transfer, the wait for decode room and one decode
+    #: step) or ``prefill`` (DistServe and Splitwise: the prefill instance returns it).
+    first_token: str = choice("decode", ("decode", "prefill"))
 
 
 def default_workload() -> dict[str, Any]:

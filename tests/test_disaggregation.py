@@ -42,11 +42,13 @@ def sched(num_blocks: int, block_size: int = 16):
     return make_scheduler("chunked", alloc, max_model_len=4096, max_num_batched_tokens=2048)
 
 
-def run(reqs, prefill_blocks=1000, decode_blocks=1000, n_prefill=1, n_decode=1):
+def run(reqs, prefill_blocks=1000, decode_blocks=1000, n_prefill=1, n_decode=1, first_token="prefill"):
+    """The hand calculations below are DistServe's accounting (the prefill instance returns the
+    first token) unless ``first_token="decode"`` (vLLM's P/D proxy, the scenario default)."""
     p = [sched(prefill_blocks) for _ in range(n_prefill)]
     d = [sched(decode_blocks) for _ in range(n_decode)]
     sim = DisaggSimulation(reqs, p, d, prefill_time, decode_time,
-                           [TransferLink(BW, LAT) for _ in p], KV)
+                           [TransferLink(BW, LAT) for _ in p], KV, first_token=first_token)
     sim.run()
     for s in p + d:  # nothing leaked in either pool
         assert s.allocator.num_free_slots == s.allocator.num_slots
@@ -88,6 +90,37 @@ def test_single_request_ttft_and_e2e_by_hand():
     (t,) = sim.transfers
     assert t.num_bytes == 1e6 and t.reserved == pytest.approx(1.005)
     assert t.landed == pytest.approx(1.005 + 1.01)
+
+
+def test_first_token_from_the_decode_instance_by_hand():
+    """vLLM's P/D proxy / llm-d: the client's first token is the decode instance's, sampled by
+    its first step after the KV landed (that step runs the last prompt token); the prefill's
+    token is dropped. TTFT = prefill + transfer + one decode step; TPOT the decode steps'."""
+    req = Request("a", 0.0, 1000, 5)
+    sim = run([req], first_token="decode")
+    assert req.ttft == pytest.approx(1.005 + 1.01 + 0.02)
+    assert req.e2el == pytest.approx(1.005 + 1.01 + 5 * 0.02)
+    assert req.tpot == pytest.approx(0.02)
+    assert req.num_output_tokens == 5 and len(req.token_times) == 5
+    (t,) = sim.transfers
+    assert t.landed == pytest.approx(1.005 + 1.01)
+
+
+def test_first_token_from_decode_counts_the_wait_for_decode_room():
+    """The second request's wait for the first's decode blocks is in its TTFT when the decode
+    instance emits the first token, and not when the prefill instance does."""
+    def pair(first_token):
+        a, b = Request("a", 0.0, 100, 10), Request("b", 0.0, 100, 10)
+        run([a, b], decode_blocks=8, first_token=first_token)
+        return a, b
+
+    a_p, b_p = pair("prefill")
+    a_d, b_d = pair("decode")
+    wire = LAT + 100 * KV / BW
+    assert b_p.ttft == pytest.approx(0.205)
+    assert a_d.ttft == pytest.approx(0.205 + wire + 0.02)
+    assert b_d.ttft == pytest.approx(a_d.finish_time + wire + 0.02)
+    assert b_d.finish_time == pytest.approx(a_d.finish_time + wire + 10 * 0.02)
 
 
 def test_decode_admission_waits_for_kv_blocks_then_proceeds():
@@ -161,6 +194,7 @@ def test_disabled_is_the_collocated_run():
     ("disaggregation.decode_tensor_parallel_size=2.5", "disaggregation.decode_tensor_parallel_size"),
     ("disaggregation.link_bandwidth_gbs=0", "disaggregation.link_bandwidth_gbs"),
     ("disaggregation.link_latency_us=-1", "disaggregation.link_latency_us"),
+    ("disaggregation.first_token=client", "disaggregation.first_token"),
     ("disaggregation.nope=1", "disaggregation.nope"),
 ])
 def test_bad_keys_are_one_line_config_errors(setting, key):

@@ -107,6 +107,7 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "disaggregation.link": ("nvlink", {}),
         "disaggregation.link_bandwidth_gbs": (25.0, {}),
         "disaggregation.link_latency_us": (100.0, {}),
+        "disaggregation.first_token": ("prefill", {}),
     }
 
 

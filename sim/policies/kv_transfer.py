@@ -11,10 +11,14 @@ any number at once.
 Decode-side admission follows vLLM's pull model (NixlConnector: blocks allocated while the
 request is ``WAITING_FOR_REMOTE_KVS``): a request first *reserves* blocks for its prompt in the
 decode instance's pool (``reserve``), then the transfer runs, then it *joins* the decode batch
-(``join``) with its prompt computed and its first token emitted.
+(``join``) with its prompt computed and its first token emitted, or, when the decode instance
+emits every token (vLLM's P/D proxy, llm-d), with its last prompt token left for the decode
+instance's next step to run and sample the first token from.
 """
 
 from __future__ import annotations
+
+from typing import Optional
 
 from sim.policies.request import Request, RequestState
 from sim.policies.schedulers.base import Scheduler
@@ -66,12 +70,20 @@ def reserve(scheduler: Scheduler, req: Request, num_incoming: int) -> bool:
     return scheduler.allocator.allocate(req, req.prompt_len)
 
 
-def join(scheduler: Scheduler, req: Request, first_token_time: float, now: float) -> None:
-    """A reserved request whose KV has landed joins the decode batch: its prompt computed, its
-    first token (sampled by the prefill instance at ``first_token_time``) emitted."""
-    req.num_computed_tokens = req.prompt_len
-    req.num_output_tokens = 1
-    req.token_times.append(first_token_time)
+def join(scheduler: Scheduler, req: Request, first_token_time: Optional[float], now: float) -> None:
+    """A reserved request whose KV has landed joins the decode batch.
+
+    With ``first_token_time`` (the first token sampled by the prefill instance then): its
+    prompt computed and that token emitted. With None (the decode instance emits every token,
+    as vLLM's P/D proxy and llm-d serve): its prompt computed but for the last token, which the
+    decode instance's next step runs to sample the first token (the KV of the rest landed)."""
+    if first_token_time is None:
+        req.num_computed_tokens = req.prompt_len - 1
+        req.num_output_tokens = 0
+    else:
+        req.num_computed_tokens = req.prompt_len
+        req.num_output_tokens = 1
+        req.token_times.append(first_token_time)
     if req.first_scheduled_time is None:
         req.first_scheduled_time = now
     req.state = RequestState.RUNNING
