@@ -181,9 +181,13 @@ def main() -> None:
             res["million_streamed"] = {"num_requests": 1_000_000, **mil}
             show("simulate(), 1,000,000 requests, streamed", f"{mil['wall_s']:.0f} s",
                  f"peak {mil['peak_rss_mib']:,.0f} MiB (goal: bounded)")
-        res["capacity_s"] = _wall(KVPLAN + ["capacity", "--slo", "ttft_p99_ms=500,tpot_p99_ms=50", "--target-rate", "100",
-                                             "--no-progress", "--json"], repeats=1)
-        show("kvplan capacity (README example)", f"{res['capacity_s']:.1f} s", "goal <= 5 s")
+        # The search alone (--fleet divide), the figure issue #11 set its goal on; sizing the
+        # fleet by simulation (the default since) adds its own runs, timed apart.
+        cap = ["capacity", "--slo", "ttft_p99_ms=500,tpot_p99_ms=50", "--target-rate", "100", "--no-progress", "--json"]
+        res["capacity_s"] = _wall(KVPLAN + cap + ["--fleet", "divide"], repeats=1)
+        show("kvplan capacity (README example, --fleet divide)", f"{res['capacity_s']:.1f} s", "goal <= 5 s")
+        res["capacity_fleet_s"] = _wall(KVPLAN + cap, repeats=1)
+        show("kvplan capacity, fleet simulated (default)", f"{res['capacity_fleet_s']:.1f} s")
     out = Path(args.out) if args.out else ROOT / "benchmarks" / "results" / f"sim_speed_{platform.node() or 'host'}.json"
     out.write_text(json.dumps(res, indent=2) + "\n")
     print(f"\nwrote {out}")

@@ -24,6 +24,8 @@ def capacity(
                             "(metric_stat_ms; metric ttft/tpot/itl/e2el, stat mean/median/p90/p99; "
                             "optional attainment=0.99)."),
     target_rate: Optional[float] = typer.Option(None, "--target-rate", help="Requests/s to serve: prints replicas, GPUs and $/hour."),
+    fleet: str = typer.Option("simulate", "--fleet", help="How --target-rate is sized: simulate (N replicas behind parallel.router, or N P/D groups, simulated at the target rate under the same SLO test, from the divided estimate up or down) or divide (target / per-replica rate)."),
+    max_replicas: int = typer.Option(32, "--max-replicas", help="Largest fleet --fleet simulate simulates (a fleet of N costs about N single-replica runs); above it the fleet is sized by division and the result says so."),
     seeds: int = typer.Option(3, "--seeds", help="Independent workloads searched (at least; --ci-target may add more); their spread is the stated uncertainty."),
     ci_target: float = typer.Option(0.10, "--ci-target", help="Add seeds (and narrow brackets) until the confidence interval's half-width is within this fraction of the estimate; 0 keeps --seeds fixed."),
     max_seeds: int = typer.Option(8, "--max-seeds", help="The most seeds --ci-target may grow to (never fewer than --seeds); the result says when it stopped short of the target."),
@@ -40,7 +42,7 @@ def capacity(
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
-    """Highest request rate one replica sustains inside an SLO; replicas, GPUs and cost for a target rate."""
+    """Highest request rate one replica sustains inside an SLO; replicas, GPUs and cost for a target rate (the fleet simulated behind the router)."""
     from sim.analysis.capacity import RunSizing, find_capacity
     from sim.analysis.report import capacity_section
     from sim.analysis.slo import parse_slo
@@ -53,10 +55,16 @@ def capacity(
             sizing=RunSizing(duration_s=duration, num_requests=num_requests, confirm_s=confirm),
             max_simulations=max_simulations, prices=price, overrides=set_,
             base_dir=config.parent if config else None, workers=workers,
-            ci_target=ci_target, max_seeds=max_seeds,
-            on_evaluation=lambda ev, n: bar.set(n, f"{ev.stage} {ev.rate:.3g} req/s seed {ev.seed}: "
-                                                  f"{'met' if ev.passed else 'missed'}"))
+            ci_target=ci_target, max_seeds=max_seeds, fleet=fleet, max_replicas=max_replicas,
+            on_evaluation=lambda ev, n: bar.set(n, progress_text(ev)))
     finish(result.to_dict(), capacity_section, out, as_json)
+
+
+def progress_text(ev) -> str:
+    """The progress bar's postfix for one capacity simulation: a search run, or a fleet's run
+    (which says its size: the fleet search is where a long wait comes from)."""
+    what = f"{ev.stage} x{ev.replicas}" if ev.stage.startswith("fleet") else ev.stage
+    return f"{what} {ev.rate:.3g} req/s seed {ev.seed}: {'met' if ev.passed else 'missed'}"
 
 
 def sweep(

@@ -160,7 +160,9 @@ def test_reports_how_many_simulations_it_ran(monkeypatch):
 
 
 def test_replicas_gpus_and_cost_for_a_target_rate(tight):
-    assert tight.replicas == math.ceil(50 / tight.planning_rate)
+    # The fleet is simulated by default (tests/test_capacity_fleet.py); division is the estimate.
+    assert tight.divided_replicas == math.ceil(50 / tight.planning_rate)
+    assert tight.replicas == tight.simulated_replicas and tight.fleet_mode == "simulate"
     assert tight.gpus == tight.replicas * tight.gpus_per_replica
     assert tight.usd_per_hour == pytest.approx(tight.gpus * tight.usd_per_gpu_hour)
     assert tight.usd_per_gpu_hour == price_table()["a10g"]
@@ -388,3 +390,23 @@ def test_cli_capacity_sizes_the_interval_and_says_when_no_rate_meets_the_slo():
     assert out.count("no rate meets this SLO on one replica") >= 2  # the answer and the replicas
     assert "No rate meets this SLO on one replica (ttft_p99_ms<=0.001): even the lowest rate tried" in out
     assert "None" not in out and "0.000" not in out
+
+
+def test_a_failed_or_stuck_prefetch_is_simulated_here_with_the_same_result(monkeypatch):
+    """A worker that died leaves its pool task pending for ever (or raising): the search then
+    runs the simulation itself, and the evaluation is the one a single process gives."""
+    from sim import config as config_mod
+
+    base = config_mod.build_config(None, SMALL)
+    slo, sizing = parse_slo("ttft_p99_ms=1000,tpot_p99_ms=60"), RunSizing(duration_s=10, confirm_s=0)
+
+    class Dead:  # what a lost task looks like from here: get() times out or raises
+        def get(self, timeout=None):
+            raise TimeoutError("worker gone")
+
+    alone = capacity_mod._Evaluator(base, slo, sizing, None, 100, None)(4.0, 0)
+    ev = capacity_mod._Evaluator(base, slo, sizing, None, 100, None)
+    ev._ahead[ev.key(4.0, 0)] = Dead()
+    ev._chains[1] = Dead()
+    assert ev(4.0, 0) == alone
+    assert ev(4.0, 1).seed == 1 and ev.runs == 2  # the dead chain of seed 1 is run here too

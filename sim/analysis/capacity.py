@@ -24,6 +24,11 @@ each (``workers``); the confirming long runs step down in pairs. The processes o
 the search itself still runs in order in this process, taking each simulation's result from
 what was prefetched, so the answer, the evaluations and the simulation count are the ones a
 single process gives. A prefetched run the search never asks for is dropped.
+
+Why the fleet for a target rate is simulated, not divided: N replicas behind a router are not N
+copies of one (imbalance and pooling, ``sim.analysis.fleet``), so after the search the fleet is
+simulated at the target rate with the same test, evaluator and workers; ``fleet="divide"``
+keeps the old ``ceil(target / planning rate)``.
 """
 
 from __future__ import annotations
@@ -34,12 +39,13 @@ import multiprocessing
 import threading
 import os
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from sim import config as config_mod
-from sim.analysis.pricing import price_table, usd_per_gpu_hour, usd_per_million_output_tokens
+from sim.analysis.fleet import FLEET_MODES, MAX_REPLICAS, FleetResult, Unit, size_fleet, unit_of
+from sim.analysis.pricing import price_table, usd_per_million_output_tokens
 from sim.analysis.slo import SLO
 from sim.analysis.steady import MIN_SPANS, run_length, window_metrics
 from sim.api import simulate
@@ -59,7 +65,9 @@ class Evaluation:
     passed: bool
     violations: list[str]
     metrics: dict
-    stage: str = "search"   # or "confirm": a long run that checks the planning rate
+    stage: str = "search"   # or "confirm": a long run that checks the planning rate; "fleet",
+    #                         "fleet-confirm": the same runs of a fleet at the target rate
+    replicas: int = 1       # units simulated: 1 in the search, the fleet's size in a fleet run
 
 
 @dataclass
@@ -117,6 +125,15 @@ class CapacityResult:
     ci_half_width: Optional[float] = None  # the interval's half-width relative to capacity_rate
     interval_met: Optional[bool] = None  # the half-width is within ci_target (None: no target)
     sizing_note: str = ""                # how the seeds were sized and why the search stopped
+    # How ``replicas`` was found for ``target_rate`` (issue #15): "simulate" (a fleet behind the
+    # router, simulated at the target) or "divide" (target / planning rate); None: no target.
+    fleet_mode: Optional[str] = None
+    divided_replicas: Optional[int] = None     # ceil(target / planning rate), in either mode
+    simulated_replicas: Optional[int] = None   # the smallest simulated fleet meeting the SLO
+    fleet_per_replica_rate: Optional[float] = None  # target / simulated_replicas
+    fleet_note: str = ""                       # the fleet against division, or why not simulated
+    fleet: Optional[FleetResult] = None        # the fleet's trials (every size tried, its runs)
+    unit: Optional[Unit] = None                # what "one replica" is: a replica or a P/D group
 
     def headline(self) -> str:
         """One sentence with the uncertainty, as the CLI prints it."""
@@ -129,10 +146,23 @@ class CapacityResult:
         confirm = (f", confirmed by a {self.sizing.confirm_s:g} s run" if self.confirmed else
                    ", NOT confirmed by a long run (see notes)" if self.confirmed is False else "")
         sized = f" {self.sizing_note[0].upper()}{self.sizing_note[1:]}." if self.sizing_note else ""
-        return (f"One replica sustains {self.planning_rate:.2f} req/s inside {self.slo}{confirm}. "
+        subject = "One replica" if not self.unit or self.unit.kind == "replica" else _sentence(self.unit.description)
+        return (f"{subject} sustains {self.planning_rate:.2f} req/s inside {self.slo}{confirm}. "
                 f"Search with {short} runs: {self.capacity_rate:.2f} req/s ({spread}; each seed "
                 f"bracketed within {_tol_text(self.bracket_tol or self.rel_tol)}).{sized} "
-                f"{self.num_simulations} simulations.")
+                f"{self.num_simulations} simulations.{self._fleet_headline()}")
+
+    def _fleet_headline(self) -> str:
+        """The simulated fleet for the target rate, against division ('' in divide mode)."""
+        if self.fleet_mode != "simulate" and not self.fleet_note:
+            return ""
+        unit = self.unit.name if self.unit else "replica"
+        if self.fleet_mode == "simulate" and self.replicas:
+            runs = self.fleet.num_simulations if self.fleet else 0
+            return (f" For {self.target_rate:g} req/s: {self.replicas} {unit}"
+                    f"{'' if self.replicas == 1 else 's'} ({self.gpus} GPUs) by simulating the fleet "
+                    f"({runs} fleet simulations); {self.fleet_note}.")
+        return f" For {self.target_rate:g} req/s: {self.fleet_note}."
 
     def no_rate_text(self) -> str:
         """Why there is no planning rate, in the words a planner reads: the lowest rate the
@@ -174,6 +204,10 @@ def rate_text(rate: Optional[float], missing: str = "—") -> str:
     return f"{rate:,.2f}" if rate >= 0.1 or rate == 0 else f"{rate:.3g}"
 
 
+def _sentence(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def _tol_text(tol: float) -> str:
     """5%, 2.5%, 1.25%: a bracket width as narrow as it was set."""
     return f"{round(tol * 100, 4):g}%"
@@ -200,7 +234,8 @@ def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
                   prices: Union[None, dict, Sequence[str], str, Path] = None,
                   overrides: Sequence[str] = (), base_dir: Optional[Union[str, Path]] = None,
                   on_evaluation: Optional[OnEvaluation] = None, workers: int = 0,
-                  ci_target: Optional[float] = CI_TARGET, max_seeds: int = MAX_SEEDS) -> CapacityResult:
+                  ci_target: Optional[float] = CI_TARGET, max_seeds: int = MAX_SEEDS,
+                  fleet: str = "simulate", max_replicas: int = MAX_REPLICAS) -> CapacityResult:
     """Search the per-replica capacity of ``config`` under ``slo``.
 
     Every simulation is sized by ``sizing`` (default: arrivals spanning 60 s, lengthened when
@@ -210,9 +245,15 @@ def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
     brackets are narrowed and seeds added, up to ``max_seeds`` (never fewer than ``seeds``),
     until the interval is that narrow. ``workers`` processes prefetch simulations (0: one per
     CPU, at most 4; 1: none); the result is the same for any number.
+
+    With ``target_rate``, ``fleet="simulate"`` (the default) then sizes the fleet by simulating
+    it (``sim.analysis.fleet``): N replicas behind ``parallel.router`` (for P/D, N groups) at the
+    target rate, under the search's SLO test, from the divided estimate up to ``max_replicas``,
+    with what is left of ``max_simulations``; ``fleet="divide"`` divides the rate, as before.
     """
     sizing = sizing or RunSizing()
     _check_args(seeds, rel_tol, target_rate, start_rate, max_simulations, sizing, workers)
+    _check_fleet(fleet, max_replicas)
     target = _check_target(ci_target, max_seeds)
     extra = list(overrides) + slo.overrides() + ["parallel.num_replicas=1"]
     base = config_mod.build_config(config, extra)
@@ -229,10 +270,26 @@ def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
         sized = _size(evaluator, plan_, searches, rel_tol, confidence, target)
         result = _assemble(base, slo, evaluator, sized.searches, rel_tol, confidence, target_rate,
                            table, sizing)
+        if target_rate is not None and fleet == "simulate" and result.planning_rate > 0:
+            _simulate_fleet(result, target_rate, evaluator, base_dir, max_replicas, on_evaluation)
     result.ci_target, result.max_seeds = target, plan_.most if target else None
     result.bracket_tol, result.ci_half_width = sized.tol, sized.half
     result.interval_met, result.sizing_note = sized.met, sized.note
     return result
+
+
+def _simulate_fleet(result: CapacityResult, target_rate: float, ev: "_Evaluator", base_dir,
+                    max_replicas: int, hook: Optional[OnEvaluation]) -> None:
+    """Size the fleet for ``target_rate`` by simulation and re-plan with it. The fleet is
+    judged on the search's seeds, its long run on the seed that set the planning rate."""
+    binding = min(result.searches, key=lambda s: s.low or 0.0).seed
+    unit = result.unit or Unit("replica", result.gpus_per_replica, result.hardware, result.usd_per_gpu_hour)
+    result.fleet = size_fleet(
+        ev.base, ev.slo, ev.sizing, base_dir, unit, target_rate, result.planning_rate,
+        [s.seed for s in result.searches], binding, max_replicas=max_replicas,
+        budget=int(ev.budget - ev.runs), hook=hook, offset=ev.runs, pool=ev.pool,
+        max_confirm_steps=MAX_CONFIRM_STEPS)
+    plan(result, target_rate)
 
 
 _Key = tuple  # (rate as recorded, seed, arrival seconds)
@@ -270,10 +327,11 @@ class _Evaluator:
     ``prefetch_searches``); a result is only recorded, counted and reported when the search asks
     for it, so what is recorded does not depend on the pool."""
 
-    def __init__(self, base: dict, slo: SLO, sizing: RunSizing, base_dir, budget: int,
-                 hook: Optional[OnEvaluation]):
+    def __init__(self, base: dict, slo: SLO, sizing: RunSizing, base_dir, budget: float,
+                 hook: Optional[OnEvaluation], fleet: Optional[int] = None):
         self.base, self.slo, self.sizing, self.base_dir = base, slo, sizing, base_dir
         self.budget, self.hook = budget, hook
+        self.fleet = fleet   # a fleet of this many units: its runs are labelled as such
         self.cache: dict[_Key, Evaluation] = {}
         self.order: list[Evaluation] = []
         self.runs = 0
@@ -300,6 +358,9 @@ class _Evaluator:
             outcome = _evaluate(self.base, self.slo, self.sizing, self.base_dir, key, confirm)
         self.outcomes[key] = outcome
         ev, runs, self.scenario = outcome
+        if self.fleet is not None:
+            ev = replace(ev, stage=f"fleet-{ev.stage}" if ev.stage == "confirm" else "fleet",
+                         replicas=self.fleet)
         self.runs += runs
         self.cache[key] = ev
         self.order.append(ev)
@@ -309,13 +370,13 @@ class _Evaluator:
 
     def _prefetched(self, key: _Key) -> Optional[_Outcome]:
         if key in self._ahead:
-            return self._ahead.pop(key).get()
+            return _wait(self._ahead.pop(key))
         chain = self._chains.pop(key[1], None)
         if chain is not None:  # the seed's whole search ran ahead: keep all of it
-            for k, outcome in chain.get().items():
+            for k, outcome in (_wait(chain) or {}).items():
                 self._ahead.setdefault(k, _Ready(outcome))
             if key in self._ahead:
-                return self._ahead.pop(key).get()
+                return _wait(self._ahead.pop(key))
         return None
 
     def prefetch(self, rate: float, seed: int, confirm: bool = False) -> None:
@@ -343,8 +404,24 @@ class _Ready:
     def __init__(self, outcome: _Outcome) -> None:
         self.outcome = outcome
 
-    def get(self) -> _Outcome:
+    def get(self, timeout: Optional[float] = None) -> _Outcome:
         return self.outcome
+
+
+#: Seconds the search waits for one prefetched result before running it itself. A worker that
+#: died (killed, out of memory) leaves its ``multiprocessing.Pool`` task pending for ever; a
+#: prefetch is only a head start, so the search then simulates the key in this process: the
+#: same result, since every simulation is deterministic for its key.
+PREFETCH_TIMEOUT_S = 300.0
+
+
+def _wait(pending: Any) -> Any:
+    """A prefetched result, or None when its worker failed or did not answer in time (the
+    caller then simulates it here, where a real error is raised where it can be read)."""
+    try:
+        return pending.get(PREFETCH_TIMEOUT_S)
+    except Exception:
+        return None
 
 
 def _search_alone(base: dict, slo: SLO, sizing: RunSizing, base_dir, budget: int, seed: int,
@@ -613,9 +690,11 @@ def _assemble(base: dict, slo: SLO, ev: _Evaluator, searches: list[SeedSearch], 
                              f"the SLO at {planning:.3g} req/s (near a hard limit a queue builds over "
                              f"minutes); a {sizing.confirm_s:g} s run met it at {rate:.3g} req/s")
             planning, at = rate, dict(run.metrics)
-    gpus_per_replica = int(ev.scenario.get("gpus_per_replica", 1))
-    hardware = ev.scenario.get("hardware", base["hardware"])
-    price = usd_per_gpu_hour(hardware, table)
+    unit = unit_of(base, ev.scenario, table)
+    gpus_per_replica, hardware, price = unit.gpus, unit.hardware, unit.usd_per_gpu_hour
+    if unit.kind == "pd_group":
+        notes.append(f"disaggregated prefill/decode: the search sized {unit.description} as its "
+                     f"'replica' (parallel.num_replicas does not apply); GPUs and $ count both pools")
     goodput = tok_gpu = cost = None
     if planning > 0 and at:
         # Steady state: what arrives is served, so throughput is the rate times the tokens a
@@ -629,7 +708,7 @@ def _assemble(base: dict, slo: SLO, ev: _Evaluator, searches: list[SeedSearch], 
         capacity_rate=mean, ci_low=lo, ci_high=hi, planning_rate=planning,
         gpus_per_replica=gpus_per_replica, hardware=hardware, usd_per_gpu_hour=price,
         at_planning_rate=at, goodput=goodput, output_tokens_per_s_per_gpu=tok_gpu,
-        usd_per_million_output_tokens=cost, notes=notes, confirmed=confirmed)
+        usd_per_million_output_tokens=cost, notes=notes, confirmed=confirmed, unit=unit)
     return plan(result, target_rate)
 
 
@@ -653,18 +732,41 @@ def _confirm(ev: _Evaluator, seed: int, rate: float, rel_tol: float) -> tuple[fl
 def plan(result: CapacityResult, target_rate: Optional[float],
          usd_gpu_hour: Optional[float] = None) -> CapacityResult:
     """Replicas, GPUs and cost for ``target_rate`` (and a new price), without simulating again:
-    the dashboard re-plans instantly when only the target or the price changes."""
+    the dashboard re-plans instantly when only the target or the price changes. The fleet
+    simulated for this very target gives the replicas; any other target is divided."""
     if usd_gpu_hour is not None:
         result.usd_per_gpu_hour = usd_gpu_hour
         result.usd_per_million_output_tokens = usd_per_million_output_tokens(
             result.output_tokens_per_s_per_gpu or 0.0, usd_gpu_hour)
     result.target_rate = target_rate
     result.replicas = result.gpus = result.usd_per_hour = None
+    result.fleet_mode = result.divided_replicas = result.simulated_replicas = None
+    result.fleet_per_replica_rate, result.fleet_note = None, ""
     if target_rate is not None and result.planning_rate > 0:
-        result.replicas = max(1, math.ceil(target_rate / result.planning_rate - 1e-9))
-        result.gpus = result.replicas * result.gpus_per_replica
-        result.usd_per_hour = result.gpus * result.usd_per_gpu_hour
+        result.divided_replicas = max(1, math.ceil(target_rate / result.planning_rate - 1e-9))
+        result.replicas, result.fleet_mode = result.divided_replicas, "divide"
+        _plan_fleet(result, target_rate)
+        if result.replicas is not None:
+            result.gpus = result.replicas * result.gpus_per_replica
+            result.usd_per_hour = result.gpus * result.usd_per_gpu_hour
     return result
+
+
+def _plan_fleet(result: CapacityResult, target_rate: float) -> None:
+    """Take the replicas from the simulated fleet when it was simulated for ``target_rate``
+    (None when no fleet size up to the limit met the SLO); say why not otherwise."""
+    f = result.fleet
+    if f is None:
+        return
+    if f.target_rate != target_rate:
+        result.fleet_note = (f"the fleet was simulated for {f.target_rate:g} req/s; "
+                             f"{target_rate:g} req/s is sized by division")
+        return
+    result.fleet_note = f.note
+    if not f.trials:   # not simulated (over --max-replicas): division stands
+        return
+    result.fleet_mode, result.replicas = "simulate", f.replicas
+    result.simulated_replicas, result.fleet_per_replica_rate = f.replicas, f.per_replica_rate
 
 
 def _average(rows: list[dict]) -> dict:
@@ -680,6 +782,15 @@ def _configured_rate(cfg: dict) -> float:
     if isinstance(rate, (int, float)) and math.isfinite(rate) and rate > 0:
         return float(rate)
     return 1.0
+
+
+def _check_fleet(fleet: str, max_replicas: int) -> None:
+    from sim.errors import ConfigError
+
+    if fleet not in FLEET_MODES:
+        raise ConfigError(f"--fleet: expected {' or '.join(FLEET_MODES)}, got {fleet!r}")
+    if not (isinstance(max_replicas, int) and 1 <= max_replicas <= 4096):
+        raise ConfigError(f"--max-replicas: expected 1 to 4096, got {max_replicas}")
 
 
 def _check_target(ci_target: Optional[float], max_seeds: int) -> Optional[float]:

@@ -191,18 +191,17 @@ def capacity_section(rec: dict) -> Section:
             f"arrivals spanning {sz['duration_s']:g} s per simulation (rate x {sz['duration_s']:g} requests, "
             f"at least {sz['min_requests']}), first {sz['warmup_fraction']:.0%} not judged")
     rows = [["SLO", rec["slo_text"]]] + (_capacity_rows(rec) if _has_rate(rec) else _no_rate_rows(rec))
-    rows += [["GPUs per replica / hardware", f"{rec['gpus_per_replica']} x {rec['hardware']}"],
+    rows += [["GPUs per replica / hardware", _unit_text(rec)],
              ["$ per GPU-hour", _f(rec["usd_per_gpu_hour"], 3)],
              ["simulations used", rec["num_simulations"]],
              ["run length", size]]
     if sz.get("confirm_s") and _has_rate(rec):
         rows.append(["confirming run", f"arrivals spanning {sz['confirm_s']:g} s at the planning rate"])
     if rec.get("target_rate"):
-        rows += [["target rate", f"{_f(rec['target_rate'])} req/s"]] + (
-            [["replicas / GPUs needed", f"{rec.get('replicas')} / {rec.get('gpus')}"],
-             ["cost at target", f"${_f(rec.get('usd_per_hour'))} per hour"]] if rec.get("replicas") else
-            [["replicas / GPUs needed", "none: no rate meets this SLO on one replica"]])
+        rows += [["target rate", f"{_f(rec['target_rate'])} req/s"]] + _target_rows(rec)
     s.tables.append((["capacity", "value"], rows))
+    if (rec.get("fleet") or {}).get("trials"):
+        s.tables.append(_fleet_table(rec))
     s.tables.append((["seed", "highest rate meeting SLO (req/s)", "lowest rate missing it (req/s)", "note"],
                      [[x["seed"], _rate(x["low"]), _rate(x["high"]), x["note"]] for x in rec["searches"]]))
     at = rec.get("at_planning_rate") or {}
@@ -213,6 +212,61 @@ def capacity_section(rec: dict) -> Section:
     s.notes += rec.get("notes", [])
     s.figures.append(figures.capacity_search(rec))
     return s
+
+
+def _unit_text(rec: dict) -> str:
+    """GPUs and hardware of what the search sized: a replica, or a whole P/D group."""
+    unit = rec.get("unit") or {}
+    if unit.get("kind") != "pd_group":
+        return f"{rec['gpus_per_replica']} x {rec['hardware']}"
+    pools = [f"{_count(unit[f'{p}_gpus'], p + ' GPU')} ({_count(unit[f'{p}_replicas'], 'instance')}, "
+             f"{unit[f'{p}_hardware']})" for p in ("prefill", "decode")]
+    return f"{rec['gpus_per_replica']} per P/D group: " + " + ".join(pools)
+
+
+def _count(n: int, what: str) -> str:
+    return f"{n} {what}{'' if n == 1 else 's'}"
+
+
+def _target_rows(rec: dict) -> list[list[Any]]:
+    """Replicas, GPUs and cost for the target rate, and how the replicas were found: by the
+    simulated fleet (with the divided estimate beside it) or by division."""
+    if not _has_rate(rec):
+        return [["replicas / GPUs needed", "none: no rate meets this SLO on one replica"]]
+    unit = "P/D groups" if (rec.get("unit") or {}).get("kind") == "pd_group" else "replicas"
+    if rec.get("fleet_mode") == "simulate":
+        rows = [[f"{unit} / GPUs needed", f"{rec['replicas']} / {rec['gpus']}" if rec.get("replicas") else
+                 f"none found: {rec.get('fleet_note')}"],
+                ["fleet sizing", f"simulated behind {rec['fleet']['router']} at the target rate "
+                                 f"({rec['fleet']['num_simulations']} fleet simulations); division "
+                                 f"gives {rec.get('divided_replicas')}"]]
+        if rec.get("fleet_per_replica_rate"):
+            rows.append([f"rate per {unit[:-1]} in the fleet", f"{_f(rec['fleet_per_replica_rate'])} req/s "
+                         f"(one alone: {_f(rec['planning_rate'])} req/s)"])
+            rows.append(["fleet against division", rec["fleet_note"]])
+    else:
+        rows = [["replicas / GPUs needed", f"{rec.get('replicas')} / {rec.get('gpus')}"],
+                ["fleet sizing", "by division: target / planning rate (the router assumed to spread "
+                                 "load evenly)" + (f"; {rec['fleet_note']}" if rec.get("fleet_note") else "")]]
+    if rec.get("replicas"):
+        rows.append(["cost at target", f"${_f(rec.get('usd_per_hour'))} per hour"])
+    return rows
+
+
+def _fleet_table(rec: dict) -> tuple[list[str], list[list[Any]]]:
+    """Every fleet size tried at the target rate, in order, with each of its runs."""
+    f = rec["fleet"]
+    rows = []
+    for t in f["trials"]:
+        runs = ", ".join(f"seed {e['seed']}{' long' if e['stage'] == 'fleet-confirm' else ''} "
+                         f"{'met' if e['passed'] else 'missed: ' + '; '.join(e['violations'])}"
+                         for e in t["evaluations"])
+        rows.append([t["replicas"], _f(f["target_rate"] / t["replicas"]), _verdict(t["passed"]), runs])
+    return ([f"fleet size ({f['unit']}s)", "req/s each", "SLO at the target", "runs"], rows)
+
+
+def _verdict(passed: Optional[bool]) -> str:
+    return "cut short (budget)" if passed is None else "met" if passed else "missed"
 
 
 def _has_rate(rec: dict) -> bool:
@@ -445,8 +499,14 @@ def assumptions_section(records: Sequence[dict]) -> Section:
              "Metric names follow vllm bench serve: TTFT, TPOT = (E2EL - TTFT) / (output tokens - 1), "
              "ITL, E2EL; percentiles over completed requests."]
     if "capacity" in kinds:
-        items += ["Capacity is per replica; replicas for a target rate assume the router spreads load "
-                  "evenly, so N replicas sustain N times one replica's rate.",
+        simulated = any(r.get("fleet_mode") == "simulate" for r in records if r["kind"] == "capacity")
+        items += ["Capacity is per replica (for disaggregated prefill/decode, per P/D group); "
+                  + ("replicas for a target rate are simulated: N replicas behind the configured router "
+                     "(N P/D groups: both pools N times as large) at the target rate, judged by the search's "
+                     "own SLO test and run lengths; the answer met the SLO and one fewer missed it."
+                     if simulated else
+                     "replicas for a target rate assume the router spreads load evenly, so N replicas "
+                     "sustain N times one replica's rate."),
                   "The capacity interval is a Student-t interval over seeds (each seed one arrival "
                   "pattern and one set of lengths), never narrower than the seeds' brackets can tell "
                   "apart; seeds are added until it is within the stated target, or the result says why not.",
