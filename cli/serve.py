@@ -48,7 +48,7 @@ def serve(
     max_num_seqs: int = typer.Option(256, "--max-num-seqs"),
     max_num_batched_tokens: Optional[int] = typer.Option(None, "--max-num-batched-tokens"),
     prefix_caching: bool = typer.Option(True, "--enable-prefix-caching/--no-enable-prefix-caching"),
-    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads."),
+    threads: Optional[int] = typer.Option(None, "--threads", help="torch CPU threads (default on a CPU: one fewer than the cores, leaving one to the HTTP server and clients; on a GPU: torch's)."),
     trace: Optional[str] = typer.Option(None, "--trace", help="Write the per-step JSONL trace here."),
     num_speculative_tokens: int = typer.Option(0, "--num-speculative-tokens", "-k", help=SPEC_HELP),
     log_level: str = typer.Option("warning", "--log-level", help="uvicorn's log level (info shows each request)."),
@@ -92,6 +92,11 @@ def _run(sock: "socket.socket", host: str, model: Optional[str], engine_kwargs: 
     from runtime.serve.server import DrainingServer
     from runtime.weights import DEFAULT_MODEL
 
+    if engine_kwargs.get("num_threads") is None:
+        engine_kwargs = {**engine_kwargs, "num_threads": serving_threads(engine_kwargs.get("device", "auto"))}
+        if engine_kwargs["num_threads"] is not None:
+            typer.echo(f"engine: {engine_kwargs['num_threads']} torch thread(s), one core left for the HTTP "
+                       f"server and its clients (--threads to change)", err=True)
     engine = LLMEngine.from_args(EngineArgs.from_kwargs(model, engine_kwargs))
     try:
         name = served_model_name or model or DEFAULT_MODEL  # vLLM's default: the --model string
@@ -106,6 +111,29 @@ def _run(sock: "socket.socket", host: str, model: Optional[str], engine_kwargs: 
         DrainingServer(app, log_level=log_level).run(sockets=[sock])
     finally:
         engine.close()
+
+
+def serving_threads(device: str) -> Optional[int]:
+    """torch threads for an engine that serves HTTP on the CPU: one core fewer than this process
+    may use (at least one); None on a GPU (torch's default).
+
+    Why: the engine's parallel kernels wait for their slowest thread, so when the HTTP stack or a
+    client on the same machine takes a core from one of them, every kernel stalls. Measured on a
+    2-core machine (benchmarks/validate_over_http.py): with 2 threads the engine's steps ran 28%
+    slower inside the server than in process; with 1 they ran at the in-process speed of 1
+    thread (+3%), and faster than 2 threads in the server. vLLM's CPU backend likewise leaves
+    cores to its frontend (``VLLM_CPU_NUM_OF_RESERVED_CPU``)."""
+    import os
+
+    if device == "cuda":
+        return None
+    if device == "auto":
+        import torch
+
+        if torch.cuda.is_available():
+            return None
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, cores - 1)
 
 
 def _listen(host: str, port: int) -> "socket.socket":
