@@ -25,7 +25,7 @@ from sim.policies.kv import make_allocator
 from sim.policies.request import Request
 from sim.policies.router import Router
 from sim.policies.schedulers import SCHEDULERS, make_scheduler
-from sim.policies.schedulers.base import step_token_budget
+from sim.policies.schedulers.base import Scheduler, step_token_budget
 from sim.policies.speculative import AcceptanceSampler
 from sim.scenario import Scenario, swap_space_blocks
 
@@ -395,18 +395,8 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
         reqs = [_fresh(r) for r in built] if requests is not None else list(built)
     # Conversations (sim.workload.sessions): which turn follows which, by request id.
     links = _session_links(built)
-    swap_slots = swap_slots_of(sc, dep.memory.kv_bytes_per_token)
     # One engine (scheduler, KV pool) per data-parallel attention rank of every replica.
-    n = sc.parallel.num_replicas * sc.parallel.data_parallel_size
-    schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots, dep.model,
-                                          dep.memory.kv_bytes_per_token)
-                  for _ in range(n)]
-    spec = sc.speculative
-    samplers = None
-    if spec.num_tokens:
-        samplers = [AcceptanceSampler(spec.acceptance_rate, spec.table, seed=sc.seed * 1000 + i,
-                                      draft_availability=_list(spec.draft_availability))
-                    for i in range(n)]
+    schedulers, samplers = replica_engines(sc, dep, sc.parallel.num_replicas * sc.parallel.data_parallel_size)
     replica_of: dict[str, int] = {}
     par = sc.parallel
     router = _RecordingRouter(par.router, replica_of, prefix_weight=par.router_prefix_weight,
@@ -419,13 +409,9 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
         from sim.streaming import StreamRecorder
 
         recorder = StreamRecorder(Path(stream_to), replica_of, sc.slo.ttft_ms, sc.slo.tpot_ms)
-    sim = Simulation(reqs, schedulers, dep.cost_model.step_time, router=router,
-                     spec_samplers=samplers, draft_cost_ratio=spec.draft_cost_ratio,
-                     progress=progress, fast_decode=fast_decode,
-                     async_scheduling=async_scheduling_of(sc, dep),
-                     request_overhead=dep.request_overhead_s,
-                     decode_pricer=getattr(dep.cost_model, "decode_context_pricer", None),
-                     on_finish=recorder.request if recorder is not None else None,
+    sim = new_simulation(sc, dep, reqs, schedulers, samplers, router, progress=progress,
+                         fast_decode=fast_decode,
+                         on_finish=recorder.request if recorder is not None else None,
                      keep_finished=recorder is None,
                      step_sink=recorder.steps if recorder is not None else None,
                      next_turn=links.next_turn if links is not None else None,
@@ -519,6 +505,35 @@ def _session_links(requests: Sequence[Request]) -> Optional["SessionLinks"]:
 
 def _is_built(config: Any) -> bool:
     return isinstance(config, dict) and set(config_mod.DEFAULTS) <= set(config)
+
+
+def replica_engines(sc: Scenario, dep: "Deployment", n: int) -> tuple[list[Scheduler], Optional[list[AcceptanceSampler]]]:
+    """``n`` engines of the scenario's deployment: a scheduler with its own KV pool each, and,
+    with speculative decoding, each one's acceptance sampler (seeded per engine)."""
+    swap_slots = swap_slots_of(sc, dep.memory.kv_bytes_per_token)
+    schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots, dep.model,
+                                          dep.memory.kv_bytes_per_token) for _ in range(n)]
+    spec = sc.speculative
+    samplers = None
+    if spec.num_tokens:
+        samplers = [AcceptanceSampler(spec.acceptance_rate, spec.table, seed=sc.seed * 1000 + i,
+                                      draft_availability=_list(spec.draft_availability))
+                    for i in range(n)]
+    return schedulers, samplers
+
+
+def new_simulation(sc: Scenario, dep: "Deployment", requests: list[Request], schedulers: list[Scheduler],
+                   samplers: Optional[list[AcceptanceSampler]], router: Router, *, progress: bool,
+                   fast_decode: bool, **hooks: Any) -> Simulation:
+    """The event loop over ``schedulers`` priced by the deployment's cost model, with the
+    scenario's speculative, async-scheduling and per-request settings; ``hooks`` are the
+    ``Simulation``'s callbacks (on_finish, step_sink, next_turn, ...)."""
+    return Simulation(requests, schedulers, dep.cost_model.step_time, router=router,
+                      spec_samplers=samplers, draft_cost_ratio=sc.speculative.draft_cost_ratio,
+                      progress=progress, fast_decode=fast_decode,
+                      async_scheduling=async_scheduling_of(sc, dep),
+                      request_overhead=dep.request_overhead_s,
+                      decode_pricer=getattr(dep.cost_model, "decode_context_pricer", None), **hooks)
 
 
 def _list(values: Optional[Sequence[float]]) -> Optional[list[float]]:

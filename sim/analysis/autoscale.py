@@ -16,13 +16,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
 from sim.analysis.pricing import usd_per_gpu_hour
-from sim.api import _fresh, as_scenario, async_scheduling_of, build_replica_scheduler, resolve_deployment, swap_slots_of
+from sim.api import _fresh, as_scenario, new_simulation, replica_engines, resolve_deployment
 from sim.errors import ConfigError
 from sim.metrics import meets_slo
 from sim.policies.autoscaler import Autoscaler, AutoscalerConfig
 from sim.policies.request import Request, RequestState
 from sim.policies.router import Router
-from sim.policies.speculative import AcceptanceSampler
 from sim.scenario import Scenario
 from sim.simulation import Simulation
 
@@ -221,15 +220,7 @@ def simulate_fleet(config: Union[Scenario, dict, str, None], requests: Sequence[
                           f"max_replicas ({policy.min_replicas}..{policy.max_replicas})")
     dep = resolve_deployment(sc)
     n = policy.max_replicas if policy is not None else int(replicas or 1)
-    swap = swap_slots_of(sc, dep.memory.kv_bytes_per_token)
-    schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap, dep.model,
-                                          dep.memory.kv_bytes_per_token) for _ in range(n)]
-    spec = sc.speculative
-    samplers = None
-    if spec.num_tokens:
-        drafts = list(spec.draft_availability) if spec.draft_availability else None
-        samplers = [AcceptanceSampler(spec.acceptance_rate, spec.table, seed=sc.seed * 1000 + i,
-                                      draft_availability=drafts) for i in range(n)]
+    schedulers, samplers = replica_engines(sc, dep, n)
     par = sc.parallel
     router = FleetRouter(par.router, prefix_weight=par.router_prefix_weight,
                          load_weight=par.router_load_weight, kv_weight=par.router_kv_weight)
@@ -242,13 +233,8 @@ def simulate_fleet(config: Union[Scenario, dict, str, None], requests: Sequence[
         raise ConfigError(f"interval_s: must be > 0, got {interval!r}")
     horizon = horizon_s if horizon_s is not None else max(r.arrival_time for r in reqs)
     holder: list[_Fleet] = []
-    sim = Simulation(reqs, schedulers, dep.cost_model.step_time, router=router,
-                     spec_samplers=samplers, draft_cost_ratio=spec.draft_cost_ratio,
-                     progress=progress, fast_decode=fast_decode,
-                     async_scheduling=async_scheduling_of(sc, dep),
-                     request_overhead=dep.request_overhead_s,
-                     decode_pricer=getattr(dep.cost_model, "decode_context_pricer", None),
-                     on_finish=lambda r: holder[0].on_finish(r))
+    sim = new_simulation(sc, dep, reqs, schedulers, samplers, router, progress=progress,
+                         fast_decode=fast_decode, on_finish=lambda r: holder[0].on_finish(r))
     fleet = _Fleet(sim, router, Autoscaler(policy) if policy is not None else None,
                    (initial_replicas or policy.min_replicas) if policy is not None else n,
                    policy.scale_up_delay_s if policy is not None else 0.0,
