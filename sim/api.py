@@ -399,11 +399,7 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
     schedulers, samplers = replica_engines(sc, dep, sc.parallel.num_replicas * sc.parallel.data_parallel_size)
     replica_of: dict[str, int] = {}
     par = sc.parallel
-    router = _RecordingRouter(par.router, replica_of, prefix_weight=par.router_prefix_weight,
-                              load_weight=par.router_load_weight, kv_weight=par.router_kv_weight,
-                              session_affinity=par.session_affinity,
-                              affinity_abs_threshold=par.session_affinity_abs_threshold,
-                              affinity_rel_threshold=par.session_affinity_rel_threshold)
+    router = _RecordingRouter(par.router, replica_of, **router_options(sc))
     recorder = None
     if stream_to is not None:
         from sim.streaming import StreamRecorder
@@ -412,10 +408,10 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
     sim = new_simulation(sc, dep, reqs, schedulers, samplers, router, progress=progress,
                          fast_decode=fast_decode,
                          on_finish=recorder.request if recorder is not None else None,
-                     keep_finished=recorder is None,
-                     step_sink=recorder.steps if recorder is not None else None,
-                     next_turn=links.next_turn if links is not None else None,
-                     session_of=links.session_of if links is not None else None)
+                         keep_finished=recorder is None,
+                         step_sink=recorder.steps if recorder is not None else None,
+                         next_turn=links.next_turn if links is not None else None,
+                         session_of=links.session_of if links is not None else None)
     if recorder is not None:
         with recorder:
             sim.run()
@@ -494,6 +490,16 @@ class _RecordingRouter(Router):
         if len(replicas) > 1:
             self.record[req.request_id] = i
         return i
+
+
+def router_options(sc: Scenario) -> dict[str, Any]:
+    """The scenario's router settings as ``Router`` keyword arguments (``parallel.router_*``
+    weights and ``parallel.session_affinity*``), for every place that routes."""
+    par = sc.parallel
+    return dict(prefix_weight=par.router_prefix_weight, load_weight=par.router_load_weight,
+                kv_weight=par.router_kv_weight, session_affinity=par.session_affinity,
+                affinity_abs_threshold=par.session_affinity_abs_threshold,
+                affinity_rel_threshold=par.session_affinity_rel_threshold)
 
 
 def _session_links(requests: Sequence[Request]) -> Optional["SessionLinks"]:

@@ -277,26 +277,22 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
     """``sim.api.simulate`` for a scenario with ``disaggregation.enabled``: a ``SimResult``
     whose summary adds ``disaggregation`` (per pool, transfers) and whose GPU count is both
     pools'."""
-    from sim.api import (SimResult, _fresh, _scenario, async_scheduling_of, build_replica_scheduler,
-                         build_workload, cost_model_summary, swap_slots_of)
+    from sim.api import (SimResult, _fresh, _scenario, _session_links, async_scheduling_of, build_workload,
+                         cost_model_summary, replica_engines, router_options)
     from sim.metrics import summarize
 
     pre, dec = pool_plans(sc)
     built = requests if requests is not None else build_workload(sc, base_dir)
-    if getattr(built, "links", None) is not None:
+    if _session_links(built) is not None:
         raise ConfigError("disaggregation.enabled: conversations (workload.sessions) are not "
                           "simulated with disaggregated serving yet")
     reqs = [_fresh(r) for r in built] if requests is not None else list(built)
 
     def schedulers(pool: PoolPlan) -> list[Scheduler]:
-        m = pool.deployment.memory
-        swap = swap_slots_of(pool.scenario, m.kv_bytes_per_token)
-        return [build_replica_scheduler(pool.scenario, m.num_kv_slots, swap, pool.deployment.model,
-                                        m.kv_bytes_per_token) for _ in range(pool.num_replicas)]
+        return replica_engines(pool.scenario, pool.deployment, pool.num_replicas)[0]
 
     par = sc.parallel
-    router_kw = dict(prefix_weight=par.router_prefix_weight, load_weight=par.router_load_weight,
-                     kv_weight=par.router_kv_weight)
+    router_kw = router_options(sc)
     links = make_links(sc, pre, dec)
     p_scheds, d_scheds = schedulers(pre), schedulers(dec)
     sim = DisaggSimulation(reqs, p_scheds, d_scheds, pre.deployment.cost_model.step_time,

@@ -137,9 +137,7 @@ class Replica:
             self._pending.append(req)
             return
         self._admit(req)
-        wakeup = self._wakeup
-        if wakeup is not None and not wakeup.triggered:
-            wakeup.succeed()
+        self.wake()
 
     def wake(self) -> None:
         """Let an idle replica schedule again (something outside it freed memory or added work)."""
@@ -399,11 +397,7 @@ class Simulation:
             heappush(self._awaiting, (self._next_turn[req.request_id][1], req.request_id))
             self._in_flight.add(req.request_id)
         session = self._session_of.get(req.request_id) if self._session_of else None
-        if session is None:
-            i = self.router.route(req, self.replicas)
-        else:
-            i = self.router.route(req, self.replicas, session)
-        self.replicas[i].submit(req)
+        self.replicas[self.router.route(req, self.replicas, session)].submit(req)
 
     def _arrivals(self):
         env = self.env

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
 from sim.analysis.pricing import usd_per_gpu_hour
-from sim.api import _fresh, as_scenario, new_simulation, replica_engines, resolve_deployment
+from sim.api import _fresh, _session_links, as_scenario, new_simulation, replica_engines, resolve_deployment, router_options
 from sim.errors import ConfigError
 from sim.metrics import meets_slo
 from sim.policies.autoscaler import Autoscaler, AutoscalerConfig
@@ -211,7 +211,7 @@ def simulate_fleet(config: Union[Scenario, dict, str, None], requests: Sequence[
     if sc.parallel.data_parallel_size != 1:
         raise ConfigError("parallel.data_parallel_size: the fleet simulation scales whole "
                           "replicas; set it to 1")
-    if getattr(requests, "links", None) is not None:
+    if _session_links(requests) is not None:
         raise ConfigError("workload.sessions: conversations are not supported by the fleet "
                           "simulation yet")
     if policy is not None and initial_replicas is not None and not (
@@ -221,9 +221,7 @@ def simulate_fleet(config: Union[Scenario, dict, str, None], requests: Sequence[
     dep = resolve_deployment(sc)
     n = policy.max_replicas if policy is not None else int(replicas or 1)
     schedulers, samplers = replica_engines(sc, dep, n)
-    par = sc.parallel
-    router = FleetRouter(par.router, prefix_weight=par.router_prefix_weight,
-                         load_weight=par.router_load_weight, kv_weight=par.router_kv_weight)
+    router = FleetRouter(sc.parallel.router, **router_options(sc))
     reqs = [_fresh(r) for r in requests]
     if not reqs:
         raise ConfigError("workload: no requests to simulate")
