@@ -33,9 +33,9 @@ from runtime.tracing import StepTracer
 from runtime.weights import LoadedModel, load_model
 from sim.errors import ConfigError
 from sim.policies import Request, ScheduledRequest, StepPlan, StepResult
-from sim.policies.kv import KVAllocator, OffloadTier, OffloadTiers, make_allocator
+from sim.policies.kv import KVAllocator, OffloadTiers, make_allocator
 from sim.policies.schedulers import Scheduler, make_scheduler
-from sim.scenario import swap_space_blocks
+from sim.scenario import offload_tiers, swap_space_blocks
 
 #: Where each offload tier keeps its bytes (runtime.kv_cache.HostKVOffload).
 OFFLOAD_TIER_KINDS = {"cpu": "memory", "ssd": "disk"}
@@ -127,22 +127,14 @@ class LLMEngine:
 
     def _offload_tiers(self) -> Optional[OffloadTiers]:
         """The allocator's KV offload tiers (``kv_offload_cpu_gb``, ``kv_offload_ssd_gb``) in
-        whole blocks, as the simulator sizes them (``sim.scenario.swap_space_blocks``); None
+        whole blocks, as the simulator sizes them (``sim.scenario.offload_tiers``); None
         when both are off. Bandwidths are nominal (they weight the traced ``num_swap_tokens`` of
         a load and the tiers' load_s statistic): the engine's own time is measured."""
         a = self.args
-        per_block = block_bytes(self.config, a.block_size, self.dtype)
-        tiers = []
-        for name, gib in (("cpu", a.kv_offload_cpu_gb), ("ssd", a.kv_offload_ssd_gb)):
-            if gib <= 0:
-                continue
-            blocks = swap_space_blocks(gib, per_block)
-            if blocks < 1:
-                raise ConfigError(f"kv_offload_{name}_gb: {gib!r} GiB holds no whole KV block of {per_block} bytes")
-            bandwidth = OFFLOAD_NOMINAL_BANDWIDTH[name]
-            tiers.append(OffloadTier(name, blocks, bandwidth, float(per_block),
-                                     OFFLOAD_NOMINAL_BANDWIDTH["cpu"] / bandwidth))
-        return OffloadTiers(tiers, a.block_size) if tiers else None
+        return offload_tiers(
+            [(name, f"kv_offload_{name}_gb", gib, OFFLOAD_NOMINAL_BANDWIDTH[name])
+             for name, gib in (("cpu", a.kv_offload_cpu_gb), ("ssd", a.kv_offload_ssd_gb))],
+            block_bytes(self.config, a.block_size, self.dtype), a.block_size, OFFLOAD_NOMINAL_BANDWIDTH["cpu"])
 
     def _num_kv_blocks(self) -> int:
         a = self.args

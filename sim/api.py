@@ -27,7 +27,7 @@ from sim.policies.router import Router
 from sim.policies.schedulers import SCHEDULERS, make_scheduler
 from sim.policies.schedulers.base import Scheduler, step_token_budget
 from sim.policies.speculative import AcceptanceSampler
-from sim.scenario import Scenario, swap_space_blocks
+from sim.scenario import Scenario, offload_tiers, swap_space_blocks
 
 if TYPE_CHECKING:
     from sim.catalog.hardware import HardwareSpec
@@ -282,26 +282,16 @@ def offload_tiers_of(scenario: Scenario, kv_bytes_per_token: float) -> Optional[
     space); a tier's loads are priced as host-link swap tokens scaled by the host link's
     bandwidth (the catalog's PCIe) over the tier's (``OffloadLoad``)."""
     from sim.catalog.hardware import GB, get_hardware
-    from sim.policies.kv import OffloadTier, OffloadTiers
 
     kv = scenario.kv_cache
     if not kv.offload_enabled:
         return None
     link = get_hardware(scenario.hardware).pcie_bandwidth
-    block_bytes = float(kv_bytes_per_token * kv.block_size)
-    tiers = []
-    for name, gib, gbs, key in (
-            ("cpu", kv.cpu_offload_gb, kv.cpu_offload_bandwidth_gbs, "kv_cache.cpu_offload_gb"),
-            ("ssd", kv.ssd_offload_gb, kv.ssd_offload_bandwidth_gbs, "kv_cache.ssd_offload_gb")):
-        if gib <= 0:
-            continue
-        blocks = swap_space_blocks(gib, block_bytes)
-        if blocks < 1:
-            raise ConfigError(f"{key}: {gib!r} GiB holds no whole KV block of "
-                              f"{block_bytes / 2**20:.3g} MiB")
-        bandwidth = link if gbs is None else gbs * GB
-        tiers.append(OffloadTier(name, blocks, bandwidth, block_bytes, link / bandwidth))
-    return OffloadTiers(tiers, kv.block_size)
+    return offload_tiers(
+        [(name, f"kv_cache.{name}_offload_gb", gib, link if gbs is None else gbs * GB)
+         for name, gib, gbs in (("cpu", kv.cpu_offload_gb, kv.cpu_offload_bandwidth_gbs),
+                                ("ssd", kv.ssd_offload_gb, kv.ssd_offload_bandwidth_gbs))],
+        float(kv_bytes_per_token * kv.block_size), kv.block_size, link)
 
 
 def swap_slots_of(scenario: Scenario, kv_bytes_per_token: float) -> int:

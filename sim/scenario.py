@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Mapping, Optional
 from sim.catalog.dtypes import DTYPES, KV_DTYPES, WEIGHT_QUANT
 from sim.catalog.links import LINK_NAMES
 from sim.errors import ConfigError
-from sim.policies.kv import ALLOCATORS, RESERVE_POLICIES
+from sim.policies.kv import ALLOCATORS, RESERVE_POLICIES, OffloadTier, OffloadTiers
 from sim.policies.router import (DEFAULT_AFFINITY_ABS_THRESHOLD, DEFAULT_AFFINITY_REL_THRESHOLD,
                                   DEFAULT_KV_WEIGHT, DEFAULT_LOAD_WEIGHT, DEFAULT_PREFIX_WEIGHT,
                                   ROUTERS)
@@ -72,6 +72,34 @@ def swap_space_blocks(swap_space_gib: float, block_bytes: float) -> int:
     if swap_space_gib <= 0 or block_bytes <= 0:
         return 0
     return int(swap_space_gib * GIB // block_bytes)
+
+
+def offload_tiers(specs: "list[tuple[str, str, float, float]]", block_bytes: float, block_size: int,
+                  link_bandwidth: float) -> Optional[OffloadTiers]:
+    """KV offload tiers of one engine in whole blocks, sized as the swap space is
+    (``swap_space_blocks``), so the simulator and the runtime give a scenario the same tiers.
+
+    Args:
+        specs: per tier ``(name, setting, GiB, read bandwidth in bytes/s)``; ``setting`` names
+            the size in an error; a tier of 0 GiB is off.
+        block_bytes: one block of one GPU's KV shard.
+        block_size: tokens per block.
+        link_bandwidth: the host link's bytes/s: a load is priced as host-link swap tokens
+            scaled by this over the tier's bandwidth (``OffloadLoad``).
+
+    Returns:
+        The tiers, or None when every tier is off.
+    """
+    tiers = []
+    for name, setting, gib, bandwidth in specs:
+        if gib <= 0:
+            continue
+        blocks = swap_space_blocks(gib, block_bytes)
+        if blocks < 1:
+            raise ConfigError(f"{setting}: {gib!r} GiB holds no whole KV block of "
+                              f"{block_bytes / 2**20:.3g} MiB")
+        tiers.append(OffloadTier(name, blocks, bandwidth, float(block_bytes), link_bandwidth / bandwidth))
+    return OffloadTiers(tiers, block_size) if tiers else None
 
 
 # --- checks ------------------------------------------------------------------------------------
