@@ -28,7 +28,7 @@ def test_hardware_slugs_are_the_contract():
     ("a100-80gb", 80, 2.039, 312),
     ("h100-sxm", 80, 3.35, 989.4),
     ("h200", 141, 4.8, 989.4),
-    ("b200", 180, 8.0, 2250),
+    ("b200", 180, 7.7, 2250),  # shipping HGX B200: 7.7 TB/s (8 TB/s was the 192 GB preview)
     ("gb200", 186, 8.0, 2500),
     ("h20", 96, 4.0, 148),
     ("l4", 24, 0.3, 121),
@@ -73,6 +73,134 @@ def test_unknown_hardware_names_the_allowed_values():
     for slug in HARDWARE_SLUGS:
         assert slug in msg
 
+
+
+# -- Blackwell Ultra, H100 PCIe, GeForce RTX 4090 --------------------------------------------
+
+NEW_GPUS = {
+    "b300": ("b300-sxm", "b300-sxm6", "nvidia-b300", "NVIDIA B300 SXM6 AC", "hgx-b300", "DGX-B300"),
+    "gb300": ("gb300-nvl72", "nvidia-gb300", "NVIDIA GB300", "dgx-gb300"),
+    "h100-pcie": ("h100-pcie-80gb", "nvidia-h100-pcie", "NVIDIA H100 PCIe", "H100_PCIE"),
+    "rtx-4090": ("rtx4090", "geforce-rtx-4090", "NVIDIA GeForce RTX 4090", "RTX 4090", "4090"),
+}
+BLACKWELL = {"b200", "b300", "gb200", "gb300", "rtx-pro-6000"}
+
+
+@pytest.mark.parametrize("slug", sorted(NEW_GPUS))
+def test_new_gpus_resolve_by_name_and_alias(slug):
+    assert slug in HARDWARE_NAMES
+    hw = get_hardware(slug)
+    assert hw.name == slug and get_hardware(slug.upper()) is hw
+    for alias in NEW_GPUS[slug]:
+        assert get_hardware(alias) is hw, alias
+    with pytest.raises(ConfigError) as exc:
+        get_hardware("rtx-5090")
+    assert slug in str(exc.value)
+
+
+# Datasheet numbers, dense, per GPU: memory GiB, memory TB/s, BF16/FP16, FP8, INT8 and FP4
+# TFLOPS (None: no tensor-core path), GPU link and host link GB/s per direction, NIC GB/s,
+# GPUs in one NVLink (or PCIe) domain.
+@pytest.mark.parametrize(
+    "slug,mem_gib,bw_tbs,bf16,fp8,int8,fp4,link_gbs,host_gbs,nic_gbs,per_node", [
+        # Blackwell Ultra datasheet, HGX B300 column; host CPUs are PCIe Gen5.
+        ("b300", 270, 7.7, 2250, 4500, 153.5, 13500, 900, 64, 100, 8),
+        # Blackwell Ultra datasheet, GB300 NVL72 column; NVLink-C2C to Grace.
+        ("gb300", 279, 8.0, 2500, 5000, 165, 15000, 900, 450, 100, 72),
+        # H100 datasheet, PCIe column; NVLink bridge joins pairs.
+        ("h100-pcie", 80, 2.0, 756.5, 1513, 1513, None, 300, 64, 50, 2),
+        # Ada whitepaper Appendix A: FP32-accumulate rates; no NVLink, PCIe Gen4 x16.
+        ("rtx-4090", 24, 1.008, 165.2, 330.3, 660.6, None, 32, 32, 3.125, 8),
+    ])
+def test_new_gpu_datasheet_numbers(slug, mem_gib, bw_tbs, bf16, fp8, int8, fp4, link_gbs,
+                                   host_gbs, nic_gbs, per_node):
+    hw = get_hardware(slug)
+    assert hw.memory_bytes == mem_gib * 2**30
+    assert hw.memory_bandwidth == pytest.approx(bw_tbs * 1e12)
+    assert hw.flops("bf16") == hw.flops("fp16") == pytest.approx(bf16 * 1e12)
+    assert hw.flops("fp8") == pytest.approx(fp8 * 1e12)
+    assert hw.flops("int8") == pytest.approx(int8 * 1e12)
+    if fp4 is None:
+        assert not hw.supports("fp4")
+    else:
+        assert hw.flops("fp4") == pytest.approx(fp4 * 1e12)
+    assert hw.flops("fp32") < hw.flops("tf32") * 1.001 <= hw.flops("fp16") * 1.001
+    assert hw.interconnect_bandwidth == pytest.approx(link_gbs * 1e9)
+    assert hw.pcie_bandwidth == pytest.approx(host_gbs * 1e9)
+    assert hw.network_bandwidth == pytest.approx(nic_gbs * 1e9)
+    assert hw.gpus_per_node == per_node
+    assert hw.usd_per_gpu_hour > 0 and hw.description
+
+
+def test_fp4_tensor_cores_exactly_on_blackwell():
+    from sim.catalog import list_hardware
+
+    for hw in list_hardware():
+        assert hw.supports("fp4") == (hw.name in BLACKWELL), hw.name
+    for slug in ("h100-sxm", "h100-pcie", "h200", "h20", "l4", "l40s", "rtx-4090"):
+        with pytest.raises(ConfigError, match="no fp4"):
+            get_hardware(slug).flops("fp4")
+
+
+def test_blackwell_ultra_is_blackwell_with_more_memory_and_fp4_and_less_int8():
+    for ultra, base in (("b300", "b200"), ("gb300", "gb200")):
+        u, b = get_hardware(ultra), get_hardware(base)
+        assert u.flops("fp4") == pytest.approx(1.5 * b.flops("fp4"))  # NVIDIA's "1.5x dense FP4"
+        assert u.flops("bf16") == b.flops("bf16") and u.flops("fp8") == b.flops("fp8")
+        assert u.flops("int8") < b.flops("int8") / 25  # Blackwell Ultra cut INT8
+        assert u.memory_bytes > 1.45 * b.memory_bytes
+        assert u.memory_bandwidth == b.memory_bandwidth
+        assert (u.interconnect_bandwidth, u.gpus_per_node) == (b.interconnect_bandwidth,
+                                                               b.gpus_per_node)
+        assert u.network_bandwidth == 2 * b.network_bandwidth  # ConnectX-8 800G vs CX-7 400G
+        assert u.usd_per_gpu_hour > b.usd_per_gpu_hour
+
+
+def test_geforce_runs_fp32_accumulate_at_half_rate():
+    ada, pro = get_hardware("rtx-4090"), get_hardware("l40s")
+    assert ada.flops("fp16") == pytest.approx(ada.flops("int8") / 4, rel=1e-3)
+    assert ada.flops("fp8") == pytest.approx(2 * ada.flops("fp16"), rel=1e-3)
+    assert pro.flops("fp16") == pytest.approx(pro.flops("int8") / 2, rel=0.02)
+    assert ada.interconnect_bandwidth == ada.pcie_bandwidth  # no NVLink
+
+
+def test_h100_pcie_is_a_slower_h100_with_nvlink_pairs():
+    pcie, sxm = get_hardware("h100-pcie"), get_hardware("h100-sxm")
+    assert pcie.memory_bytes == sxm.memory_bytes
+    assert pcie.memory_bandwidth < sxm.memory_bandwidth
+    for dt in ("bf16", "fp8", "int8"):
+        assert pcie.flops(dt) < sxm.flops(dt)
+    assert pcie.gpus_per_node == 2 and pcie.interconnect_bandwidth < sxm.interconnect_bandwidth
+    assert pcie.network_bandwidth < pcie.interconnect_bandwidth
+
+
+def test_roofline_decode_follows_memory_bandwidth():
+    from sim.policies.step import StepShape
+    from sim.pricing import make_pricer
+
+    decode = StepShape(num_decode_seqs=8, decode_context_tokens=8 * 1500)  # memory-bound
+    t = {hw: make_pricer("roofline", "llama-3.1-8b", hw).price(decode)
+         for hw in ("b300", "b200", "gb300", "h100-sxm", "h100-pcie", "rtx-4090")}
+    assert t["b300"] < t["h100-sxm"] < t["h100-pcie"] < t["rtx-4090"]
+    assert t["b300"] == pytest.approx(t["b200"])  # same HBM bandwidth, same BF16
+    assert t["gb300"] < t["b300"]  # 8 vs 7.7 TB/s
+    # Bandwidth-bound: the step time ratio is near the HBM bandwidth ratio.
+    assert t["h100-pcie"] / t["h100-sxm"] == pytest.approx(3350 / 2000, rel=0.15)
+
+
+def test_llama_8b_fits_a_4090_at_fp16_and_70b_says_why_not():
+    from sim.errors import DoesNotFitError
+    from sim.memory_plan import plan_memory
+
+    plan = plan_memory("llama-3.1-8b", "rtx-4090", "float16")
+    assert plan.num_kv_slots > 16_000
+    fp8 = plan_memory("llama-3.1-8b", "rtx-4090", "float16", weight_dtype="fp8")
+    assert fp8.num_kv_slots > 2 * plan.num_kv_slots
+    with pytest.raises(DoesNotFitError) as exc:
+        plan_memory("llama-3.1-70b", "rtx-4090", "float16")
+    assert "\n" not in str(exc.value) and "rtx-4090" in str(exc.value)
+    assert plan_memory("llama-3.1-70b", "b300", "bfloat16").num_kv_slots > \
+        plan_memory("llama-3.1-70b", "b200", "bfloat16").num_kv_slots
 
 # -- models ---------------------------------------------------------------------------------
 

@@ -151,17 +151,43 @@ _CATALOG: dict[str, HardwareSpec] = {
         _hopper("h100-sxm", 80, 3350, 2.99, "NVIDIA H100-SXM5-80GB",
                 ("h100", "h100-sxm5", "h100-80gb", "nvidia-h100-80gb-hbm3")),
         _hopper("h200", 141, 4800, 3.79, "NVIDIA H200-SXM-141GB", ("h200-sxm", "nvidia-h200")),
+        # NVIDIA H100 datasheet, "H100 PCIe" column (114 SMs, 300-350 W): 80 GB HBM2e,
+        # 2 TB/s; FP32 51 TF, TF32 378 TF, BF16/FP16 756.5 TF, FP8 1,513 TF, INT8 1,513 TOPS
+        # (dense: half the sheet's sparse 756/1,513/3,026/3,026); NVLink bridge 600 GB/s
+        # bidirectional (300 GB/s each way) between the two GPUs of a bridged pair, so the
+        # NVLink domain (``gpus_per_node``) is 2; PCIe Gen5 x16, 128 GB/s bidirectional
+        # (64 GB/s each way) to the host. A group past the pair crosses PCIe Gen5 or a
+        # 400 Gb/s NIC: 50 GB/s stands for both. Lambda on-demand H100 PCIe: $2.49/h.
+        HardwareSpec(
+            name="h100-pcie",
+            memory_bytes=80 * GiB,
+            memory_bandwidth=2000 * GB,
+            peak_flops={"fp32": 51 * TFLOPS, "tf32": 378 * TFLOPS, "fp16": 756.5 * TFLOPS,
+                        "bf16": 756.5 * TFLOPS, "fp8": 1513 * TFLOPS, "int8": 1513 * TFLOPS},
+            interconnect="NVLink 4 bridge (pairs)",
+            interconnect_bandwidth=300 * GB,
+            pcie_bandwidth=64 * GB,
+            network_bandwidth=50 * GB,
+            gpus_per_node=2,
+            usd_per_gpu_hour=2.49,
+            description="NVIDIA H100 PCIe 80GB",
+            aliases=("h100-pcie-80gb", "nvidia-h100-pcie"),
+        ),
         # NVIDIA HGX B200 (Blackwell, 1,000 W per GPU), per GPU: 180 GB HBM3e (1,440 GB per
-        # 8-GPU baseboard; CUDA reports 179 GiB), 8 TB/s; dense FP32 80 TF, TF32 1,100 TF,
-        # BF16/FP16 2,250 TF, FP8 4,500 TF, INT8 4,500 TOPS, FP4 9,000 TF (half the HGX B200
-        # sheet's "with sparsity" 4.5/9/9/18 PF); NVLink 5: 1.8 TB/s
-        # bidirectional (900 GB/s each way) through NVSwitch; host link PCIe Gen5 x16
-        # (64 GB/s); DGX B200: 8 GPUs, 8x ConnectX-7 400 Gb/s (50 GB/s per GPU).
+        # 8-GPU baseboard; CUDA reports 179 GiB), 7.7 TB/s (the shipping figure: NVIDIA's
+        # Blackwell Ultra datasheet B200 column and its LLM-benchmarking B200 reference
+        # architecture; the 8 TB/s of the March 2024 announcement was the 192 GB preview's,
+        # and aiconfigurator's b200_sxm.yaml also has 7.7); dense FP32 75 TF (HGX B200
+        # sheet: 600 TF per 8 GPUs), TF32 1,100 TF, BF16/FP16 2,250 TF, FP8 4,500 TF, INT8
+        # 4,500 TOPS, FP4 9,000 TF (half the sheet's "with sparsity" 2.2/4.5/9/9/18 PF);
+        # NVLink 5: 1.8 TB/s bidirectional (900 GB/s each way) through NVSwitch; host link
+        # PCIe Gen5 x16 (64 GB/s); DGX B200: 8 GPUs, 8x ConnectX-7 400 Gb/s (50 GB/s per
+        # GPU).
         HardwareSpec(
             name="b200",
             memory_bytes=180 * GiB,
-            memory_bandwidth=8000 * GB,
-            peak_flops={"fp32": 80 * TFLOPS, "tf32": 1100 * TFLOPS, "fp16": 2250 * TFLOPS,
+            memory_bandwidth=7700 * GB,
+            peak_flops={"fp32": 75 * TFLOPS, "tf32": 1100 * TFLOPS, "fp16": 2250 * TFLOPS,
                         "bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "int8": 4500 * TFLOPS,
                         "fp4": 9000 * TFLOPS},
             interconnect="NVLink 5 (NVSwitch)",
@@ -172,6 +198,38 @@ _CATALOG: dict[str, HardwareSpec] = {
             usd_per_gpu_hour=5.99,
             description="NVIDIA B200 (HGX, 180GB)",
             aliases=("b200-sxm", "nvidia-b200", "hgx-b200"),
+        ),
+        # NVIDIA HGX B300 (Blackwell Ultra, up to 1,100 W per GPU), per GPU, from NVIDIA's
+        # Blackwell Ultra datasheet (HGX B300 column) and the HGX/DGX B300 spec table: 270
+        # GB HBM3e (2.1 TB per 8 GPUs; the 288 GB of 8 12-high stacks less what the GPU
+        # reserves, as B200's 180 GB is its 192 GB less; aiconfigurator's b300_sxm.yaml
+        # records 275,040 MiB in nvidia-smi, so 288 would overstate the KV pool by ~19 GiB),
+        # 7.7 TB/s; dense FP32 75 TF, TF32 1,100 TF, BF16/FP16 2,250 TF, FP8 4,500 TF
+        # (B200's: half the sparse 2.2/4.5/9 PF), FP4 13,500 TF (the DGX/HGX B300 table's
+        # 108 PF dense per 8 GPUs, 1.5x B200; the per-GPU column prints 14 PF), INT8 only
+        # 153.5 TOPS (307 sparse: Blackwell Ultra cut INT8 and FP64, so INT8 weights compute
+        # at that rate here); NVLink 5: 1.8 TB/s bidirectional (900 GB/s each way) through
+        # NVSwitch; the GPU's host link is PCIe Gen6 x16 (128 GB/s each way), but the host
+        # CPUs (DGX B300: Xeon 6776P) are PCIe Gen5, so host memory is reached at Gen5 x16,
+        # 64 GB/s; 8x ConnectX-8 800 Gb/s, 100 GB/s per GPU. On-demand: Ornn's 2026 rental
+        # index puts B300 at $5.00-7.25/h on neoclouds; $6.99 is B200's price plus $1, as
+        # GB200's is.
+        HardwareSpec(
+            name="b300",
+            memory_bytes=270 * GiB,
+            memory_bandwidth=7700 * GB,
+            peak_flops={"fp32": 75 * TFLOPS, "tf32": 1100 * TFLOPS, "fp16": 2250 * TFLOPS,
+                        "bf16": 2250 * TFLOPS, "fp8": 4500 * TFLOPS, "int8": 153.5 * TFLOPS,
+                        "fp4": 13500 * TFLOPS},
+            interconnect="NVLink 5 (NVSwitch)",
+            interconnect_bandwidth=900 * GB,
+            pcie_bandwidth=64 * GB,
+            network_bandwidth=100 * GB,
+            gpus_per_node=8,
+            usd_per_gpu_hour=6.99,
+            description="NVIDIA B300 (HGX, Blackwell Ultra, 270GB)",
+            aliases=("b300-sxm", "b300-sxm6", "nvidia-b300", "nvidia-b300-sxm6-ac", "hgx-b300",
+                     "dgx-b300"),
         ),
         # NVIDIA GB200 NVL72, per GPU (1,200 W): 186 GB HBM3e (13.4 TB per 72 GPUs), 8 TB/s
         # (576 TB/s per rack); dense FP32 80 TF, TF32 1,250 TF, BF16/FP16 2,500 TF, FP8 5,000 TF,
@@ -194,6 +252,31 @@ _CATALOG: dict[str, HardwareSpec] = {
             usd_per_gpu_hour=6.99,
             description="NVIDIA GB200 NVL72, per GPU (186GB)",
             aliases=("gb200-nvl72", "nvidia-gb200"),
+        ),
+        # NVIDIA GB300 NVL72, per GPU (up to 1,400 W), from NVIDIA's Blackwell Ultra datasheet
+        # (GB300 NVL72 column) and the GB300 NVL72 spec table: 279 GB HBM3e (20 TB per 72
+        # GPUs; Google's A4X Max: 1,116 GB per 4 GPUs), 8 TB/s (576 TB/s per rack); dense FP32
+        # 80 TF, TF32 1,250 TF, BF16/FP16 2,500 TF, FP8 5,000 TF (GB200's: half the sparse
+        # 180/360/720 PF over 72 GPUs), FP4 15,000 TF (1,080 PF dense per rack, 1.5x GB200),
+        # INT8 165 TOPS (330 sparse); NVLink 5, 1.8 TB/s bidirectional, one NVLink domain of
+        # 72 GPUs; host link NVLink-C2C to Grace, 900 GB/s bidirectional (450 GB/s each way);
+        # one ConnectX-8 800 Gb/s per GPU (100 GB/s). Price: GB200's plus what B300 adds to
+        # B200 ($1).
+        HardwareSpec(
+            name="gb300",
+            memory_bytes=279 * GiB,
+            memory_bandwidth=8000 * GB,
+            peak_flops={"fp32": 80 * TFLOPS, "tf32": 1250 * TFLOPS, "fp16": 2500 * TFLOPS,
+                        "bf16": 2500 * TFLOPS, "fp8": 5000 * TFLOPS, "int8": 165 * TFLOPS,
+                        "fp4": 15000 * TFLOPS},
+            interconnect="NVLink 5 (NVL72 rack)",
+            interconnect_bandwidth=900 * GB,
+            pcie_bandwidth=450 * GB,
+            network_bandwidth=100 * GB,
+            gpus_per_node=72,
+            usd_per_gpu_hour=7.99,
+            description="NVIDIA GB300 NVL72, per GPU (Blackwell Ultra, 279GB)",
+            aliases=("gb300-nvl72", "nvidia-gb300", "dgx-gb300"),
         ),
         # NVIDIA H20 (Hopper, export-compliant): 96 GB HBM3, 4.0 TB/s; dense FP32 44 TF,
         # TF32 74 TF, BF16/FP16 148 TF, FP8 296 TF, INT8 296 TOPS; NVLink 4, 900 GB/s
@@ -248,6 +331,33 @@ _CATALOG: dict[str, HardwareSpec] = {
             usd_per_gpu_hour=1.25,
             description="NVIDIA L40S 48GB",
             aliases=("nvidia-l40s",),
+        ),
+        # NVIDIA GeForce RTX 4090 (Ada AD102, 450 W), NVIDIA Ada GPU Architecture whitepaper
+        # (v2.02+, Appendix A, Table 2, dense/sparse): 24 GB GDDR6X, 384-bit at 21 Gbps,
+        # 1,008 GB/s; FP32 82.6 TF, TF32 82.6 TF; FP16 and BF16 with FP32 accumulate 165.2 TF
+        # (GeForce runs FP32 accumulation at half the FP16-accumulate rate: 330.3 TF is
+        # FP16-accumulate dense, 330.4 TF FP32-accumulate with sparsity); FP8 with FP32
+        # accumulate 330.3 TF (v2.02 corrected it from 660.6, the FP16-accumulate rate); INT8
+        # 660.6 TOPS. Frameworks accumulate FP16/BF16/FP8 GEMMs in FP32, so those are the rates.
+        # No NVLink, and GeForce drivers disable PCIe peer-to-peer, so GPUs exchange data
+        # through host memory over PCIe Gen4 x16 (32 GB/s each way, a ceiling). 8 per node: the
+        # 8-GPU 4090 servers the GPU marketplaces rent out (vLLM runs tensor parallelism
+        # across them); a 25 GbE host NIC (3.125 GB/s) past the node. RunPod on-demand: about
+        # $0.69/h (Secure Cloud; $0.34/h Community Cloud).
+        HardwareSpec(
+            name="rtx-4090",
+            memory_bytes=24 * GiB,
+            memory_bandwidth=1008 * GB,
+            peak_flops={"fp32": 82.6 * TFLOPS, "tf32": 82.6 * TFLOPS, "fp16": 165.2 * TFLOPS,
+                        "bf16": 165.2 * TFLOPS, "fp8": 330.3 * TFLOPS, "int8": 660.6 * TFLOPS},
+            interconnect="PCIe Gen4 x16 (no P2P)",
+            interconnect_bandwidth=32 * GB,
+            pcie_bandwidth=32 * GB,
+            network_bandwidth=3.125 * GB,
+            gpus_per_node=8,
+            usd_per_gpu_hour=0.69,
+            description="NVIDIA GeForce RTX 4090 24GB",
+            aliases=("rtx4090", "geforce-rtx-4090", "nvidia-geforce-rtx-4090", "4090"),
         ),
         # NVIDIA RTX PRO 6000 Blackwell Server Edition (GB202, 600 W): from NVIDIA's announcement
         # (GTC 2025) and product page: 96 GB GDDR7 on a 512-bit bus at 28 Gbps, 1,792 GB/s;
