@@ -7,10 +7,13 @@ derived (``ModelSpec.params``) and checked against the published figure in the t
 
 Names are lower-case slugs (a contract used in configs); Hugging Face ids are aliases, and a
 path to an HF ``config.json`` (or its directory) loads Llama/Mistral/Qwen2/OPT-style models.
+Any other ``org/name`` id resolves through the configs the ``aiconfigurator-core`` package ships,
+when it is installed (``sim.catalog.package_models``), for the architectures modelled here.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from dataclasses import dataclass
@@ -403,8 +406,10 @@ MODEL_NAMES: tuple[str, ...] = tuple(_CATALOG)
 
 
 def get_model(name_or_path: "str | os.PathLike[str] | ModelSpec") -> ModelSpec:
-    """A catalog slug, a Hugging Face id alias, or a path to an HF ``config.json`` (or the
-    directory holding one). Unknown names raise ConfigError listing the slugs."""
+    """A catalog slug, a Hugging Face id alias, a path to an HF ``config.json`` (or the
+    directory holding one), or the HF id of a config shipped by ``aiconfigurator-core``
+    (named by that id). The catalog comes first, so its slugs and aliases keep their shapes.
+    Unknown names raise ConfigError listing the slugs."""
     if isinstance(name_or_path, ModelSpec):
         return name_or_path
     text = os.fspath(name_or_path).strip()
@@ -415,9 +420,17 @@ def get_model(name_or_path: "str | os.PathLike[str] | ModelSpec") -> ModelSpec:
         return _CATALOG[_ALIASES[key]]
     if os.path.exists(text):
         return load_hf_config(text)
+    from sim.catalog.package_models import find_model_config, model_configs_dir
+
+    found = find_model_config(text)
+    if found is not None:
+        hf_id, file = found
+        return dataclasses.replace(load_hf_config(file, name=hf_id), hf_id=hf_id)
+    package = "" if model_configs_dir() else " (not installed)"
     raise ConfigError(
         f"model: unknown model {text!r}; allowed: {', '.join(MODEL_NAMES)}, a Hugging Face "
-        f"id of one of them, or a path to a config.json"
+        f"id of one of them, a path to a config.json, or the Hugging Face id (org/name) of a "
+        f"config in aiconfigurator-core's model_configs{package}"
     )
 
 
@@ -425,14 +438,25 @@ def list_models() -> list[ModelSpec]:
     return list(_CATALOG.values())
 
 
-_LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen3", "qwen3_moe")
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = _LLAMA_LIKE + ("deepseek_v3", "gpt_oss", "llama4",
-                                                        "llama4_text", "opt")
+_LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen3", "qwen3_moe", "mimo")
+_DEEPSEEK_LIKE = ("deepseek_v3", "kimi_k2")  # Kimi K2: DeepSeek-V3's layout, 384 experts
+# Multimodal wrappers whose ``text_config`` is a model kvplan prices (the vision encoder is
+# not served here): wrapper -> the text model types accepted -> the type it is read as.
+_WRAPPERS: dict[str, dict[str, str]] = {
+    "kimi_k25": {"kimi_k2": "kimi_k2", "deepseek_v3": "deepseek_v3"},
+    "qwen3_vl": {"qwen3_vl_text": "qwen3"},
+    "qwen3_vl_moe": {"qwen3_vl_moe_text": "qwen3_moe"},
+}
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = (_LLAMA_LIKE + _DEEPSEEK_LIKE + tuple(_WRAPPERS)
+                                          + ("minimax_m2", "gpt_oss", "llama4", "llama4_text",
+                                             "opt"))
 
 
-def load_hf_config(path: "str | os.PathLike[str]") -> ModelSpec:
-    """Read an HF ``config.json`` (Llama, Mistral, Qwen2, Qwen3, Mixtral, Qwen3-MoE, DeepSeek-V3
-    or OPT architecture)."""
+def load_hf_config(path: "str | os.PathLike[str]", *, name: Optional[str] = None) -> ModelSpec:
+    """Read an HF ``config.json`` of an architecture in ``SUPPORTED_MODEL_TYPES`` (Llama,
+    Mistral, Qwen2/3, Mixtral, Qwen3-MoE, MiMo, DeepSeek-V3, Kimi K2/K2.5, MiniMax-M2, gpt-oss,
+    Llama 4, Qwen3-VL's text model, OPT). ``name`` names the spec and the errors (a package
+    config's HF id); else the name comes from the config or its folder."""
     path = os.fspath(path)
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
     try:
@@ -445,27 +469,44 @@ def load_hf_config(path: "str | os.PathLike[str]") -> ModelSpec:
     if not isinstance(cfg, dict):
         raise ConfigError(f"model: {file} is not a JSON object")
 
+    label = name or file
     model_type = str(cfg.get("model_type", "")).lower()
     if model_type not in SUPPORTED_MODEL_TYPES:
         raise ConfigError(
-            f"model: {file} has model_type {model_type or '(missing)'!r}; supported: "
-            f"{', '.join(SUPPORTED_MODEL_TYPES)}"
+            f"model: {label} has model_type {model_type or '(missing)'!r}, which kvplan does not "
+            f"model; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
-    name = _name_from(cfg, file)
+    name = name or _name_from(cfg, file)
+    if model_type in _WRAPPERS:
+        model_type, cfg = _unwrap(label, model_type, cfg)
     try:
         if model_type == "opt":
             return _from_opt(name, cfg)
-        if model_type == "deepseek_v3":
+        if model_type in _DEEPSEEK_LIKE:
             return _from_deepseek_v3(name, cfg)
+        if model_type == "minimax_m2":
+            return _from_minimax_m2(name, cfg)
         if model_type == "gpt_oss":
             return _from_gpt_oss(name, cfg)
         if model_type in ("llama4", "llama4_text"):
             return _from_llama4(name, cfg.get("text_config") or cfg)
         return _from_llama_like(name, model_type, cfg)
     except KeyError as exc:
-        raise ConfigError(f"model: {file} lacks required key {exc.args[0]!r}") from None
+        raise ConfigError(f"model: {label} lacks required key {exc.args[0]!r}") from None
     except (TypeError, ValueError) as exc:
-        raise ConfigError(f"model: {file} has a bad value: {exc}") from None
+        raise ConfigError(f"model: {label} has a bad value: {exc}") from None
+
+
+def _unwrap(label: str, model_type: str, cfg: dict) -> tuple[str, dict]:
+    """A multimodal wrapper's text model as (model type to read it as, its config). The
+    wrapper's ``tie_word_embeddings`` applies when the text config does not say."""
+    text = cfg.get("text_config")
+    inner = str(text.get("model_type", "")).lower() if isinstance(text, dict) else ""
+    accepted = _WRAPPERS[model_type]
+    if not isinstance(text, dict) or inner not in accepted:
+        raise ConfigError(f"model: {label} has model_type {model_type!r} with a text model of "
+                          f"type {inner or '(missing)'!r}; supported there: {', '.join(accepted)}")
+    return accepted[inner], {"tie_word_embeddings": cfg.get("tie_word_embeddings", False), **text}
 
 
 def _name_from(cfg: dict, file: str) -> str:
@@ -505,8 +546,8 @@ def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
         max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
         gated_mlp=True,
         tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        # Qwen2 always has q/k/v bias; Llama only with attention_bias=true.
-        qkv_bias=model_type == "qwen2" or bool(cfg.get("attention_bias", False)),
+        # Qwen2 (and MiMo, built on it) always has q/k/v bias; Llama only with attention_bias.
+        qkv_bias=model_type in ("qwen2", "mimo") or bool(cfg.get("attention_bias", False)),
         norm="rmsnorm",
         rope_theta=float(cfg.get("rope_theta", 10000.0)),
         sliding_window=(int(cfg["sliding_window"]) if cfg.get("sliding_window")
@@ -514,11 +555,13 @@ def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
         num_experts=experts,
         num_experts_per_tok=per_token,
         qk_norm=model_type in ("qwen3", "qwen3_moe"),
+        num_mtp_layers=int(cfg.get("num_nextn_predict_layers") or 0),  # MiMo's MTP modules
     )
 
 
 def _from_deepseek_v3(name: str, cfg: dict) -> ModelSpec:
-    """DeepSeek-V3 / R1: MLA, routed and shared experts, the first layers dense."""
+    """DeepSeek-V3 / R1 and Kimi K2 (the same layout: 64 heads, 384 experts, one dense layer):
+    MLA, routed and shared experts, the first layers dense."""
     if int(cfg.get("moe_layer_freq", 1)) != 1:
         raise ValueError("DeepSeek-V3 with moe_layer_freq != 1 is not modelled")
     heads = int(cfg["num_attention_heads"])
@@ -545,6 +588,36 @@ def _from_deepseek_v3(name: str, cfg: dict) -> ModelSpec:
         qk_rope_head_dim=rope,
         v_head_dim=int(cfg["v_head_dim"]),
         num_mtp_layers=int(cfg.get("num_nextn_predict_layers", 0)),
+    )
+
+
+def _from_minimax_m2(name: str, cfg: dict) -> ModelSpec:
+    """MiniMax-M2 / M2.5 / M2.7: GQA attention in every layer (``attn_type_list`` all 1; a 0,
+    MiniMax-01's lightning linear attention, is refused), a MoE of ``num_local_experts`` experts
+    of ``intermediate_size`` (top ``num_experts_per_tok``) in every layer, no shared expert.
+    Its q/k RMSNorm spans all heads (``qk_norm_type`` per_layer), counted here as per-head
+    (about 0.4M weights too few in 229B); the rotary part of a head (``rotary_dim``) does not
+    change a cost; the MTP modules are recorded, not counted."""
+    layers = int(cfg["num_hidden_layers"])
+    if any(int(t) != 1 for t in (cfg.get("attn_type_list") or [])[:layers]):
+        raise ValueError("MiniMax with linear-attention layers (attn_type_list 0) is not modelled")
+    if int(cfg.get("shared_intermediate_size") or 0):
+        raise ValueError("MiniMax-M2 with a shared expert (shared_intermediate_size > 0) is not "
+                         "modelled")
+    hidden = int(cfg["hidden_size"])
+    heads = int(cfg["num_attention_heads"])
+    return ModelSpec(
+        name=name, num_layers=layers, hidden_size=hidden, num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        intermediate_size=int(cfg["intermediate_size"]), vocab_size=int(cfg["vocab_size"]),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", 196608)),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        rope_theta=float(cfg.get("rope_theta", 5000000.0)),
+        num_experts=int(cfg["num_local_experts"]),
+        num_experts_per_tok=int(cfg["num_experts_per_tok"]),
+        qk_norm=bool(cfg.get("use_qk_norm", False)),
+        num_mtp_layers=int(cfg.get("num_mtp_modules") or 0) if cfg.get("use_mtp") else 0,
     )
 
 
