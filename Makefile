@@ -4,7 +4,8 @@
 #
 # Two stamps because the demo (the simulator) needs none of the heavy extras: a fresh clone's
 # `make install && make demo` installs simpy, numpy, scipy, pyarrow, pyyaml, typer, rich and tqdm,
-# plus mypy to compile the simulator's hot path (make native; sim/native.py).
+# plus mypy to compile the simulator's hot path (make native; sim/native.py), and the measured
+# GPU operator tables of aiconfigurator-core (the `tables` extra; pyproject.toml says why).
 PY ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
@@ -24,7 +25,7 @@ install-dev: $(DEV_STAMP)
 
 $(CORE_STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -e '.[native]'
+	$(BIN)/pip install -q -e '.[native,tables]'
 	touch $(CORE_STAMP)
 
 $(NATIVE_STAMP): $(CORE_STAMP) $(NATIVE_SOURCES)

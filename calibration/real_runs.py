@@ -99,6 +99,43 @@ class RealRun:
     dtype: Optional[str] = None
     hardware: Optional[str] = None         # a catalog name when the run says (or its folder does)
     notes: list[str] = field(default_factory=list)
+    #: The vLLM release that served the run ("0.15.1"), where the run records it
+    #: (``engine_version_of``); None: not recorded.
+    engine_version: Optional[str] = None
+
+
+#: Fields that name the serving engine's release: ``vllm bench serve --metadata
+#: vllm_version=...``, LLMServingSim-style ``meta.json``, a container image tag.
+_VERSION_KEYS = ("vllm_version", "engine_version", "server_version")
+_IMAGE_KEYS = ("image", "container_image", "docker_image", "vllm_image")
+_VLLM_TAG = re.compile(r"vllm[^:/\s]*[:_-]v?(\d+\.\d+(?:\.\d+)?)", re.IGNORECASE)
+
+
+def engine_version_of(*sources: Any) -> Optional[str]:
+    """The vLLM release named by the first of ``sources`` that names one: a mapping's
+    ``vllm_version`` / ``engine_version`` (also under ``server`` / ``metadata``), an image tag
+    (``vllm/vllm-openai:v0.15.1``), or a path whose folder says it (``vllm_0.15.1_h100``)."""
+    for src in sources:
+        if isinstance(src, dict):
+            for nested in (src, src.get("server"), src.get("metadata"), src.get("engine")):
+                if not isinstance(nested, dict):
+                    continue
+                for k in _VERSION_KEYS:
+                    v = nested.get(k)
+                    if isinstance(v, str) and re.match(r"v?\d+\.\d+", v.strip()):
+                        return v.strip().lstrip("v")
+                if nested.get("name") == "vllm" and isinstance(nested.get("version"), str):
+                    return nested["version"].lstrip("v")
+                for k in _IMAGE_KEYS:
+                    m = _VLLM_TAG.search(str(nested.get(k) or ""))
+                    if m:
+                        return m.group(1)
+        elif isinstance(src, Path):
+            for part in reversed(src.resolve().parts):
+                m = _VLLM_TAG.search(part)
+                if m:
+                    return m.group(1)
+    return None
 
 
 # --- entry point ---------------------------------------------------------------------------
@@ -229,7 +266,8 @@ def read_inference_perf(folder: Path) -> RealRun:
     return RealRun(path=folder, format="inference-perf", name=folder.name, model=model, server=server,
                    stages=stages, measured=measured,
                    shared_prefix=SharedPrefix(groups, per_group, system_len, question_len, output_len),
-                   dtype=exp.get("dtype"), hardware=exp.get("hardware"), notes=notes)
+                   dtype=exp.get("dtype"), hardware=exp.get("hardware"), notes=notes,
+                   engine_version=engine_version_of(exp, _load_json_opt(folder / "meta.json"), folder))
 
 
 def _inference_perf_stage(f: Path, index: int, output_len: int) -> MeasuredStage:
@@ -257,6 +295,15 @@ def _stats_s(lat: dict, name: str, f: Path) -> dict[str, Optional[float]]:
         raise RealRunError(f"{f}: successes.latency.{name}: missing (expected mean, p90, p99 in seconds)")
     return {k: (None if s.get(k) is None else 1000.0 * _num(s.get(k), f, f"successes.latency.{name}.{k}"))
             for k in LATENCY_STATS}
+
+
+def _load_json_opt(path: Path) -> Optional[dict]:
+    """A small side file (LLMServingSim-style ``meta.json``) when present and readable."""
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 # --- vllm bench serve ----------------------------------------------------------------------
@@ -323,7 +370,8 @@ def read_vllm_bench(path: Path, data: Optional[dict] = None) -> RealRun:
     return RealRun(path=path, format="vllm-bench", name=path.stem, model=d.get("model_id"), server=server,
                    stages=[stage], measured=[measured], prompt_lens=prompt_lens, output_lens=output_lens,
                    dtype=d.get("dtype") if isinstance(d.get("dtype"), str) else None,
-                   hardware=d.get("hardware") if isinstance(d.get("hardware"), str) else None, notes=notes)
+                   hardware=d.get("hardware") if isinstance(d.get("hardware"), str) else None, notes=notes,
+                   engine_version=engine_version_of(d, _load_json_opt(path.parent / "meta.json"), path))
 
 
 def _ms(d: dict, key: str, path: Path) -> Optional[float]:
@@ -392,7 +440,8 @@ def read_guidellm(path: Path, data: Optional[dict] = None) -> RealRun:
     notes.append("GuideLLM reports mean lengths: every request of a stage replayed with them")
     return RealRun(path=path, format="guidellm", name=path.stem, model=_find_model(d), server={},
                    stages=stages, measured=measured, prompt_lens=prompt_lens, output_lens=output_lens,
-                   notes=notes)
+                   notes=notes,
+                   engine_version=engine_version_of(d.get("metadata") or {}, _load_json_opt(path.parent / "meta.json"), path))
 
 
 def _g_stat(metrics: dict, name: str, stat: str, path: Path, where: str, scale: float = 1.0) -> Optional[float]:

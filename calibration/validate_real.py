@@ -171,6 +171,26 @@ def infer_hardware(run: RealRun) -> tuple[Optional[str], Optional[str]]:
     return None, None
 
 
+def modelled_version(version: str, notes: list[str]) -> str:
+    """The run's vLLM release if kvplan models it, else the nearest modelled one (with a note):
+    a run of an older or newer vLLM is still worth comparing."""
+    from sim.catalog.engines import VLLM_NEWEST, VLLM_OLDEST, get_engine, parse_version, version_text
+
+    try:
+        get_engine("vllm", version)
+        notes.append(f"engine.version {version} (recorded in the run)")
+        return version
+    except ConfigError:
+        try:
+            v = parse_version(version)
+        except ConfigError:
+            notes.append(f"engine version {version!r} in the run is not a version: kvplan's default used")
+            return version_text(VLLM_NEWEST)
+        near = VLLM_OLDEST if v < VLLM_OLDEST else VLLM_NEWEST
+        notes.append(f"the run used vLLM {version}, which kvplan does not model: priced as vLLM {version_text(near)}")
+        return version_text(near)
+
+
 def build_config(run: RealRun, hardware: Optional[str] = None, model: Optional[str] = None,
                  overrides: Sequence[str] = (), cost_source: Optional[str] = None) -> tuple[dict, list[str]]:
     """The scenario config (a checked dict) for the run, and notes on what was assumed."""
@@ -201,6 +221,8 @@ def build_config(run: RealRun, hardware: Optional[str] = None, model: Optional[s
         if key in run.server:
             section, leaf = dotted.split(".")
             cfg.setdefault(section, {})[leaf] = run.server[key]
+    if run.engine_version is not None:
+        cfg["engine"] = {"name": "vllm", "version": modelled_version(run.engine_version, notes)}
     extra = list(overrides)
     if cost_source not in (None, "auto"):
         if "source" not in DEFAULTS.get("cost_model", {}):

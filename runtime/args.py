@@ -146,7 +146,9 @@ class EngineArgs:
             "num_kv_blocks": kv.num_gpu_blocks,
             "scheduling_policy": sched.policy,
             "enable_chunked_prefill": SCHEDULERS[sched.policy].chunked_prefill,
-            "max_num_seqs": sched.max_num_seqs,
+            # None: the runtime's own default (kvplan's engine is not a vLLM server, so the
+            # simulated server's GPU-class defaults do not apply to it).
+            "max_num_seqs": sched.max_num_seqs if sched.max_num_seqs is not None else 256,
             "max_num_batched_tokens": sched.max_num_batched_tokens,
             "preemption_mode": sched.preemption,
             "num_speculative_tokens": scenario.speculative.num_tokens,

@@ -137,13 +137,13 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
     par, kv, sched = sc.parallel, sc.kv_cache, sc.scheduler
     weight_dtype = sc.quantization.weight_dtype
     budget = step_token_budget(SCHEDULERS[sched.policy].chunked_prefill,
-                               sched.max_num_batched_tokens, kv.max_model_len)
+                               sc.max_num_batched_tokens, kv.max_model_len)
     memory = plan_memory(
         model, sc.hardware, sc.dtype, kv.gpu_memory_utilization,
         tensor_parallel_size=par.tensor_parallel_size,
         pipeline_parallel_size=par.pipeline_parallel_size,
         kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype,
-        max_num_batched_tokens=budget,
+        max_num_batched_tokens=budget, max_num_seqs=sc.max_num_seqs,
         expert_parallel_size=par.expert_shards,
     )
     if par.enable_expert_parallel and not model.is_moe:
@@ -221,7 +221,8 @@ def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], 
             raise TablesNotCovering("cost_model.source operator_tables: data-parallel attention "
                                     "and expert parallelism are priced by the roofline")
         return make_pricer("operator_tables", model, sc.hardware, tables=sc.cost_model.tables,
-                           max_num_seqs=sc.scheduler.max_num_seqs,
+                           max_num_seqs=sc.max_num_seqs, engine=sc.engine.release,
+                           speculative=sc.speculative.num_tokens > 0,
                            moe_routing=sc.cost_model.moe_routing, **common)
     return make_pricer("roofline", model, sc.hardware,
                        expert_parallel_size=par.expert_shards,
@@ -267,8 +268,8 @@ def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swa
         )
         return make_scheduler(
             sched.policy, allocator, max_model_len=kv.max_model_len,
-            max_num_seqs=sched.max_num_seqs,
-            max_num_batched_tokens=sched.max_num_batched_tokens,
+            max_num_seqs=sc.max_num_seqs,
+            max_num_batched_tokens=sc.max_num_batched_tokens,
             preemption=sched.preemption, queue_policy=sched.queue_policy,
             num_speculative_tokens=sc.speculative.num_tokens,
         )
@@ -467,6 +468,15 @@ def cost_model_summary(dep: Deployment) -> dict:
            "request_overhead_ms": dep.request_overhead_s * 1000}
     if dep.cost_model_base is not None:  # a profile fitted to real runs adjusts this pricer
         out["base"] = dep.cost_model_base
+    inner = dep.cost_model.base if isinstance(dep.cost_model, ScaledPricer) else dep.cost_model
+    table_source = getattr(inner, "table_source", None)
+    if callable(table_source):  # operator tables: the system folder, backend and versions read
+        out["tables"] = table_source()
+    elif dep.cost_model_source == "roofline":
+        from sim.pricing.table_data import MISSING_TABLES_NOTE, default_tables_root
+
+        if default_tables_root() is None:  # why the measured tables did not price
+            out["note"] = MISSING_TABLES_NOTE
     return out
 
 
@@ -550,7 +560,8 @@ def async_scheduling_of(sc: Scenario, dep: Deployment) -> bool:
     which is synchronous."""
     value = sc.scheduler.async_scheduling
     if value == "auto":  # a real-run profile over the tables prices a vLLM server's steps too
-        return "operator_tables" in (dep.cost_model_source, dep.cost_model_base)
+        return ("operator_tables" in (dep.cost_model_source, dep.cost_model_base)
+                and sc.engine.release.async_default(sc.speculative.num_tokens > 0))
     return bool(value)
 
 

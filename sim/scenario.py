@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
 from sim.catalog.dtypes import DTYPES, KV_DTYPES, WEIGHT_QUANT
+from sim.catalog.engines import DEFAULT_VLLM_VERSION, ENGINE_NAMES, EngineRelease, get_engine
 from sim.catalog.links import LINK_NAMES
 from sim.errors import ConfigError
 from sim.policies.kv import ALLOCATORS, RESERVE_POLICIES, OffloadTier, OffloadTiers
@@ -274,8 +275,11 @@ class SchedulerConfig(_Section):
 
     KEY: ClassVar[str] = "scheduler"
     policy: str = choice("chunked", POLICIES)
-    max_num_seqs: int = integer(256, 1, _MAX_SEQS)
-    #: Token budget per step; None: the policy's default (see ``step_token_budget``).
+    #: Sequences per step; None: the engine release's default for the GPU (vLLM: 1024 on a GPU
+    #: with >= 70 GiB that is not an A100, else 256; ``Scenario.max_num_seqs``).
+    max_num_seqs: Optional[int] = integer(None, 1, _MAX_SEQS, optional=True)
+    #: Token budget per step; None: with chunked prefill the engine release's default for the
+    #: GPU (vLLM: 8192 / 2048 by the same GPU class), else the policy's (``step_token_budget``).
     max_num_batched_tokens: Optional[int] = integer(None, 1, _MAX_TOKENS, optional=True)
     preemption: str = choice("recompute", PREEMPTIONS)
     queue_policy: str = choice("fcfs", QUEUE_POLICIES)
@@ -379,6 +383,28 @@ class CostModelConfig(_Section):
 
 
 @dataclass(frozen=True)
+class EngineConfig(_Section):
+    """``engine.*``: which serving engine and release the simulated server runs
+    (``sim.catalog.engines``): its defaults (async scheduling, CUDA-graph capture sizes, batch
+    limits by GPU class) and the version folder of the measured operator tables read."""
+
+    KEY: ClassVar[str] = "engine"
+    name: str = choice("vllm", ENGINE_NAMES)
+    version: str = _field(DEFAULT_VLLM_VERSION, _Check("name"))
+
+    def __post_init__(self) -> None:
+        if isinstance(self.version, (int, float)) and not isinstance(self.version, bool):
+            raise ConfigError(f"engine.version: got the number {self.version!r}; quote the version "
+                              f"(YAML reads 0.20 as 0.2), e.g. '{DEFAULT_VLLM_VERSION}'")
+        super().__post_init__()
+        get_engine(self.name, self.version)  # one-line ConfigError for a release not modelled
+
+    @property
+    def release(self) -> EngineRelease:
+        return get_engine(self.name, self.version)
+
+
+@dataclass(frozen=True)
 class SpeculativeConfig(_Section):
     """``speculative.*``: draft tokens per step and how many of them are accepted."""
 
@@ -465,6 +491,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "parallel": ParallelConfig,
     "quantization": QuantizationConfig,
     "cost_model": CostModelConfig,
+    "engine": EngineConfig,
     "speculative": SpeculativeConfig,
     "slo": SLOConfig,
     "disaggregation": DisaggregationConfig,
@@ -490,6 +517,7 @@ class Scenario:
     parallel: ParallelConfig = field(default_factory=ParallelConfig)
     quantization: QuantizationConfig = field(default_factory=QuantizationConfig)
     cost_model: CostModelConfig = field(default_factory=CostModelConfig)
+    engine: EngineConfig = field(default_factory=EngineConfig)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
     disaggregation: DisaggregationConfig = field(default_factory=DisaggregationConfig)
@@ -580,6 +608,26 @@ class Scenario:
     @property
     def gpus_per_replica(self) -> int:
         return self.parallel.gpus_per_replica
+
+    @property
+    def max_num_seqs(self) -> int:
+        """``scheduler.max_num_seqs``, or the engine release's default on this GPU."""
+        from sim.catalog.hardware import get_hardware
+
+        given = self.scheduler.max_num_seqs
+        return given if given is not None else \
+            self.engine.release.default_max_num_seqs(get_hardware(self.hardware))
+
+    @property
+    def max_num_batched_tokens(self) -> Optional[int]:
+        """``scheduler.max_num_batched_tokens``, or with chunked prefill the engine release's
+        default on this GPU (None: the policy's own rule, ``step_token_budget``)."""
+        from sim.catalog.hardware import get_hardware
+
+        given = self.scheduler.max_num_batched_tokens
+        if given is not None or not SCHEDULERS[self.scheduler.policy].chunked_prefill:
+            return given
+        return self.engine.release.default_max_num_batched_tokens(get_hardware(self.hardware))
 
 
 def field_keys() -> list[str]:

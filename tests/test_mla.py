@@ -182,7 +182,9 @@ def test_mla_shapes_are_checked():
 
 from pathlib import Path  # noqa: E402
 
-SHARED_TABLES = Path(__file__).resolve().parents[1].parent / "shared" / "gpu_profiles" / "aiconfigurator"
+from sim.pricing.table_data import package_tables_root  # noqa: E402
+
+SHARED_TABLES = package_tables_root() or Path("/nonexistent")  # aiconfigurator-core's tables
 needs_shared = pytest.mark.skipif(not (SHARED_TABLES / "h200_sxm" / "mla").is_dir(),
                                   reason="../shared MLA tables absent")
 

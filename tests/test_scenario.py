@@ -95,6 +95,8 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "speculative.acceptance_table": ([0.8, 0.6, 0.4], {}),
         "speculative.draft_cost_ratio": (0.0, {}),
         "speculative.draft_availability": ([0.1, 0.2, 0.3, 0.4], {"speculative.num_tokens": 3}),
+        "engine.name": ("vllm", {"engine.version": "0.15.1"}),
+        "engine.version": ("0.19.1", {}),
         "slo.ttft_ms": (250.5, {}),
         "slo.tpot_ms": (40, {}),
         "disaggregation.enabled": (True, {}),
@@ -118,7 +120,7 @@ def test_defaults_round_trip_and_are_the_documented_mapping():
     assert yaml.safe_dump(sc.to_dict(), sort_keys=False) == dump(DEFAULTS)
     assert build_config(None) == DEFAULTS and build_scenario(None) == sc
     assert list(DEFAULTS) == ["model", "hardware", "dtype", "seed", "kv_cache", "scheduler",
-                              "parallel", "quantization", "cost_model", "speculative", "slo",
+                              "parallel", "quantization", "cost_model", "engine", "speculative", "slo",
                               "disaggregation", "workload"]
 
 

@@ -36,8 +36,15 @@ DTYPE_SHORT: dict[str, str] = {"float16": "fp16", "bfloat16": "bf16", "float32":
 # Weight quantisation. The config key ``quantization.weights`` takes ``WEIGHT_QUANT``
 # ("none" = weights in the activation dtype); the memory plan and the roofline take
 # ``WEIGHT_DTYPES`` ("auto" = the same thing, vLLM's spelling).
-WEIGHT_QUANT: tuple[str, ...] = ("none", "fp8", "int8", "int4", "mxfp4", "nvfp4")
-WEIGHT_DTYPES: tuple[str, ...] = ("auto", "int8", "int4", "fp8", "mxfp4", "nvfp4")
+WEIGHT_QUANT: tuple[str, ...] = ("none", "fp8", "fp8_block", "int8", "int4", "int4_awq", "mxfp4",
+                                  "nvfp4")
+WEIGHT_DTYPES: tuple[str, ...] = ("auto", "int8", "int4", "int4_awq", "fp8", "fp8_block", "mxfp4",
+                                  "nvfp4")
+#: Spellings of one format: ``int4_awq`` is the int4 (AWQ/GPTQ, W4A16) kvplan has always priced.
+WEIGHT_ALIASES: dict[str, str] = {"int4_awq": "int4", "fp8_e4m3": "fp8"}
+# fp8_block is DeepSeek-style FP8: one fp32 scale per 128x128 weight block (0.02% more bytes),
+# activations quantised per token-group of 128 at run time.
+FP8_BLOCK_BYTES = 1.0 + 4 / (128 * 128)
 # int4 is AWQ/GPTQ-style: 4-bit weights plus an fp16 scale and a 4-bit zero per group of 128.
 INT4_BYTES = 0.5 + (2 + 0.5) / 128
 # FP4 (E2M1) weights with a shared scale per block: MXFP4 (OCP microscaling, gpt-oss) one 8-bit
@@ -76,9 +83,11 @@ class Precision:
     - ``int4`` weights are W4A16 (AWQ/GPTQ/Marlin): dequantised in the GEMM, 16-bit compute.
     - ``fp8`` weights are W8A8 FP8 where the GPU has FP8 tensor cores (H100, H200, L40S,
       MI300X), else weight-only FP8 with 16-bit compute (what vLLM does on Ampere).
-    - ``mxfp4`` / ``nvfp4`` weights (4-bit floats with a block scale: 4.25 / 4.5 bits) compute
-      at the FP4 tensor-core rate where the GPU has one (Blackwell: B200, GB200), else they are
-      dequantised in the GEMM with 16-bit compute (Marlin-style on Hopper and Ampere).
+    - ``fp8_block`` weights: FP8 with a scale per 128x128 block (DeepSeek-V3, Qwen3-FP8).
+    - ``mxfp4`` weights (4.25 bits) compute at the FP4 tensor-core rate where the GPU has one
+      (Blackwell), else they are dequantised in the GEMM with 16-bit compute (what vLLM runs
+      gpt-oss with on Hopper: Marlin / Triton W4A16 MoE kernels).
+    - ``nvfp4`` weights (4.5 bits) need FP4 tensor cores: any other GPU is a ConfigError.
     Embeddings and the LM head stay in the activation dtype (vLLM does not quantise them).
     """
 
@@ -103,15 +112,23 @@ def resolve_precision(hw: "HardwareSpec", dtype: str = "float16",
         raise ConfigError(f"dtype: {hw.name} has no {dtype} support")
 
     w = "auto" if weight_dtype in (None, "", "none") else str(weight_dtype).strip().lower()
+    w = WEIGHT_ALIASES.get(w, w)
     if w in ("auto", dtype) or DTYPE_ALIASES.get(w) == dtype:
         w, weight_bytes, compute = "auto", float(act_bytes), act_compute
     elif w == "int8":
         weight_bytes, compute = 1.0, "int8" if hw.supports("int8") else act_compute
     elif w == "int4":
         weight_bytes, compute = INT4_BYTES, act_compute
-    elif w in ("fp8", "fp8_e4m3"):
-        w, weight_bytes, compute = "fp8", 1.0, "fp8" if hw.supports("fp8") else act_compute
+    elif w in ("fp8", "fp8_block"):
+        weight_bytes = 1.0 if w == "fp8" else FP8_BLOCK_BYTES
+        compute = "fp8" if hw.supports("fp8") else act_compute
     elif w in ("mxfp4", "nvfp4"):
+        if w == "nvfp4" and not hw.supports("fp4"):
+            # NVFP4 (E2M1 with an FP8 scale per 16 values) is Blackwell's tensor-core format;
+            # AIConfigurator measures it only on Blackwell and lists no FP4 peak for others.
+            raise ConfigError(
+                f"quantization.weights: {hw.name} cannot run nvfp4 (no FP4 tensor cores; "
+                f"Blackwell GPUs such as b200, b300, gb200, rtx-pro-6000 can); use fp8 or int4")
         weight_bytes = MXFP4_BYTES if w == "mxfp4" else NVFP4_BYTES
         compute = "fp4" if hw.supports("fp4") else act_compute
     else:
@@ -135,6 +152,6 @@ def resolve_precision(hw: "HardwareSpec", dtype: str = "float16",
 
 __all__ = [
     "CANONICAL_DTYPES", "DTYPE_ALIASES", "DTYPES", "DTYPE_BYTES", "DTYPE_COMPUTE", "DTYPE_SHORT",
-    "WEIGHT_QUANT", "WEIGHT_DTYPES", "INT4_BYTES", "MXFP4_BYTES", "NVFP4_BYTES", "KV_DTYPES", "KV_CACHE_DTYPES",
+    "WEIGHT_QUANT", "WEIGHT_DTYPES", "WEIGHT_ALIASES", "FP8_BLOCK_BYTES", "INT4_BYTES", "MXFP4_BYTES", "NVFP4_BYTES", "KV_DTYPES", "KV_CACHE_DTYPES",
     "resolve_dtype", "dtype_bytes", "Precision", "resolve_precision",
 ]

@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from sim.catalog.engines import EngineRelease, get_engine, version_text
 from sim.catalog.hardware import HardwareSpec, get_hardware
 from sim.catalog.models import ModelSpec, get_model
 from sim.errors import ConfigError
@@ -49,8 +50,9 @@ from sim.pricing.base import Max, ShapeColumns, StepPricer, register_pricer
 from sim.pricing.features import sampled_rows
 from sim.pricing.roofline import RooflineCostModel
 from sim.pricing.table_data import (
-    GPU_TABLE_DIRS, TableError, default_tables_root, gpu_dir, latest_file, read_columns,
-    table_file,
+    GPU_TABLE_DIRS, MISSING_TABLES_NOTE, TableError, default_tables_root, gpu_dir, latest_file,
+    package_tables_root, package_version, read_columns, read_columns_present, table_file,
+    table_files,
 )
 
 #: vLLM's custom all-reduce buffer (``CustomAllreduce`` ``max_size``, 8 MiB): bigger messages
@@ -80,13 +82,21 @@ class TablesNotCovering(ConfigError):
     falls back to the roofline, an explicit ``operator_tables`` says so in one line."""
 
 
-def capture_sizes(max_num_seqs: int) -> list[int]:
-    """vLLM V1's default CUDA-graph capture sizes: ``[1, 2, 4] + range(8, 256, 8) +
-    range(256, max + 1, 16)`` with ``max = min(2 * max_num_seqs, 512)``
-    (``VllmConfig._set_cudagraph_sizes``)."""
-    top = min(2 * max_num_seqs, 512)
-    sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
-    return sorted(s for s in set(sizes) if s <= top) or [1]
+def capture_sizes(max_num_seqs: int, engine: Optional[EngineRelease] = None) -> list[int]:
+    """The engine release's default CUDA-graph capture sizes (``EngineRelease.capture_sizes``:
+    vLLM's ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``, ``max = min(2 *
+    max_num_seqs, 512)``)."""
+    return (engine or get_engine()).capture_sizes(max_num_seqs)
+
+
+#: ``quantization.weights`` -> the GEMM table's ``gemm_dtype`` measured for it (vLLM's kernels:
+#: CUTLASS FP8 per-tensor W8A8, DeepSeek-style 128x128 block FP8, NVFP4 W4A4 on Blackwell).
+#: MXFP4 and INT4 (AWQ/GPTQ) dense GEMMs have no rows under vLLM: the roofline prices them.
+GEMM_DTYPES: dict[str, str] = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
+#: ``quantization.weights`` -> the fused-MoE table's ``moe_dtype`` (MXFP4 as W4A16, what vLLM
+#: runs gpt-oss with on Hopper and the default on Blackwell; INT4 as weight-only).
+MOE_DTYPES: dict[str, str] = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
+                              "mxfp4": "w4a16_mxfp4", "int4": "int4_wo"}
 
 
 # --- interpolation primitives ----------------------------------------------------------------
@@ -207,20 +217,29 @@ class OperatorTableCostModel(StepPricer):
                  pipeline_parallel_size: int = 1, kv_cache_dtype: str = "auto",
                  weight_dtype: Optional[str] = None, tables: Optional[Union[str, Path]] = None,
                  max_num_seqs: int = 256, cuda_graphs: bool = True,
-                 async_scheduling: bool = True, moe_routing: str = "balanced") -> None:
+                 async_scheduling: Optional[bool] = None, moe_routing: str = "balanced",
+                 engine: Optional[EngineRelease] = None, speculative: bool = False) -> None:
         self.model = m = get_model(model)
+        #: The engine release priced: its backend folder, the version folder nearest it, its
+        #: capture sizes and (``async_scheduling`` None) its async-scheduling default.
+        self.engine = engine = engine or get_engine()
+        self.backend = engine.name
+        if async_scheduling is None:
+            async_scheduling = engine.async_default(speculative)
         #: Routing skew of the MoE table rows used (``cost_model.moe_routing``).
         self.moe_routing = moe_routing
         self.hardware = h = get_hardware(hw)
         tp, pp = tensor_parallel_size, pipeline_parallel_size
         self.tensor_parallel_size, self.pipeline_parallel_size = tp, pp
         check_parallel(m, tp, pp)
-        if m.sliding_window_layers:
-            raise TablesNotCovering(
-                f"cost_model.source operator_tables: {m.name}'s sliding-window layers are not "
-                f"read from the tables yet (the roofline prices them)")
+        #: A hybrid model's sliding-window layers (gpt-oss: every other layer, window 128) read
+        #: the same attention tables at contexts bounded by the window.
+        self._win_layers = m.sliding_window_layers
+        self._window = m.sliding_window or 0
         root = Path(tables) if tables is not None else default_tables_root()
-        if root is None or not Path(root).is_dir():
+        if root is None:
+            raise TablesNotCovering(f"cost_model.tables: {MISSING_TABLES_NOTE}")
+        if not Path(root).is_dir():
             raise TablesNotCovering(f"cost_model.tables: {root}: operator-table folder not found")
         self.tables = Path(root)
         gdir = gpu_dir(self.tables, h.name)
@@ -242,23 +261,39 @@ class OperatorTableCostModel(StepPricer):
         self._warnings: list[str] = []
         self.max_num_seqs = max_num_seqs
         self.cuda_graphs, self.async_scheduling = cuda_graphs, async_scheduling
-        self.capture_sizes = capture_sizes(max_num_seqs) if cuda_graphs else []
+        self.capture_sizes = capture_sizes(max_num_seqs, engine) if cuda_graphs else []
         self.max_capture = self.capture_sizes[-1] if self.capture_sizes else 0
+        #: Every table read, ``op/table -> version folder`` (the summary's provenance).
+        self.tables_read: dict[str, str] = {}
 
-        gemm_path, self.version = table_file(gdir / "gemm" / "vllm", "gemm_perf")
+        gemm_path, self.version = self._table("gemm", "gemm_perf")
         self._build_gemms(gemm_path)
         self._build_attention()
         self._build_allreduce()
         self._build_rows()
 
     # -- construction -------------------------------------------------------------------------
+    def _table(self, op: str, table: str) -> tuple[Path, str]:
+        """``table`` of operation ``op`` under this engine's backend folder, the version
+        nearest the engine release (``table_data.table_file``); recorded in ``tables_read``."""
+        path, version = table_file(self.gpu_dir / op / self.backend, table, self.engine.version)
+        self.tables_read[f"{op}/{table}"] = version
+        return path, version
+
     def _gemm_dtype(self, available: set) -> str:
+        """The GEMM table's dtype for this deployment's weights: the quantised kernel where
+        this GPU's table measured it (and the GPU computes in it), else bfloat16 with a
+        warning that says the quantisation's GEMMs are priced as 16-bit."""
         wd = self.precision.weight_dtype
-        if wd == "fp8" and "fp8" in available and self.precision.compute == "fp8":
-            return "fp8"
-        if wd not in (None, "auto", self.precision.dtype, "float16", "bfloat16"):
+        want = GEMM_DTYPES.get(wd)
+        native = self.precision.compute in ("fp8", "fp4")
+        if want is not None and want in available and native:
+            return want
+        experts_only = self.model.is_moe and wd in ("mxfp4", "int4")  # gpt-oss, AWQ MoEs
+        if wd not in (None, "auto", self.precision.dtype, "float16", "bfloat16") and not experts_only:
             self._warnings.append(f"operator tables: no {wd} GEMM rows measured on "
-                                  f"{self.hardware.name}; GEMMs priced at bfloat16")
+                                  f"{self.hardware.name} under {self.backend}; dense GEMMs priced "
+                                  f"at bfloat16")
         if "bfloat16" not in available:
             raise TablesNotCovering(f"cost_model.tables: no bfloat16 GEMM rows for "
                                     f"{self.hardware.name}")
@@ -269,7 +304,8 @@ class OperatorTableCostModel(StepPricer):
         dt = self._gemm_dtype(set(c["gemm_dtype"].tolist()))
         self.gemm_dtype = dt
         cube, ms, ns, ks = self._gemm_cube(c, dt)
-        bf = cube if dt == "bfloat16" else self._gemm_cube(c, "bfloat16")[0]
+        bf_grid = (cube, ms, ns, ks) if dt == "bfloat16" else self._gemm_cube(c, "bfloat16")
+        bf = bf_grid[0]
         self._gemm_m = ms
         m, tp = self.model, self.tensor_parallel_size
         q = m.q_size // tp
@@ -309,7 +345,21 @@ class OperatorTableCostModel(StepPricer):
             if m.num_dense_layers:
                 layers["router"] = layers["experts"] = m.num_moe_layers
         self.gemm_shapes = shapes
-        self._gemm_ms = {op: self._gemm_curve(cube, ms, ns, ks, n, k) for op, (n, k) in shapes.items()}
+        def bf16_curve(n: float, k: float) -> np.ndarray:
+            """The 16-bit GEMM of (n, k) at this table's row counts."""
+            bc, bms, bns, bks = bf_grid
+            return np.interp(ms, bms, self._gemm_curve(bc, bms, bns, bks, n, k))
+
+        def curve(op: str, n: float, k: float) -> np.ndarray:
+            # vLLM keeps a MoE's router gate in 16 bits (an unquantised ReplicatedLinear).
+            if dt == "bfloat16" or op == "router":
+                return self._gemm_curve(cube, ms, ns, ks, n, k) if dt == "bfloat16" else bf16_curve(n, k)
+            # A quantised GEMM is not priced above the 16-bit one of its shape: block-FP8 rows
+            # measured at small m (B200's DeepGEMM: 0.26 ms for any 7168-wide GEMM at m=1,
+            # bf16 0.01 ms) carry the kernels' per-call host work, which CUDA graphs remove.
+            return np.minimum(self._gemm_curve(cube, ms, ns, ks, n, k), bf16_curve(n, k))
+
+        self._gemm_ms = {op: curve(op, n, k) for op, (n, k) in shapes.items()}
         if m.is_moe:
             self._gemm_ms["experts"] = self._moe_curve(ms)
         # ``_rows_part`` multiplies a layer's ops by every layer: an op in fewer layers counts
@@ -329,21 +379,40 @@ class OperatorTableCostModel(StepPricer):
         between measured token counts, proportional past the largest, made non-decreasing in
         rows."""
         m, tp = self.model, self.tensor_parallel_size
-        path, _ = table_file(self.gpu_dir / "moe" / "vllm", "moe_perf")
-        c = read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
-                                "num_experts", "moe_tp_size", "moe_ep_size", "distribution",
-                                "latency"))
-        dtypes = set(c["moe_dtype"].tolist())
-        dt = "fp8" if self.gemm_dtype == "fp8" and "fp8" in dtypes else "bfloat16"
-        sel = ((c["moe_dtype"] == dt) & (c["hidden_size"] == m.hidden_size)
-               & (c["inter_size"] == m.intermediate_size) & (c["topk"] == m.num_experts_per_tok)
-               & (c["num_experts"] == m.num_experts) & (c["moe_tp_size"] == tp)
-               & (c["moe_ep_size"] == 1) & (c["distribution"] == self.moe_routing))
-        if not sel.any():
+        want = MOE_DTYPES.get(self.precision.weight_dtype, "bfloat16")
+        # This model's experts are measured in some version folders and dtypes only (on H200,
+        # DeepSeek-V3's in bf16 under 0.19 and block FP8 under 0.24): the wanted dtype in the
+        # version nearest the engine first, then its FP8 twin, then bf16.
+        twins = {"fp8": ["fp8_block"], "fp8_block": ["fp8"]}.get(want, [])
+        candidates = list(dict.fromkeys([want, *twins, "bfloat16"]))
+        files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.engine.version)
+        found = None
+        for dt in candidates:
+            for path, version in files:
+                c = read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size",
+                                        "topk", "num_experts", "moe_tp_size", "moe_ep_size",
+                                        "distribution", "latency"))
+                sel = ((c["moe_dtype"] == dt) & (c["hidden_size"] == m.hidden_size)
+                       & (c["inter_size"] == m.intermediate_size)
+                       & (c["topk"] == m.num_experts_per_tok) & (c["num_experts"] == m.num_experts)
+                       & (c["moe_tp_size"] == tp) & (c["moe_ep_size"] == 1)
+                       & (c["distribution"] == self.moe_routing))
+                if sel.any():
+                    found = (dt, version, c, sel)
+                    break
+            if found:
+                break
+        if found is None:
             raise TablesNotCovering(
-                f"cost_model.tables: no {dt} MoE rows ({self.moe_routing} routing) measured for {m.name}'s experts "
+                f"cost_model.tables: no MoE rows ({self.moe_routing} routing) measured for {m.name}'s experts "
                 f"({m.num_experts} x {m.hidden_size}x{m.intermediate_size}, top-{m.num_experts_per_tok}) "
                 f"at TP {tp} on {self.hardware.name}")
+        dt, version, c, sel = found
+        self.moe_dtype = dt
+        self.tables_read["moe/moe_perf"] = version
+        if dt != want:
+            self._warnings.append(f"operator tables: no {want} MoE rows for {m.name} on "
+                                  f"{self.hardware.name}; experts priced from the {dt} rows")
         order = np.argsort(c["num_tokens"][sel], kind="stable")
         xs = c["num_tokens"][sel][order].astype(float)
         ys = c["latency"][sel][order].astype(float)
@@ -357,8 +426,11 @@ class OperatorTableCostModel(StepPricer):
         if m.size == 0:
             raise TablesNotCovering(f"cost_model.tables: no {dt} GEMM rows")
         ms, ns, ks = np.unique(m), np.unique(n), np.unique(k)
-        cube = np.full((ms.size, ns.size, ks.size), np.nan)
-        cube[np.searchsorted(ms, m), np.searchsorted(ns, n), np.searchsorted(ks, k)] = lat
+        # One shape measured with several kernels (block FP8: DeepGEMM, CUTLASS, FlashInfer):
+        # the fastest, the one vLLM's kernel selection is there to find.
+        cube = np.full((ms.size, ns.size, ks.size), np.inf)
+        np.minimum.at(cube, (np.searchsorted(ms, m), np.searchsorted(ns, n), np.searchsorted(ks, k)), lat)
+        cube[np.isinf(cube)] = np.nan
         # Unmeasured (n, k) cells: in proportion to k from the nearest measured k below.
         for a in range(ms.size):
             for b in range(ns.size):
@@ -416,13 +488,15 @@ class OperatorTableCostModel(StepPricer):
 
     def _attention_grid(self, path: Path, x_col: str, y_col: str, y_offset: float,
                         kv_dtype: str) -> tuple[_Grid, float, float, np.ndarray, np.ndarray]:
-        c = read_columns(path, ("batch_size", y_col, "num_heads", "num_key_value_heads", "head_dim",
-                                "kv_cache_dtype", "latency"))
+        c = read_columns_present(path, ("batch_size", y_col, "num_heads", "num_key_value_heads",
+                                        "head_dim", "kv_cache_dtype", "latency"),
+                                 ("window_size", "kernel_source"))
         m, tp = self.model, self.tensor_parallel_size
         h, kv = m.num_heads // tp, kv_heads_per_gpu(m, tp)
         dtypes = set(c["kv_cache_dtype"].tolist())
         kd = kv_dtype if kv_dtype in dtypes else "bfloat16"
         sel = c["kv_cache_dtype"] == kd
+        sel &= full_attention_rows(c)
         hd = c["head_dim"][sel]
         if hd.size == 0:
             raise TablesNotCovering(f"{path}: no {kd} rows")
@@ -448,18 +522,30 @@ class OperatorTableCostModel(StepPricer):
         """One layer's MLA attention (vLLM's MLA module) from AIConfigurator's ``mla`` table at
         this rank's head count: seconds over (batch, ``y_col`` + ``y_offset``), the median of
         repeated rows, FlashMLA's rows where measured at this head count."""
-        c = read_columns(path, ("batch_size", y_col, "num_heads", "tp_size", "kv_cache_dtype",
-                                "kernel_source", "latency"))
+        module = "module" in path.name
+        cols = ("batch_size", y_col, "num_heads", "tp_size", "kv_cache_dtype", "kernel_source",
+                "latency") + (("gemm_type",) if module else ())
+        c = read_columns(path, cols)
         m, tp = self.model, self.tensor_parallel_size
         heads = m.num_heads // tp
         kd = kv_dtype if kv_dtype in set(c["kv_cache_dtype"].tolist()) else "bfloat16"
         # Rows are per rank: this rank's heads of this model's split (the same head count at
-        # another TP degree is another model's).
-        sel = (c["kv_cache_dtype"] == kd) & (c["num_heads"] == heads) & (c["tp_size"] == tp)
+        # another TP degree is another model's). The module tables measure one rank
+        # (``tp_size`` 1) at each head count, with the module's GEMMs in ``gemm_type``.
+        sel = (c["kv_cache_dtype"] == kd) & (c["num_heads"] == heads)
+        if module:
+            gt = self.gemm_dtype if self.gemm_dtype in set(c["gemm_type"].tolist()) else "bfloat16"
+            sel &= c["gemm_type"] == gt
+        else:
+            sel &= c["tp_size"] == tp
         sources = set(c["kernel_source"][sel].tolist())
         if not sources:
             raise TablesNotCovering(f"{path}: no {kd} MLA rows at {heads} heads")
-        src = "vllm_flashmla" if "vllm_flashmla" in sources else sorted(sources)[0]
+        # The kernel measured over the most shapes (a kernel with a handful of rows, B200's
+        # FLASHINFER_MLA context rows, would be extrapolated far past them), FlashMLA on a tie.
+        kernels, counts = np.unique(c["kernel_source"][sel], return_counts=True)
+        rank = {k: (n, k in ("vllm_flashmla", "FLASHMLA")) for k, n in zip(kernels.tolist(), counts.tolist())}
+        src = max(sorted(rank), key=lambda k: rank[k])
         sel &= c["kernel_source"] == src
         b = c["batch_size"][sel].astype(float)
         y = c[y_col][sel].astype(float) + y_offset
@@ -481,16 +567,22 @@ class OperatorTableCostModel(StepPricer):
     def _build_attention(self) -> None:
         kvd = "fp8" if self.precision.kv_bytes == 1 else "bfloat16"
         if self.model.is_mla:
-            mdir = self.gpu_dir / "mla" / "vllm"
-            gen, _ = table_file(mdir, "generation_mla_perf")
-            ctx, _ = table_file(mdir, "context_mla_perf")
-            self._dec, _, dys = self._mla_grid(gen, "step", 1.0, kvd)
+            # vLLM 0.19+ tables name the MLA module's rows ``mla_*_module_perf`` (decode
+            # ``step`` = KV length), 0.14's ``*_mla_perf`` (``step`` = tokens cached before).
+            try:
+                gen, _ = self._table("mla", "mla_generation_module_perf")
+                ctx, _ = self._table("mla", "mla_context_module_perf")
+                step_offset = 0.0
+            except TableError:
+                gen, _ = self._table("mla", "generation_mla_perf")
+                ctx, _ = self._table("mla", "context_mla_perf")
+                step_offset = 1.0
+            self._dec, _, dys = self._mla_grid(gen, "step", step_offset, kvd)
             self._pre, _, pys = self._mla_grid(ctx, "isl", 0.0, kvd)
             self._dec_bf = self._pre_bf = 1.0
         else:
-            adir = self.gpu_dir / "attention" / "vllm"
-            gen, _ = table_file(adir, "generation_attention_perf")
-            ctx, _ = table_file(adir, "context_attention_perf")
+            gen, _ = self._table("attention", "generation_attention_perf")
+            ctx, _ = self._table("attention", "context_attention_perf")
             # Decode: x = batch, y = KV length (``step`` tokens cached + the new one).
             self._dec, self._dec_bf, _, _, dys = self._attention_grid(gen, "batch_size", "step", 1.0, kvd)
             # Prefill (no cached tokens measured): x = batch, y = new tokens per sequence.
@@ -510,7 +602,7 @@ class OperatorTableCostModel(StepPricer):
             return np.zeros_like(elements, dtype=float)
         if not hasattr(self, "_ar_tables"):
             cdir = self.gpu_dir / "comm"
-            custom, _ = table_file(cdir / "vllm", "custom_allreduce_perf")
+            custom, _ = self._table("comm", "custom_allreduce_perf")
             cc = read_columns(custom, ("backend", "num_gpus", "message_size", "latency"))
             nc = read_columns(latest_file(cdir / "nccl", "nccl_perf"),
                               ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency"))
@@ -584,9 +676,15 @@ class OperatorTableCostModel(StepPricer):
         return self._with_decode_attention(fixed, t_dec, mx, parts)
 
     def _decode_attention(self, D: Any, decode_context_tokens: Any, mx: Max, dec: Callable) -> Any:
-        """Decode attention of one layer at (batch, mean KV length)."""
+        """Decode attention of one layer at (batch, mean KV length); for a hybrid model the
+        mean over its layers, the sliding-window ones at contexts bounded by the window."""
         b = mx(D, 1)
-        return (D > 0) * dec(D * self._dec_bf, decode_context_tokens / b)
+        full = (D > 0) * dec(D * self._dec_bf, decode_context_tokens / b)
+        if not self._win_layers:
+            return full
+        L, ls = self.model.num_layers, self._win_layers
+        windowed = (D > 0) * dec(D * self._dec_bf, -mx(-decode_context_tokens, -D * self._window) / b)
+        return ((L - ls) * full + ls * windowed) / L
 
     def _context_free(self, s: Any, mx: Max, rows_eager: Callable, graph_at: Callable,
                       pre: Callable, head: Callable) -> tuple:
@@ -606,6 +704,13 @@ class OperatorTableCostModel(StepPricer):
         cross = mx(s.prefill_attention_work - causal, 0)
         t_pre = (N > 0) * (pre(P * self._pre_bf, isl)
                            + mx(cross * self._pair_s, s.prefill_context_tokens * self._ctx_token_s))
+        if self._win_layers:  # window layers: each token attends to at most the window
+            w, ls = self._window, self._win_layers
+            cross_w = mx(-mx(-s.prefill_attention_work, -N * w) - causal, 0)
+            ctx_w = -mx(-s.prefill_context_tokens, -P * w)
+            t_win = (N > 0) * (pre(P * self._pre_bf, isl)
+                               + mx(cross_w * self._pair_s, ctx_w * self._ctx_token_s))
+            t_pre = ((L - ls) * t_pre + ls * t_win) / L
         # Launch: a full graph is one replay; piecewise graphs launch L + 1 pieces and L
         # eager attention calls; eager launches every kernel. The GPU cannot run ahead of it.
         full = graphable * decode_only
@@ -684,7 +789,8 @@ class OperatorTableCostModel(StepPricer):
     def describe(self) -> str:
         p = self.precision
         mode = "cuda graphs" if self.cuda_graphs else "eager"
-        return (f"operator tables (AIConfigurator, vLLM {self.version}, {self.gpu_dir.name}; "
+        return (f"operator tables (AIConfigurator, {self.backend} {self.version} tables for "
+                f"{self.engine.label}, {self.gpu_dir.name}; "
                 f"{self.model.name}, {p.dtype} GEMMs as {self.gemm_dtype}, kv {p.kv_cache_dtype}, "
                 f"tp={self.tensor_parallel_size}, {mode} up to {self.max_capture} tokens, "
                 f"async scheduling {'on' if self.async_scheduling else 'off'}"
@@ -698,14 +804,50 @@ class OperatorTableCostModel(StepPricer):
         """This pricer's known error on this GPU: leave-one-point-out interpolation error on
         the GPU's own GEMM and decode-attention tables, and the whole-step error against real
         runs where ``benchmarks/results/operator_tables_step_error.json`` has it."""
-        out = {"gpu": self.gpu_dir.name, **interpolation_error(str(self.tables), self.gpu_dir.name)}
+        out = {"gpu": self.gpu_dir.name,
+               **interpolation_error(str(self.tables), self.gpu_dir.name, self.backend,
+                                     self.engine.version, self.gemm_dtype)}
         step = _step_error(self.gpu_dir.name)
         out["step_vs_real"] = step
         return out
 
+    @property
+    def provenance(self) -> dict:
+        """What ``kvplan report`` prints as the cost model's origin."""
+        src = self.table_source()
+        return {"operator tables": f"{src['system']}/{src['backend']} {src['version']} ({src['from']})",
+                "engine": src["engine"], "GEMMs": src["gemm_dtype"]}
+
+    def table_source(self) -> dict:
+        """Which tables priced the steps: the system folder, backend, the version folder of
+        each table read, and where the folder came from (the summary's ``cost_model.tables``)."""
+        pkg = package_tables_root()
+        from_package = pkg is not None and self.tables.resolve() == pkg.resolve()
+        return {"system": self.gpu_dir.name, "backend": self.backend, "version": self.version,
+                "engine": self.engine.label, "tables_read": dict(self.tables_read),
+                "gemm_dtype": self.gemm_dtype,
+                **({"moe_dtype": self.moe_dtype} if hasattr(self, "moe_dtype") else {}),
+                "root": str(self.tables),
+                "from": (f"aiconfigurator-core {package_version()}" if from_package
+                         else "cost_model.tables or $KVPLAN_GPU_TABLES")}
+
     def __repr__(self) -> str:
         return (f"OperatorTableCostModel({self.model.name}, {self.hardware.name}, "
                 f"{self.precision.dtype}, tp={self.tensor_parallel_size}, vllm {self.version})")
+
+
+def full_attention_rows(c: dict) -> np.ndarray:
+    """Rows of an attention table measuring full attention with one kernel: ``window_size`` 0
+    (newer tables also measure sliding windows) and the kernel measured most (FlashAttention 3
+    on Hopper; a few FlashAttention 4 rows sit beside it), so no cell mixes two kernels."""
+    n = len(c["latency"])
+    sel = np.ones(n, dtype=bool)
+    if "window_size" in c:
+        sel &= c["window_size"] == 0
+    if "kernel_source" in c and sel.any():
+        kernels, counts = np.unique(c["kernel_source"][sel], return_counts=True)
+        sel &= c["kernel_source"] == kernels[np.argmax(counts)]
+    return sel
 
 
 def _step_error(gpu: str) -> Optional[dict]:
@@ -717,40 +859,44 @@ def _step_error(gpu: str) -> Optional[dict]:
     return v if isinstance(v, dict) else None
 
 
-@lru_cache(maxsize=16)
-def interpolation_error(root: str, gpu: str) -> dict:
+@lru_cache(maxsize=64)
+def interpolation_error(root: str, gpu: str, backend: str = "vllm",
+                        target: tuple[int, ...] = (0, 15, 1), gemm_dtype: str = "bfloat16") -> dict:
     """Leave-one-point-out error of the interpolation on ``gpu``'s own tables: each interior
     measured point predicted from its neighbours along m (GEMMs, linear in m, as priced) and
     along KV length (decode attention); mean and p90 absolute relative error. Computed once per
     process (a fraction of a second)."""
     d = Path(root) / gpu
-    path, _ = table_file(d / "gemm" / "vllm", "gemm_perf")
+    path, _ = table_file(d / "gemm" / backend, "gemm_perf", target)
     c = read_columns(path, ("gemm_dtype", "m", "n", "k", "latency"))
-    errs = []
-    sel = c["gemm_dtype"] == "bfloat16"
+    sel = c["gemm_dtype"] == gemm_dtype
     m, n, k, lat = (c[x][sel].astype(float) for x in ("m", "n", "k", "latency"))
     order = np.lexsort((m, k, n))
     m, n, k, lat = m[order], n[order], k[order], lat[order]
-    same = (n[:-2] == n[2:]) & (k[:-2] == k[2:])
+    same = (n[:-2] == n[2:]) & (k[:-2] == k[2:]) & (m[2:] > m[:-2])
     x0, x1, x2 = m[:-2], m[1:-1], m[2:]
     y0, y1, y2 = lat[:-2], lat[1:-1], lat[2:]
-    pred = y0 + (y2 - y0) * (x1 - x0) / (x2 - x0)
+    pred = y0 + (y2 - y0) * (x1 - x0) / np.where(x2 > x0, x2 - x0, 1.0)
     g = np.abs(pred - y1)[same] / y1[same]
-    gen, _ = table_file(d / "attention" / "vllm", "generation_attention_perf")
-    a = read_columns(gen, ("batch_size", "step", "num_heads", "num_key_value_heads",
-                           "kv_cache_dtype", "latency"))
-    s = a["kv_cache_dtype"] == "bfloat16"
-    keys = [a[x][s].astype(float) for x in ("batch_size", "num_heads", "num_key_value_heads")]
+    gen, _ = table_file(d / "attention" / backend, "generation_attention_perf", target)
+    a = read_columns_present(gen, ("batch_size", "step", "num_heads", "num_key_value_heads",
+                                   "head_dim", "kv_cache_dtype", "latency"),
+                             ("window_size", "kernel_source"))
+    s = (a["kv_cache_dtype"] == "bfloat16") & full_attention_rows(a)
+    keys = [a[x][s].astype(float) for x in ("batch_size", "num_heads", "num_key_value_heads", "head_dim")]
     st, al = a["step"][s].astype(float) + 1, a["latency"][s].astype(float)
-    o = np.lexsort((st, keys[2], keys[1], keys[0]))
+    o = np.lexsort((st, keys[3], keys[2], keys[1], keys[0]))
     st, al = st[o], al[o]
     keys = [kk[o] for kk in keys]
-    same = np.logical_and.reduce([kk[:-2] == kk[2:] for kk in keys])
-    pa = al[:-2] + (al[2:] - al[:-2]) * (st[1:-1] - st[:-2]) / (st[2:] - st[:-2])
+    # Repeated rows (one shape measured twice) are not a neighbour to interpolate from.
+    same = np.logical_and.reduce([kk[:-2] == kk[2:] for kk in keys]) & (st[2:] > st[:-2])
+    span = np.where(st[2:] > st[:-2], st[2:] - st[:-2], 1.0)
+    pa = al[:-2] + (al[2:] - al[:-2]) * (st[1:-1] - st[:-2]) / span
     ga = np.abs(pa - al[1:-1])[same] / al[1:-1][same]
     errs = {"gemm": g, "decode_attention": ga}
     return {
         "method": "leave-one-point-out interpolation on the GPU's own tables",
+        "tables": f"{gpu}/{backend} {path.parent.name}, {gemm_dtype} GEMMs",
         **{f"{name}_mean_abs_pct": round(float(np.mean(v)) * 100, 2) for name, v in errs.items()},
         **{f"{name}_p90_abs_pct": round(float(np.quantile(v, 0.9)) * 100, 2)
            for name, v in errs.items()},

@@ -1,9 +1,14 @@
-"""Reading measured operator tables (NVIDIA AIConfigurator's vLLM systems folder).
+"""Reading measured operator tables (NVIDIA AIConfigurator's systems folder, from the PyPI
+package ``aiconfigurator-core``).
 
 Why a module of its own: the operator-table pricer (``sim.pricing.operator_tables``) needs a
 few numbers out of large parquet files once, at construction; where those files live, which
 vLLM version folder to read, and turning a missing or broken file into one line for the user
 are this module's job, so the pricer only sees small NumPy arrays.
+
+Where the tables come from, first found wins: ``cost_model.tables``, ``$KVPLAN_GPU_TABLES``,
+the installed ``aiconfigurator-core`` package (``aiconfigurator_core/systems/data``, located
+without importing the package). Without any of them the roofline prices, and the summary says so.
 
 Layout read (``<root>/<gpu>/<operation>/<backend>/<version>/<table>.parquet``):
 
@@ -32,35 +37,87 @@ import numpy as np
 
 from sim.errors import ConfigError, InputFileError
 
-#: Catalog hardware name -> AIConfigurator system folder.
+#: Catalog hardware name -> AIConfigurator system folder. GPUs of the catalog not listed here
+#: (h100-pcie, rtx-4090, MI300X...) have no measured tables: the roofline prices them.
 GPU_TABLE_DIRS: dict[str, str] = {
     "a100-80gb": "a100_sxm",
     "h100-sxm": "h100_sxm",
     "h200": "h200_sxm",
+    "b200": "b200_sxm",
+    "b300": "b300_sxm",
+    "gb200": "gb200",
+    "gb300": "gb300",
     "l40s": "l40s",
+    "rtx-pro-6000": "rtx_pro_6000_server",
 }
 
-#: The vLLM release whose behaviour kvplan models (the shared real runs used 0.15.1). The
-#: version folder read is the one closest to it (``pick_version``); 0.14.0 for all four GPUs.
+#: The vLLM release the version folder is chosen for when the caller names none (the shared
+#: real runs used 0.15.1). A scenario passes its ``engine.version``.
 TARGET_VLLM: tuple[int, ...] = (0, 15, 1)
 
 #: Environment variable naming the systems folder (``cost_model.tables`` overrides it).
 ENV_TABLES = "KVPLAN_GPU_TABLES"
+#: The PyPI distribution that ships the tables, and where inside it they lie.
+PACKAGE = "aiconfigurator_core"
+PACKAGE_DIST = "aiconfigurator-core"
+PACKAGE_DATA = ("systems", "data")
 
 
 class TableError(InputFileError):
     """An operator-table folder or file that cannot be used (names the path)."""
 
 
+def package_root() -> Optional[Path]:
+    """The installed ``aiconfigurator-core`` package folder, or None when it is not installed.
+
+    Found with ``importlib.util.find_spec``, which locates the package without running its
+    ``__init__`` (that loads a Rust extension kvplan does not use: kvplan composes the kernels
+    with its own step model and reads only the package's data files)."""
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    for loc in locations:
+        if Path(loc).is_dir():
+            return Path(loc)
+    return None
+
+
+def package_tables_root() -> Optional[Path]:
+    """``aiconfigurator_core/systems/data`` of the installed package, or None."""
+    root = package_root()
+    if root is None:
+        return None
+    data = root.joinpath(*PACKAGE_DATA)
+    return data if data.is_dir() else None
+
+
+def package_version() -> Optional[str]:
+    """The installed ``aiconfigurator-core`` release (for the summary's provenance)."""
+    from importlib import metadata
+
+    try:
+        return metadata.version(PACKAGE_DIST)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+#: Said once when ``auto`` pricing finds no tables at all (``missing_tables_note``).
+MISSING_TABLES_NOTE = (f"measured GPU tables not found: {PACKAGE_DIST} is not installed "
+                       f"(pip install 'kvplan[tables]'); steps priced by the roofline")
+
+
 def default_tables_root() -> Optional[Path]:
     """The systems folder used when ``cost_model.tables`` is not given: ``$KVPLAN_GPU_TABLES``,
-    else ``<repo>/../shared/gpu_profiles/aiconfigurator`` if it exists, else None."""
+    else the installed ``aiconfigurator-core`` package's data, else None (the roofline
+    prices, and the summary says why)."""
     env = os.environ.get(ENV_TABLES)
     if env:
         return Path(env)
-    repo = Path(__file__).resolve().parents[2]
-    p = repo.parent / "shared" / "gpu_profiles" / "aiconfigurator"
-    return p if p.is_dir() else None
+    return package_tables_root()
 
 
 def gpu_dir(root: Path, hardware_name: str) -> Optional[Path]:
@@ -104,24 +161,37 @@ def _reuse_source(folder: Path, table: str) -> Optional[str]:
     return None
 
 
-def table_file(op_dir: Path, table: str) -> tuple[Path, str]:
-    """The parquet file of ``table`` (e.g. ``gemm_perf``) under ``op_dir`` (e.g.
-    ``<gpu>/gemm/vllm``) for the version closest to ``TARGET_VLLM``, and that version.
-    Raises ``TableError`` naming the folder when no version has it."""
+def table_files(op_dir: Path, table: str, target: tuple[int, ...] = TARGET_VLLM
+                ) -> list[tuple[Path, str]]:
+    """Every version's parquet file of ``table`` under ``op_dir``, nearest ``target`` first
+    (a version folder holding only ``reuse.yaml`` gives the file it borrows). Raises
+    ``TableError`` naming the folder when it is missing or no version has the table."""
     if not op_dir.is_dir():
         raise TableError(f"{op_dir}: operator-table folder not found")
     versions = sorted((v for v in (_version_key(p.name) for p in op_dir.iterdir() if p.is_dir())
-                       if v is not None), key=_distance)
+                       if v is not None), key=lambda v: _distance(v, tuple(target)))
+    out = []
     for v in versions:
         name = ".".join(map(str, v))
         folder = op_dir / name
         f = folder / f"{table}.parquet"
         if f.is_file():
-            return f, name
+            out.append((f, name))
+            continue
         src = _reuse_source(folder, table)
         if src and (op_dir / src / f"{table}.parquet").is_file():
-            return op_dir / src / f"{table}.parquet", name
-    raise TableError(f"{op_dir}: no {table}.parquet in any version folder")
+            out.append((op_dir / src / f"{table}.parquet", name))
+    if not out:
+        raise TableError(f"{op_dir}: no {table}.parquet in any version folder")
+    return out
+
+
+def table_file(op_dir: Path, table: str, target: tuple[int, ...] = TARGET_VLLM
+               ) -> tuple[Path, str]:
+    """The parquet file of ``table`` (e.g. ``gemm_perf``) under ``op_dir`` (e.g.
+    ``<gpu>/gemm/vllm``) for the version closest to ``target`` (the engine release), and that
+    version. Raises ``TableError`` naming the folder when no version has it."""
+    return table_files(op_dir, table, target)[0]
 
 
 def latest_file(op_dir: Path, table: str) -> Path:
@@ -171,6 +241,29 @@ def _to_numpy(column) -> np.ndarray:
     if arr.null_count == 0 and kind in ("string", "large_string"):
         return np.array(arr.to_pylist(), dtype=object)
     return column.to_numpy(zero_copy_only=False)  # rare types and nulls: pyarrow's own path
+
+
+@lru_cache(maxsize=128)
+def _schema(path: str, mtime: float) -> tuple[str, ...]:
+    import pyarrow.parquet as pq
+
+    try:
+        return tuple(pq.ParquetFile(path).schema_arrow.names)
+    except Exception as exc:  # pyarrow raises many types for a broken file
+        msg = str(exc).splitlines()[0] if str(exc) else exc.__class__.__name__
+        raise TableError(f"{path}: cannot read parquet table ({msg[:160]})") from None
+
+
+def read_columns_present(path: Path, columns: Sequence[str], optional: Sequence[str]
+                         ) -> dict[str, np.ndarray]:
+    """``columns`` and those of ``optional`` the file has (newer tables add columns, e.g.
+    the attention tables' ``window_size`` and ``kernel_source`` since vLLM 0.19)."""
+    try:
+        mtime = path.stat().st_mtime
+    except OSError as exc:
+        raise TableError(f"{path}: {exc.strerror or exc}") from None
+    names = _schema(str(path), mtime)
+    return read_columns(path, tuple(columns) + tuple(c for c in optional if c in names))
 
 
 def read_columns(path: Path, columns: Sequence[str]) -> dict[str, np.ndarray]:
