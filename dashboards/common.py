@@ -10,6 +10,7 @@ a progress bar while a hit returns at once, and the cache is shared by every ses
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
@@ -35,6 +36,8 @@ class Fields:
         self.values: dict[str, Any] = {}
         self.slots: dict[str, Any] = {}
         self.errors: list[str] = []
+        #: Where the chosen step-cost model is described (``cost_model_field``), else None.
+        self.cost_note: Optional[Any] = None
 
     def add(self, key: str, widget: Callable, *args, config_key: bool = True, **kw) -> Any:
         value = widget(*args, key=f"{self.prefix}{key}", **kw)
@@ -86,6 +89,141 @@ def calibration_profiles() -> list[str]:
     return sorted(str(p) for p in PROFILE_DIR.glob("*.json")) if PROFILE_DIR.is_dir() else []
 
 
+# ---------------------------------------------------------------- step-cost model menu
+
+COST_AUTO = "auto (measured tables where they exist)"
+#: The step-cost menu's fixed options and the ``cost_model.source`` each sets; the menu then
+#: lists the profiles in calibration/profiles/ (``cost_model.source: profile`` and the file).
+COST_SOURCES = {COST_AUTO: "auto", "operator tables": "operator_tables", "roofline": "roofline"}
+#: The menu's widget key (its name from when the menu listed profiles only).
+COST_KEY = "cost_model.profile"
+COST_HELP = ("auto: the GPU's kernel timings measured under vLLM (AIConfigurator's operator "
+             "tables) where they cover the GPU, model and parallelism, else the roofline; "
+             "operator tables: only the tables (an error where the GPU has none); roofline: "
+             "from the GPU and model catalogs; a profile: measured on real hardware by "
+             "`kvplan calibrate` (calibration/profiles/). The pricer chosen, and its known "
+             "error, are described under the menu.")
+
+
+def cost_model_field(f: Fields) -> str:
+    """The step-cost menu: sets ``cost_model.source`` (and ``cost_model.profile`` for a profile),
+    with an error slot and, below it, a note that ``build`` fills with the pricer it resolved."""
+    chosen = f.add(COST_KEY, st.selectbox, "Step-cost model", list(COST_SOURCES) + calibration_profiles(),
+                   config_key=False, help=COST_HELP)
+    f.values["cost_model.source"] = COST_SOURCES.get(chosen, "profile")
+    f.values["cost_model.profile"] = None if chosen in COST_SOURCES else chosen
+    f.slots["cost_model.source"] = f.slots[COST_KEY]  # a message naming the source goes here too
+    f.cost_note = st.empty()
+    return chosen
+
+
+def _pct(value: Any, fraction: bool = False) -> Optional[str]:
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    return f"{value * 100 if fraction else value:.1f}%"
+
+
+def _latency_errors(errs: Any) -> str:
+    """``{"mean_tpot_ms": 0.021, ...}`` (fractions) as ``TPOT 2.1%, TTFT 22.3%, E2E 2.2%``."""
+    names = (("tpot", "TPOT"), ("ttft", "TTFT"), ("e2el", "E2E"))
+    if not isinstance(errs, dict):
+        return ""
+    parts = []
+    for key, label in names:
+        value = next((v for k, v in errs.items() if key in k), None)
+        if _pct(value, True):
+            parts.append(f"{label} {_pct(value, True)}")
+    return ", ".join(parts)
+
+
+def known_error_text(known: Any, source: str) -> str:
+    """A pricer's ``known_error()`` in one or two readable sentences."""
+    if not known:
+        if source == "roofline":
+            return ("Known error: no per-GPU figure; its error against measured A100 operator "
+                    "timings is in docs/cost_model.md.")
+        return "Known error: not recorded; `kvplan validate` measures it against real runs."
+    if not isinstance(known, dict):
+        return f"Known error: {known}"
+    if "gemm_mean_abs_pct" in known or "decode_attention_mean_abs_pct" in known:  # operator tables
+        gpu = known.get("gpu", "this GPU")
+        parts = [f"{label} {_pct(known.get(f'{key}_mean_abs_pct'))} mean / "
+                 f"{_pct(known.get(f'{key}_p90_abs_pct'))} p90"
+                 for key, label in (("gemm", "GEMMs"), ("decode_attention", "decode attention"))
+                 if _pct(known.get(f"{key}_mean_abs_pct"))]
+        text = f"Known error: interpolating {gpu}'s tables, {'; '.join(parts)} (leave-one-point-out)."
+        step = known.get("step_vs_real")
+        whole = _latency_errors(step) if isinstance(step, dict) else ""
+        if whole:
+            runs = f" ({step['runs']})" if step.get("runs") else ""
+            text += f" Whole step against real runs{runs}: mean error {whole}."
+        else:
+            text += f" Whole step against real runs: not measured on {gpu} yet."
+        return text
+    if "heldout_mape" in known:  # a profile fitted to real runs
+        held = known.get("held_out_by", "model")
+        text = (f"Known error: {_pct(known['heldout_mape'], True)} mean, "
+                f"{_pct(known.get('heldout_p90_ape'), True) or '?'} p90 against real runs, "
+                f"each {held} held out of the fit")
+        per = _latency_errors(known.get("heldout"))
+        return text + (f" ({per})." if per else ".")
+    parts = []  # another pricer's dict: its percentages as they are named
+    for key, value in known.items():
+        shown = _pct(value) if key.endswith("_pct") else _pct(value, True) if "ape" in key else None
+        if shown:
+            parts.append(f"{key.removesuffix('_pct').replace('_', ' ')} {shown}")
+    return "Known error: " + (", ".join(parts) if parts else json.dumps(known, default=str))
+
+
+def _is_cost_model_error(exc: Exception) -> bool:
+    from sim.pricing.operator_tables import TablesNotCovering
+
+    return isinstance(exc, TablesNotCovering) or str(exc).startswith("cost_model")
+
+
+def _fallback_reason(cfg: dict) -> Optional[str]:
+    """Why ``auto`` priced with the roofline: the error an explicit ``operator_tables`` gives."""
+    from sim.api import resolve_deployment
+
+    trial = json.loads(json.dumps(cfg, default=str))
+    trial.setdefault("cost_model", {})["source"] = "operator_tables"
+    try:
+        resolve_deployment(trial)
+    except KvplanError as exc:
+        return re.sub(r"^cost_model\.\w+( operator_tables)?: ", "", str(exc))
+    return None
+
+
+def describe_cost_model(f: Fields, cfg: dict) -> bool:
+    """Resolve ``cfg``'s pricer and describe it under ``f``'s step-cost menu: what priced the
+    steps, why ``auto`` fell back to the roofline, the known error and warnings. False after
+    showing a cost-model error under the menu; an error elsewhere (a model that does not fit)
+    is left to the page, which shows it where it always has."""
+    from sim.api import resolve_deployment
+
+    try:
+        dep = resolve_deployment(cfg)
+    except KvplanError as exc:
+        f.cost_note.empty()
+        if _is_cost_model_error(exc):
+            f.error(str(exc), COST_KEY)
+            return False
+        return True
+    pricer, source = dep.cost_model, dep.cost_model_source
+    known = getattr(pricer, "known_error", None)
+    lines = [f"Priced by: {pricer.describe()}"]
+    cm = cfg.get("cost_model") or {}
+    if cm.get("source", "auto") == "auto" and source == "roofline":
+        why = _fallback_reason(cfg)
+        lines.append("auto fell back to the roofline" + (f": {why}" if why else "") + ".")
+    lines.append(known_error_text(known() if callable(known) else None, source))
+    lines += [f"Warning: {w}" for w in pricer.warnings()]
+    with f.cost_note.container():
+        for line in lines:
+            st.caption(line)
+    return True
+
+
 def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
                     sections: tuple[str, ...] = ("deployment", "kv", "scheduler", "speculative",
                                                  "workload", "slo", "overrides"),
@@ -113,12 +251,7 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
             f.add("parallel.pipeline_parallel_size", st.selectbox, "Pipeline parallel (stages)", [1, 2, 4, 8])
             f.add("parallel.num_replicas", st.number_input, "Replicas", min_value=1, max_value=64, value=1)
             f.add("parallel.router", st.selectbox, "Router (between replicas)", list(ROUTERS))
-            profiles = ["roofline"] + calibration_profiles()
-            chosen = f.add("cost_model.profile", st.selectbox, "Step-cost model", profiles,
-                           help="roofline: from the GPU and model catalogs; or a profile measured on "
-                                "real hardware by `kvplan calibrate` (calibration/profiles/)")
-            if chosen == "roofline":
-                f.values["cost_model.profile"] = None
+            cost_model_field(f)
     if "kv" in sections:
         with st.expander("KV cache", expanded="kv" in expanded):
             f.add("kv_cache.allocator", st.selectbox, "Allocator", list(ALLOCATORS),
@@ -208,12 +341,16 @@ def build(*groups: Fields, extra: tuple[str, ...] = ()) -> Optional[dict]:
                 return None
             free.append(item)
     try:
-        return build_config(merged, list(extra) + free)
+        cfg = build_config(merged, list(extra) + free)
     except KvplanError as exc:
         owner = next((f for f in reversed(groups) if f._field_for(str(exc)) not in (None, "overrides")),
                      groups[-1])
         owner.error(str(exc))
         return None
+    for f in groups:
+        if f.cost_note is not None and not describe_cost_model(f, cfg):
+            return None
+    return cfg
 
 
 def _merge(a: dict, b: dict) -> dict:

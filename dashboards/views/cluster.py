@@ -45,11 +45,7 @@ def shared_fields() -> common.Fields:
             f.add("model", st.selectbox, "Model", models, index=models.index(d["model"]))
             f.add("hardware", st.selectbox, "GPU", hws, index=hws.index("h100-sxm"))
             f.add("parallel.tensor_parallel_size", st.selectbox, "Tensor parallel (GPUs per replica)", [1, 2, 4, 8])
-            profiles = ["roofline"] + common.calibration_profiles()
-            if f.add("cost_model.profile", st.selectbox, "Step-cost model", profiles,
-                     help="roofline: the catalogs (measured operator tables where the GPU has them); "
-                          "or a profile measured by `kvplan calibrate`") == "roofline":
-                f.values["cost_model.profile"] = None
+            common.cost_model_field(f)
         with st.expander("Scheduler and KV cache"):
             f.add("scheduler.policy", st.selectbox, "Scheduler", list(POLICIES), index=list(POLICIES).index("chunked"))
             f.add("scheduler.max_num_seqs", st.number_input, "max_num_seqs", min_value=1, max_value=4096,

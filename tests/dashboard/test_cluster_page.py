@@ -117,7 +117,7 @@ def test_autoscaling_on_the_synthetic_day():
     at = open_tab("Autoscaling")
     at.selectbox(key="cla.source").set_value("synthetic").run()
     assert not at.exception and len(at.dataframe) >= 1
-    assert "synthetic arrivals" in at.caption[-1].value
+    assert "synthetic arrivals" in at.main.caption[-1].value
 
 
 def test_bad_input_is_an_error_under_its_field():
