@@ -359,8 +359,8 @@ class CostModelConfig(_Section):
     #: Which pricer: ``auto`` = the profile if set, else measured operator tables when found
     #: for the hardware, else the roofline (``sim.api.resolve_deployment``).
     source: str = choice("auto", COST_MODEL_SOURCES)
-    #: An AIConfigurator systems folder (default: $KVPLAN_GPU_TABLES, else
-    #: <repo>/../shared/gpu_profiles/aiconfigurator when present).
+    #: An AIConfigurator systems folder (default: $KVPLAN_GPU_TABLES, else the installed
+    #: aiconfigurator-core package's ``systems/data``).
     tables: Optional[str] = _field(None, _Check("dir", optional=True))
     #: Every step's priced time is multiplied by this: kernels timed in isolation vs inside a
     #: serving process (``kvplan calibrate --real`` fits it to measured runs).

@@ -1,8 +1,8 @@
 """Shared test setup.
 
 Tests that pin simulator numbers were written against the roofline. ``cost_model.source:
-auto`` prices with measured operator tables when ``../shared/gpu_profiles/aiconfigurator`` is
-present, so those numbers would depend on whether ../shared exists; pointing
+auto`` prices with measured operator tables when the aiconfigurator-core package is installed,
+so those numbers would depend on whether it is; pointing
 ``KVPLAN_GPU_TABLES`` at a folder that does not exist makes ``auto`` mean the roofline in every
 test. Tests of the operator-table pricer pass ``cost_model.tables`` / ``tables=`` explicitly.
 """
