@@ -51,6 +51,9 @@ def simulate(
         result.write(out)
     for warning in result.summary.get("warnings", []):
         err.print(f"[yellow]warning:[/yellow] {warning}", highlight=False, soft_wrap=True)
+    note = result.summary.get("cost_model", {}).get("note")
+    if note:  # e.g. the measured tables are not installed: the roofline priced the steps
+        err.print(f"note: {note}", highlight=False, soft_wrap=True)
     message = result.summary.get("overload", {}).get("message")
     if message:  # the first thing a planner must know about the numbers below
         err.print(f"[red]{message}[/red]", highlight=False, soft_wrap=True)

@@ -273,8 +273,10 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
                   index=pick("scheduler.policy", list(POLICIES), "chunked"),
                   help="static: HF-style batches; orca: iteration-level; vllm_v0: prefill first; "
                        "chunked: Sarathi-Serve / vLLM v1 token budget")
-            f.add("scheduler.max_num_seqs", st.number_input, "max_num_seqs", min_value=1, max_value=4096,
-                  value=d["scheduler"]["max_num_seqs"])
+            f.add("scheduler.max_num_seqs", st.number_input, "max_num_seqs (empty = the engine's default)",
+                  min_value=1, max_value=4096, value=d["scheduler"]["max_num_seqs"],
+                  help="Empty: vLLM's default for the GPU (1024 on a GPU with >= 70 GiB that is "
+                       "not an A100, else 256; engine.version)")
             mbt = f.add("scheduler.max_num_batched_tokens", st.number_input,
                         "max_num_batched_tokens (0 = auto)", min_value=0, max_value=1 << 20, value=0, step=256)
             if not mbt:

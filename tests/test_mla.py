@@ -203,7 +203,8 @@ def test_deepseek_v3_is_priced_from_the_measured_mla_and_moe_tables():
     roof = RooflineCostModel("deepseek-v3", "h200", "bfloat16", tensor_parallel_size=8,
                              weight_dtype="fp8")
     step = StepShape(num_decode_seqs=64, decode_context_tokens=64 * 2000)
-    assert r.price(step) > roof.price(step)  # the roofline is optimistic here (docs)
+    # The roofline's MLA decode attention is optimistic against the measured kernel (docs).
+    assert r.breakdown(step)["attn_decode"] > 2 * roof.breakdown(step)["attn_decode"]
     rng = random.Random(4)
     shapes = [StepShape(num_decode_seqs=d, decode_context_tokens=d * rng.randint(1, 8000),
                         num_prefill_tokens=p, num_prefill_seqs=1 if p else 0,

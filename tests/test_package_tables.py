@@ -266,3 +266,22 @@ def test_a_run_of_an_unmodelled_release_is_priced_as_the_nearest(tmp_path):
     notes: list[str] = []
     assert modelled_version("0.8.5", notes) == "0.11.0" and "does not model" in notes[-1]
     assert modelled_version("0.15.1", notes) == "0.15.1"
+
+
+def test_cli_says_in_one_line_when_the_tables_are_not_installed(tmp_path):
+    """A fresh install without the ``tables`` extra: one line on stderr, the roofline prices."""
+    import os
+    import subprocess
+
+    script = ("import importlib.util, sys; real = importlib.util.find_spec\n"
+              "importlib.util.find_spec = lambda name, *a: None if name == 'aiconfigurator_core' "
+              "else real(name, *a)\n"
+              "from cli.main import main; sys.argv = ['kvplan', 'simulate', '--no-progress', "
+              "'--set', 'workload.num_requests=20', '--json']; main()")
+    env = {k: v for k, v in os.environ.items() if k != table_data.ENV_TABLES}
+    proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    notes = [ln for ln in proc.stderr.splitlines() if "aiconfigurator-core is not installed" in ln]
+    assert len(notes) == 1 and notes[0].startswith("note: ")
+    assert json.loads(proc.stdout)["cost_model"]["source"] == "roofline"

@@ -48,8 +48,8 @@ def shared_fields() -> common.Fields:
             common.cost_model_field(f)
         with st.expander("Scheduler and KV cache"):
             f.add("scheduler.policy", st.selectbox, "Scheduler", list(POLICIES), index=list(POLICIES).index("chunked"))
-            f.add("scheduler.max_num_seqs", st.number_input, "max_num_seqs", min_value=1, max_value=4096,
-                  value=d["scheduler"]["max_num_seqs"])
+            f.add("scheduler.max_num_seqs", st.number_input, "max_num_seqs (empty = the engine's default)",
+                  min_value=1, max_value=4096, value=d["scheduler"]["max_num_seqs"])
             f.add("kv_cache.block_size", st.selectbox, "Block size (tokens)", [8, 16, 32, 64, 128], index=1)
             f.add("kv_cache.gpu_memory_utilization", st.slider, "GPU memory utilisation", 0.5, 0.98,
                   float(d["kv_cache"]["gpu_memory_utilization"]), 0.01)

@@ -148,8 +148,9 @@ def scenario_section(cfg: dict, rates_searched: bool = False) -> Section:
         ["parallelism", f"TP {par.get('tensor_parallel_size')} x PP {par.get('pipeline_parallel_size')}, "
                         f"{par.get('num_replicas')} replica(s), router {par.get('router')}"],
         ["weights / KV dtype", f"{cfg.get('quantization', {}).get('weights')} / {kv.get('dtype')}"],
-        ["scheduler", f"{sch.get('policy')}, max_num_seqs {sch.get('max_num_seqs')}, max_num_batched_tokens "
-                      f"{sch.get('max_num_batched_tokens') or 'auto'}, preemption {sch.get('preemption')}"],
+        ["scheduler", f"{sch.get('policy')}, max_num_seqs {_or_engine_default(sch.get('max_num_seqs'))}, "
+                      f"max_num_batched_tokens {_or_engine_default(sch.get('max_num_batched_tokens'))}, "
+                      f"preemption {sch.get('preemption')}"],
         ["KV cache", f"{alloc_text}; gpu_memory_utilization {kv.get('gpu_memory_utilization')}, "
                      f"max_model_len {kv.get('max_model_len')}"],
         ["speculative decoding", "off" if not spec.get("num_tokens") else
@@ -470,6 +471,11 @@ def provenance_section(cfg: Optional[dict], validations: list[dict]) -> Section:
         s.text.append("No validation.json was included: the predictions here have not been checked "
                       "against a real run of this scenario.")
     return s
+
+
+def _or_engine_default(value) -> str:
+    """A scheduler limit as the config gives it; unset, the engine release's default for the GPU."""
+    return "the engine's default" if value is None else str(value)
 
 
 def cost_model_provenance(cfg: dict) -> str:

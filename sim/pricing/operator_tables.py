@@ -439,24 +439,26 @@ class OperatorTableCostModel(StepPricer):
         m, tp = self.model, self.tensor_parallel_size
         want = MOE_DTYPES.get(self.precision.weight_dtype, "bfloat16")
         # This model's experts are measured in some version folders and dtypes only (on H200,
-        # DeepSeek-V3's in bf16 under 0.19 and block FP8 under 0.24): the wanted dtype in the
-        # version nearest the engine first, then its FP8 twin, then bf16.
-        twins = {"fp8": ["fp8_block"], "fp8_block": ["fp8"]}.get(want, [])
-        candidates = list(dict.fromkeys([want, *twins, "bfloat16"]))
+        # DeepSeek-V3's in bf16 under 0.19 and block FP8 under 0.24): the wanted format in the
+        # version nearest the engine first, then bf16. FP8 is one family: per-tensor rows are
+        # ModelOpt checkpoints' kernels (FlashInfer CUTLASS on H200, 3x slower than bf16 for
+        # Qwen3-235B's experts), block rows vLLM's own Fp8MoEMethod (Triton, FlashInfer, TRT-LLM),
+        # which also runs per-tensor FP8.
+        family = {"fp8": ("fp8", "fp8_block"), "fp8_block": ("fp8", "fp8_block")}.get(want, (want,))
         files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.engine.version)
         found = None
-        for dt in candidates:
+        for dtypes in dict.fromkeys([family, ("bfloat16",)]):
             for path, version in files:
                 c = read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size",
                                         "topk", "num_experts", "moe_tp_size", "moe_ep_size",
                                         "distribution", "latency"))
-                sel = ((c["moe_dtype"] == dt) & (c["hidden_size"] == m.hidden_size)
+                sel = (np.isin(c["moe_dtype"], dtypes) & (c["hidden_size"] == m.hidden_size)
                        & (c["inter_size"] == m.intermediate_size)
                        & (c["topk"] == m.num_experts_per_tok) & (c["num_experts"] == m.num_experts)
                        & (c["moe_tp_size"] == tp) & (c["moe_ep_size"] == 1)
                        & (c["distribution"] == self.moe_routing))
                 if sel.any():
-                    found = (dt, version, c, sel)
+                    found = (version, c, sel)
                     break
             if found:
                 break
@@ -465,15 +467,19 @@ class OperatorTableCostModel(StepPricer):
                 f"cost_model.tables: no MoE rows ({self.moe_routing} routing) measured for {m.name}'s experts "
                 f"({m.num_experts} x {m.hidden_size}x{m.intermediate_size}, top-{m.num_experts_per_tok}) "
                 f"at TP {tp} on {self.hardware.name}")
-        dt, version, c, sel = found
-        self.moe_dtype = dt
+        version, c, sel = found
+        # One shape, several kernels (gpt-oss's MXFP4 experts: Marlin and OpenAI's Triton;
+        # block FP8: Triton and FlashInfer): the fastest at each token count, as for GEMMs.
+        tokens, lat = c["num_tokens"][sel].astype(float), c["latency"][sel].astype(float)
+        xs = np.unique(tokens)
+        ys = np.full(xs.size, np.inf)
+        np.minimum.at(ys, np.searchsorted(xs, tokens), lat)
+        fastest = {str(d) for d in c["moe_dtype"][sel][np.isin(lat, ys)]}
+        self.moe_dtype = dt = "/".join(sorted(fastest))
         self.tables_read["moe/moe_perf"] = version
-        if dt != want:
+        if not set(fastest) & set(family):
             self._warnings.append(f"operator tables: no {want} MoE rows for {m.name} on "
                                   f"{self.hardware.name}; experts priced from the {dt} rows")
-        order = np.argsort(c["num_tokens"][sel], kind="stable")
-        xs = c["num_tokens"][sel][order].astype(float)
-        ys = c["latency"][sel][order].astype(float)
         curve = np.array([_loglog(xs, ys, float(x)) for x in ms])
         return _isotonic(curve)
 
