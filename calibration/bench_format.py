@@ -61,7 +61,8 @@ def bench_result(run: LoadRun, *, request_rate: float, burstiness: float = 1.0,
     doc.update({
         "request_rate": request_rate if math.isfinite(request_rate) else "inf",
         "burstiness": burstiness,
-        "max_concurrency": None,
+        # The client's cap on requests in flight (a closed loop's clients), as vllm bench records it.
+        "max_concurrency": run.clients.limit if run.clients is not None else None,
         "duration": run.duration_s,
         "completed": len(done),
         "failed": len(run.results) - len(done),

@@ -1,4 +1,4 @@
-"""An open-loop streaming client for OpenAI-compatible servers: the engine of ``kvplan loadgen``.
+"""A streaming client for OpenAI-compatible servers, open loop or closed: the engine of ``kvplan loadgen``.
 
 Why: the simulator is checked against kvplan's engine in-process (``calibration.validate``) and
 against other people's measured runs (``calibration.validate_real``); this client closes the loop
@@ -11,6 +11,13 @@ arrivals), streamed, and timed on the client from the moment it is sent: TTFT to
 chunk that carries output, one inter-token latency per further chunk, E2E to the end of the
 stream; token counts from the server's ``usage`` (``stream_options.include_usage``). A request
 that fails (an HTTP error, a broken stream) is recorded with its error and the run goes on.
+
+Closed loop (``Clients``): N workers, each sending the next request of the workload when its
+last one has finished (after an optional think time), as ``vllm bench serve --max-concurrency N
+--request-rate inf`` and GuideLLM's ``concurrent`` profile do; arrival times are not used, and
+each request's ``arrival_s`` is its send time. A cap alone (``Clients(closed=False)``) keeps the
+open-loop arrivals but holds one that finds N in flight until one finishes (vllm bench's
+semaphore); its TTFT is timed from when it is sent.
 
 Bounds: at most ``num_requests`` are sent, none after ``duration_limit`` seconds, and requests
 still in flight at the limit are cancelled and recorded as such.
@@ -74,6 +81,22 @@ class Target:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
 
+@dataclass(frozen=True)
+class Clients:
+    """How many requests the client keeps in flight: ``limit`` closed-loop workers (``closed``;
+    each waits ``think_s`` after a finish before its next), or a cap on open-loop arrivals."""
+
+    limit: int
+    closed: bool = True
+    think_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.limit < 1:
+            raise LoadgenError(f"--concurrency: expected an integer >= 1, got {self.limit}")
+        if not self.think_s >= 0:
+            raise LoadgenError(f"think time: expected >= 0 seconds, got {self.think_s}")
+
+
 @dataclass
 class RequestResult:
     """One request as the client saw it. Times in seconds; ``start_s`` from the run's start."""
@@ -121,6 +144,7 @@ class LoadRun:
     notes: list[str] = field(default_factory=list)
     metrics_before: Optional[str] = None   # the server's /metrics text before the first request
     metrics_after: Optional[str] = None    # ... and after the last
+    clients: Optional[Clients] = None      # a closed loop or an in-flight cap (None: open loop)
 
     @property
     def completed(self) -> list[RequestResult]:
@@ -336,27 +360,39 @@ async def probe(session: Any, target: Target, try_token_ids: bool) -> tuple[Targ
 
 
 async def drive(session: Any, target: Target, prompts: Sequence[Prompt], results: Sequence[RequestResult],
-                duration_limit: float, on_done: Optional[Callable[[RequestResult], None]] = None) -> float:
-    """Send each request at its ``arrival_s`` (results must be in arrival order), stop sending at
-    ``duration_limit`` seconds, cancel what is still in flight then; returns the run's duration
-    (from the start to the last answer, or to the limit)."""
+                duration_limit: float, on_done: Optional[Callable[[RequestResult], None]] = None,
+                clients: Optional[Clients] = None) -> float:
+    """Send each request at its ``arrival_s`` (results must be in arrival order), or, with
+    closed-loop ``clients``, as workers free; stop sending at ``duration_limit`` seconds, cancel
+    what is still in flight then; returns the run's duration (from the start to the last
+    answer, or to the limit)."""
     t0 = time.perf_counter()
     tasks: list[asyncio.Task] = []
+    cap = asyncio.Semaphore(clients.limit) if clients is not None and not clients.closed else None
 
     async def one(prompt: Prompt, res: RequestResult) -> None:
-        await send(session, target, prompt, res, t0)
+        if cap is None:
+            await send(session, target, prompt, res, t0)
+        else:  # vllm bench serve's semaphore: sent (and timed) only once a slot is free
+            async with cap:
+                if time.perf_counter() - t0 >= duration_limit:
+                    return
+                await send(session, target, prompt, res, t0)
         if on_done is not None:
             on_done(res)
 
-    for prompt, res in zip(prompts, results):
-        if res.arrival_s >= duration_limit:
-            break
-        delay = res.arrival_s - (time.perf_counter() - t0)
-        if delay > 0:
-            await asyncio.sleep(delay)
-        if time.perf_counter() - t0 >= duration_limit:
-            break
-        tasks.append(asyncio.create_task(one(prompt, res)))
+    if clients is not None and clients.closed:
+        tasks = _closed_loop(session, target, prompts, results, duration_limit, on_done, clients, t0)
+    else:
+        for prompt, res in zip(prompts, results):
+            if res.arrival_s >= duration_limit:
+                break
+            delay = res.arrival_s - (time.perf_counter() - t0)
+            if delay > 0:
+                await asyncio.sleep(delay)
+            if time.perf_counter() - t0 >= duration_limit:
+                break
+            tasks.append(asyncio.create_task(one(prompt, res)))
     left = duration_limit - (time.perf_counter() - t0)
     pending: set = set()
     if tasks:
@@ -371,12 +407,37 @@ async def drive(session: Any, target: Target, prompts: Sequence[Prompt], results
     return time.perf_counter() - t0
 
 
+def _closed_loop(session: Any, target: Target, prompts: Sequence[Prompt], results: Sequence[RequestResult],
+                 duration_limit: float, on_done: Optional[Callable[[RequestResult], None]],
+                 clients: Clients, t0: float) -> list[asyncio.Task]:
+    """``clients.limit`` workers, each taking the next request (in workload order) when its
+    last one has finished plus the think time; none is sent after ``duration_limit``. A
+    request's ``arrival_s`` becomes its send time (a closed loop has no arrival schedule)."""
+    order = iter(range(len(results)))  # shared: whichever worker is free takes the next
+
+    async def worker() -> None:
+        for i in order:
+            if time.perf_counter() - t0 >= duration_limit:
+                return
+            res = results[i]
+            res.arrival_s = time.perf_counter() - t0  # taken now, sent now: no schedule to lag
+            await send(session, target, prompts[i], res, t0)
+            if on_done is not None:
+                on_done(res)
+            if clients.think_s:
+                await asyncio.sleep(clients.think_s)
+
+    return [asyncio.create_task(worker()) for _ in range(min(clients.limit, len(results)))]
+
+
 def run_load(endpoint: str, requests: Sequence[Request], *, model: Optional[str] = None,
              endpoint_type: str = "completions", api_key: Optional[str] = None,
              duration_limit: float = 600.0, prompt_kind: str = "auto", tokenizer: Optional[str] = None,
-             seed: int = 0, on_done: Optional[Callable[[RequestResult], None]] = None) -> LoadRun:
+             seed: int = 0, on_done: Optional[Callable[[RequestResult], None]] = None,
+             clients: Optional[Clients] = None) -> LoadRun:
     """Drive the server at ``endpoint`` with ``requests`` (arrival times and lengths; block
-    hashes shape shared prefixes). ``prompt_kind``: auto (token ids where the server takes them,
+    hashes shape shared prefixes); ``clients``: a closed loop (arrival times unused) or a cap
+    on requests in flight. ``prompt_kind``: auto (token ids where the server takes them,
     else text through ``tokenizer`` or the served model's tokenizer when one loads locally, else
     words), token-ids, text. The server's ``/metrics`` page, when it has one, is read right
     before the first request and after the last (``LoadRun.metrics_before``/``metrics_after``)."""
@@ -388,12 +449,12 @@ def run_load(endpoint: str, requests: Sequence[Request], *, model: Optional[str]
         raise LoadgenError("--prompts token-ids: only the completions endpoint takes token-id prompts")
     base = api_base(endpoint)
     return asyncio.run(_run(base, list(requests), model, endpoint_type, api_key, duration_limit,
-                            prompt_kind, tokenizer, seed, on_done))
+                            prompt_kind, tokenizer, seed, on_done, clients))
 
 
 async def _run(base: str, requests: list[Request], model: Optional[str], endpoint_type: str,
                api_key: Optional[str], duration_limit: float, prompt_kind: str, tokenizer: Optional[str],
-               seed: int, on_done) -> LoadRun:
+               seed: int, on_done, clients: Optional[Clients] = None) -> LoadRun:
     import aiohttp
 
     from calibration.loadgen_prompts import load_tokenizer, make_prompts
@@ -437,14 +498,23 @@ async def _run(base: str, requests: list[Request], model: Optional[str], endpoin
                                  max_tokens=int(r.max_output_tokens))
                    for i, (r, n) in enumerate(zip(requests, planned))]
         before = await scrape(session, target.root_url, api_key)
-        duration = await drive(session, target, prompts, results, duration_limit, on_done)
+        duration = await drive(session, target, prompts, results, duration_limit, on_done, clients)
         after = await scrape(session, target.root_url, api_key) if before is not None else None
     sent = [r for r in results if r.start_s is not None]
     if len(sent) < len(results):
-        notes.append(f"{len(results) - len(sent)} of {len(results)} requests not sent: they arrive after "
+        why = ("the clients had not reached them" if clients is not None and clients.closed
+               else "they arrive after")
+        notes.append(f"{len(results) - len(sent)} of {len(results)} requests not sent: {why} "
                      f"the time limit ({duration_limit:g} s)")
+    if clients is not None:
+        notes.append(f"closed loop: {clients.limit} clients, each sending its next request when its "
+                     f"last one finished" + (f" plus {clients.think_s:g} s" if clients.think_s else "")
+                     if clients.closed else
+                     f"at most {clients.limit} requests in flight (one that finds them all taken "
+                     f"waits; TTFT from its send)")
     return LoadRun(target=target, results=sent, duration_s=duration, num_planned=len(results),
-                   prompt_kind=kind, notes=notes, metrics_before=before, metrics_after=after)
+                   prompt_kind=kind, notes=notes, metrics_before=before, metrics_after=after,
+                   clients=clients)
 
 
 _PROMPT_NOTES = {
@@ -475,5 +545,5 @@ def _short(text: Any, limit: int = 200) -> str:
     return s if len(s) <= limit else s[: limit - 3] + "..."
 
 
-__all__ = ["ENDPOINT_TYPES", "LoadRun", "LoadgenError", "RequestResult", "Target", "api_base", "drive",
+__all__ = ["ENDPOINT_TYPES", "Clients", "LoadRun", "LoadgenError", "RequestResult", "Target", "api_base", "drive",
            "list_models", "payload", "probe", "run_load", "send"]

@@ -22,8 +22,14 @@ understand the files the common load tools write, without the tools installed:
   in 0.7+, ``args.strategy`` in 0.3) and ``metrics.<name>.{successful,errored,...}.{mean,
   percentiles.p90,...}`` for ``request_latency`` (s), ``time_to_first_token_ms``,
   ``time_per_output_token_ms``, ``prompt_token_count``, ``output_token_count``; request counts
-  in ``metrics.request_totals`` (0.7+) or ``run_stats.requests_made`` (0.3). Closed-loop
-  strategies (synchronous, concurrent) are skipped with a note: kvplan replays open-loop arrivals.
+  in ``metrics.request_totals`` (0.7+) or ``run_stats.requests_made`` (0.3).
+
+Closed-loop load is replayed in its mode (``sim.workload.clients``): vllm bench's
+``max_concurrency`` caps what is in flight (with ``request_rate`` inf: a closed loop of that many
+clients); GuideLLM's ``synchronous`` (1 client) and ``concurrent`` (``config.strategy.streams``
+clients) strategies are closed loops, and a ``max_concurrency`` on its ``throughput`` (a closed
+loop), ``constant`` or ``poisson`` strategies a cap; inference-perf's ``load.type: concurrent``
+(stages of ``concurrency_level`` and ``num_requests``) is a closed loop per stage.
 
 Every malformed input is a ``RealRunError`` (a ``KvplanError``) naming the file and field.
 TPOT is always ``(mean E2E - mean TTFT) / (output_len - 1)`` on the real side (the load tools'
@@ -36,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Union
 
@@ -219,16 +225,27 @@ def read_inference_perf(folder: Path) -> RealRun:
     question_len = _int(sp.get("question_len"), src, "data.shared_prefix.question_len")
     output_len = _int(sp.get("output_len"), src, "data.shared_prefix.output_len")
     load = _get(cfg, "load", src, dict)
-    if load.get("type", "constant") != "constant":
-        raise RealRunError(f"{src}: load.type {load.get('type')!r} is not supported (constant: "
-                           f"rate x duration requests per stage)")
+    load_type = load.get("type", "constant")
+    if load_type not in ("constant", "concurrent"):
+        raise RealRunError(f"{src}: load.type {load_type!r} is not supported (constant: rate x "
+                           f"duration requests per stage; concurrent: num_requests per stage from "
+                           f"concurrency_level clients)")
+    what = "{concurrency_level, num_requests}" if load_type == "concurrent" else "{rate, duration}"
     raw_stages = load.get("stages")
     if not isinstance(raw_stages, list) or not raw_stages:
-        raise RealRunError(f"{src}: load.stages: expected a non-empty list of {{rate, duration}}")
+        raise RealRunError(f"{src}: load.stages: expected a non-empty list of {what}")
     stages = []
     for i, st in enumerate(raw_stages):
         if not isinstance(st, dict):
-            raise RealRunError(f"{src}: load.stages[{i}]: expected {{rate, duration}}")
+            raise RealRunError(f"{src}: load.stages[{i}]: expected {what}")
+        if load_type == "concurrent":
+            clients = _int(st.get("concurrency_level"), src, f"load.stages[{i}].concurrency_level")
+            n = _int(st.get("num_requests"), src, f"load.stages[{i}].num_requests")
+            # How long it ran is measured (below); inference-perf queues the stage's requests
+            # over its first second and its workers take them as slots free: a closed loop.
+            stages.append(Stage(rate=0.0, duration_s=0.0, num_requests=n, process="closed",
+                                concurrency=clients))
+            continue
         rate = _num(st.get("rate"), src, f"load.stages[{i}].rate", positive=True)
         duration = _num(st.get("duration"), src, f"load.stages[{i}].duration", positive=True)
         stages.append(Stage.of_rate(rate, duration))
@@ -240,6 +257,8 @@ def read_inference_perf(folder: Path) -> RealRun:
         if not f.is_file():
             raise RealRunError(f"{f}: missing (load.stages has {len(stages)} stages)")
         measured.append(_inference_perf_stage(f, i, output_len))
+        if stages[i].process == "closed":
+            stages[i] = _measured_span(stages[i], measured[-1])
     summary = results / "summary_lifecycle_metrics.json"
     prompt_mean = None
     if summary.is_file():
@@ -287,6 +306,15 @@ def _inference_perf_stage(f: Path, index: int, output_len: int) -> MeasuredStage
         output_len=float(output_len), prompt_len=_opt_num(_dig(succ, "prompt_len", "mean")))
 
 
+def _measured_span(stage: Stage, m: MeasuredStage) -> Stage:
+    """A closed-loop stage with the rate and duration it ran at (completed / measured req/s;
+    0 when the file does not say: the next stage then starts after the usual gap only)."""
+    rps = m.request_throughput
+    if not rps or rps <= 0:
+        return stage
+    return replace(stage, rate=rps, duration_s=m.completed / rps)
+
+
 def _stats_s(lat: dict, name: str, f: Path) -> dict[str, Optional[float]]:
     s = lat.get(name)
     if not isinstance(s, dict):
@@ -324,16 +352,21 @@ def read_vllm_bench(path: Path, data: Optional[dict] = None) -> RealRun:
     duration = _num(d.get("duration"), path, "duration", positive=True)
     burst = d.get("burstiness", 1.0)
     burst = 1.0 if burst is None else _num(burst, path, "burstiness", positive=True)
-    if d.get("max_concurrency") not in (None, "None"):
-        notes.append(f"max_concurrency {d['max_concurrency']}: the client capped requests in flight; "
-                     f"the simulator replays open-loop arrivals (no cap)")
+    cap = _max_concurrency(d.get("max_concurrency"), path, "max_concurrency")
     if d.get("ramp_up_strategy"):
         notes.append(f"ramp_up_strategy {d['ramp_up_strategy']}: replayed at the constant request_rate")
-    if math.isinf(rate):
+    if math.isinf(rate) and cap is not None:  # the semaphore alone paces it: a closed loop
+        stage = Stage(rate=n / duration, duration_s=duration, num_requests=n, process="closed",
+                      concurrency=cap)
+        notes.append(f"max_concurrency {cap} at request_rate inf: replayed as a closed loop of {cap} clients")
+    elif math.isinf(rate):
         stage = Stage(rate=math.inf, duration_s=0.0, num_requests=n, process="burst")
     else:
         stage = Stage(rate=rate, duration_s=n / rate, num_requests=n, process="poisson",
-                      cv=1.0 / math.sqrt(burst))
+                      cv=1.0 / math.sqrt(burst), concurrency=cap)
+        if cap is not None:
+            notes.append(f"max_concurrency {cap}: replayed with at most {cap} requests in flight "
+                         f"(a request that finds them all taken waits on the client; TTFT from its send)")
     e2e = {s: _ms(d, f"{s}_e2el_ms", path) for s in LATENCY_STATS}
     ttft = {s: _ms(d, f"{s}_ttft_ms", path) for s in LATENCY_STATS}
     prompt_lens = output_lens = None
@@ -374,6 +407,16 @@ def read_vllm_bench(path: Path, data: Optional[dict] = None) -> RealRun:
                    engine_version=engine_version_of(d, _load_json_opt(path.parent / "meta.json"), path))
 
 
+def _max_concurrency(v: Any, path: Path, name: str) -> Optional[int]:
+    """A load tool's cap on requests in flight: None when unset (``null``, or vllm bench's
+    ``"None"``), else an integer >= 1 (a digit string, as ``--metadata`` writes, is accepted)."""
+    if v in (None, "None"):
+        return None
+    if isinstance(v, str) and v.strip().isdigit():
+        v = int(v)
+    return _int(v, path, name)
+
+
 def _ms(d: dict, key: str, path: Path) -> Optional[float]:
     v = d.get(key)
     return None if v is None else _num(v, path, key)
@@ -382,6 +425,19 @@ def _ms(d: dict, key: str, path: Path) -> Optional[float]:
 # --- GuideLLM -----------------------------------------------------------------------------
 
 _OPEN_LOOP = {"constant": "constant", "poisson": "poisson", "throughput": "burst"}
+#: Closed-loop strategies: a fixed number of clients, each sending when its last request ends.
+_CLOSED_LOOP = ("synchronous", "concurrent")
+
+
+def _guidellm_clients(strategy: dict, kind: str, path: Path, where: str) -> Optional[int]:
+    """The clients of a closed-loop strategy (synchronous: 1; concurrent: ``streams``), or the
+    in-flight cap of an open one (``max_concurrency``, GuideLLM's base strategy field; None
+    when unset)."""
+    if kind == "synchronous":
+        return 1
+    if kind == "concurrent":
+        return _int(strategy.get("streams"), path, f"{where}.streams")
+    return _max_concurrency(strategy.get("max_concurrency"), path, f"{where}.max_concurrency")
 
 
 def read_guidellm(path: Path, data: Optional[dict] = None) -> RealRun:
@@ -399,9 +455,13 @@ def read_guidellm(path: Path, data: Optional[dict] = None) -> RealRun:
         if not isinstance(strategy, dict):
             raise RealRunError(f"{path}: {where}.config.strategy: missing (or args.strategy in GuideLLM 0.3)")
         kind = strategy.get("type_")
-        if kind not in _OPEN_LOOP:
-            notes.append(f"{where}: strategy {kind!r} is closed-loop: skipped (kvplan replays open-loop arrivals)")
+        if kind not in _OPEN_LOOP and kind not in _CLOSED_LOOP:
+            notes.append(f"{where}: strategy {kind!r} is not one kvplan replays "
+                         f"({', '.join(list(_OPEN_LOOP) + list(_CLOSED_LOOP))}): skipped")
             continue
+        clients = _guidellm_clients(strategy, kind, path, f"{where}.config.strategy")
+        if strategy.get("rampup_duration"):
+            notes.append(f"{where}: rampup_duration {strategy['rampup_duration']} s: replayed without the ramp")
         metrics = _get(b, "metrics", path, dict, f"{where}.metrics")
         totals = metrics.get("request_totals") or _dig(b, "run_stats", "requests_made") or {}
         ok = _int(totals.get("successful"), path, f"{where}.metrics.request_totals.successful", minimum=0)
@@ -416,11 +476,16 @@ def read_guidellm(path: Path, data: Optional[dict] = None) -> RealRun:
                 start, end = _dig(b, "scheduler_metrics", "measure_start_time"), _dig(b, "scheduler_metrics", "measure_end_time")
             duration = (end - start) if isinstance(start, (int, float)) and isinstance(end, (int, float)) else None
         duration = _num(duration, path, f"{where}.duration", positive=True)
-        if kind == "throughput":
+        if kind in _CLOSED_LOOP or (kind == "throughput" and clients is not None):
+            # Every request ready at the stage start, sent as a client frees: a closed loop.
+            stages.append(Stage(rate=n / duration, duration_s=duration, num_requests=n,
+                                process="closed", concurrency=clients))
+        elif kind == "throughput":
             stages.append(Stage(rate=math.inf, duration_s=0.0, num_requests=n, process="burst"))
         else:
             rate = _num(strategy.get("rate"), path, f"{where}.config.strategy.rate", positive=True)
-            stages.append(Stage(rate=rate, duration_s=n / rate, num_requests=n, process=_OPEN_LOOP[kind]))
+            stages.append(Stage(rate=rate, duration_s=n / rate, num_requests=n, process=_OPEN_LOOP[kind],
+                                concurrency=clients))
         e2e = {s: _g_stat(metrics, "request_latency", s, path, where, 1000.0) for s in LATENCY_STATS}
         ttft = {s: _g_stat(metrics, "time_to_first_token_ms", s, path, where) for s in LATENCY_STATS}
         p_mean = _g_stat(metrics, "prompt_token_count", "mean", path, where)
@@ -436,7 +501,8 @@ def read_guidellm(path: Path, data: Optional[dict] = None) -> RealRun:
                                       request_throughput=rps if rps is not None else ok / duration,
                                       output_len=o_mean, prompt_len=p_mean))
     if not stages:
-        raise RealRunError(f"{path}: no open-loop benchmark (constant, poisson, throughput) to replay")
+        raise RealRunError(f"{path}: no benchmark kvplan replays (strategies "
+                           f"{', '.join(list(_OPEN_LOOP) + list(_CLOSED_LOOP))})")
     notes.append("GuideLLM reports mean lengths: every request of a stage replayed with them")
     return RealRun(path=path, format="guidellm", name=path.stem, model=_find_model(d), server={},
                    stages=stages, measured=measured, prompt_lens=prompt_lens, output_lens=output_lens,

@@ -34,7 +34,7 @@ from sim.errors import ConfigError, KvplanError
 from sim.metrics import overload
 from sim.policies.request import RequestState
 from sim.workload.shared_prefix import (DEFAULT_STAGE_GAP_S, Stage, shared_prefix_requests,
-                                        stage_slices, staged_requests)
+                                        stage_clients, stage_slices, staged_requests)
 
 #: Folder-name fragments -> catalog hardware (checked in this order).
 HARDWARE_HINTS = (("h200", "h200"), ("h100", "h100-sxm"), ("a100", "a100-80gb"), ("l40s", "l40s"))
@@ -102,7 +102,8 @@ class RunComparison:
             "num_gpu_blocks": self.summary.get("num_gpu_blocks"),
             "workload": _describe(self.run),
             "stages": [{"index": s.index, "rate": s.stage.rate, "duration_s": s.stage.duration_s,
-                        "num_requests": s.stage.num_requests,
+                        "num_requests": s.stage.num_requests, "process": s.stage.process,
+                        "concurrency": s.stage.concurrency,
                         "overloaded": f"real {_yes(s.overloaded_real)}, predicted {_yes(s.overloaded_predicted)}",
                         "scored": s.scored} for s in self.stages],
             "sim_seconds": round(self.sim_seconds, 2),
@@ -263,7 +264,8 @@ def compare_run(run: RealRun, *, hardware: Optional[str] = None, model: Optional
     if too_long:
         notes.append(f"{too_long} requests longer than max_model_len {max_len}: the simulator rejects them")
     t0 = time.perf_counter()
-    result = simulate(config, requests=reqs, seed=seed)
+    # Closed-loop and capped stages are sent as the load tool sent them (sim.workload.clients).
+    result = simulate(config, requests=reqs, seed=seed, clients=stage_clients(stages, stage_of))
     elapsed = time.perf_counter() - t0
     done = result.requests  # fresh copies, same order as reqs
     comparisons = []
@@ -338,10 +340,15 @@ def _describe(run: RealRun) -> str:
         sp = run.shared_prefix
         parts.append(f"shared prefix: {sp.num_groups} groups x {sp.prompts_per_group} prompts, "
                      f"{sp.system_prompt_len} + {sp.question_len} in, {sp.output_len} out")
-    stages = ", ".join(f"{s.rate:g} req/s x {s.duration_s:g} s" if s.process != "burst"
-                       else f"{s.num_requests} at once" for s in run.stages)
-    parts.append(f"stages: {stages}")
+    parts.append(f"stages: {', '.join(_describe_stage(s) for s in run.stages)}")
     return "; ".join(parts)
+
+
+def _describe_stage(s: Stage) -> str:
+    if s.process == "closed":
+        return f"{s.num_requests} requests from {s.concurrency} clients (closed loop)"
+    text = f"{s.rate:g} req/s x {s.duration_s:g} s" if s.process != "burst" else f"{s.num_requests} at once"
+    return text if s.concurrency is None else f"{text}, at most {s.concurrency} in flight"
 
 
 def _yes(flag: bool) -> str:

@@ -35,14 +35,19 @@ class Workload:
     request_rate: float
     burstiness: float
     description: str
+    #: A closed loop or an in-flight cap (``calibration.loadgen.Clients``); None: open loop.
+    clients: Any = None
 
 
 def load_workload(config: Optional[Path], overrides: List[str], seed: Optional[int],
-                  num_requests: Optional[int]) -> Workload:
+                  num_requests: Optional[int], concurrency: Optional[int] = None) -> Workload:
     """The scenario's ``workload`` section (defaults <- ``config`` <- ``--set``) as requests in
-    arrival order, at most ``num_requests`` of them."""
+    arrival order, at most ``num_requests`` of them, and how the client sends them:
+    ``concurrency`` (``--concurrency``) closed-loop clients, else the workload's own closed loop
+    (``arrival.process: closed``) or cap (``max_concurrency``), else open loop."""
+    from calibration.loadgen import Clients
     from sim.config import build_config
-    from sim.workload import build_requests, describe
+    from sim.workload import build_requests, describe, parse_workload
 
     cfg = build_config(config, overrides, seed)
     work = cfg["workload"]
@@ -55,8 +60,17 @@ def load_workload(config: Optional[Path], overrides: List[str], seed: Optional[i
         raise ConfigError("the workload has no requests")
     arrival = work.get("arrival") or {}
     process = arrival.get("process") or ("trace" if work.get("trace") else "poisson")
+    spec = parse_workload(work)
+    clients = None
+    if concurrency is not None or process == "closed":  # --concurrency wins over the workload's
+        clients = Clients(concurrency if concurrency is not None else int(spec.arrival.concurrency or 1),
+                          closed=True, think_s=spec.arrival.think_time_s)
+    elif spec.max_concurrency is not None:
+        clients = Clients(spec.max_concurrency, closed=False)
     rate = arrival.get("rate")
-    if process == "trace" or rate is None:
+    if clients is not None and clients.closed:  # vllm bench's --request-rate inf --max-concurrency N
+        rate, burst = math.inf, 1.0
+    elif process == "trace" or rate is None:
         span = reqs[-1].arrival_time - reqs[0].arrival_time
         rate, burst = (len(reqs) / span if span > 0 else math.inf), 1.0
     else:
@@ -64,11 +78,17 @@ def load_workload(config: Optional[Path], overrides: List[str], seed: Optional[i
         burst = {"poisson": 1.0, "constant": CONSTANT_BURSTINESS}.get(
             process, 1.0 / max(float(arrival.get("cv") or 1.0), 1e-3) ** 2)
     d = describe(reqs)
-    text = (f"{process} arrivals over {d['duration_s']:.1f} s, input mean {d['input_len']['mean']:.0f} / "
+    if clients is not None and clients.closed:
+        sending = f"closed loop of {clients.limit} clients"
+    else:
+        sending = f"{process} arrivals over {d['duration_s']:.1f} s"
+        if clients is not None:
+            sending += f" (at most {clients.limit} in flight)"
+    text = (f"{sending}, input mean {d['input_len']['mean']:.0f} / "
             f"output mean {d['output_len']['mean']:.0f} tokens")
     if d["prefix_reuse_fraction"]:
         text += f", {d['prefix_reuse_fraction']:.0%} of prompt blocks shared"
-    return Workload(reqs, rate, burst, f"{len(reqs)} requests, {text}")
+    return Workload(reqs, rate, burst, f"{len(reqs)} requests, {text}", clients)
 
 
 def loadgen(
@@ -77,6 +97,7 @@ def loadgen(
     config: Optional[Path] = typer.Option(None, "--config", help=CONFIG_HELP + " Its workload section is sent."),
     set_: List[str] = typer.Option([], "--set", help="Workload override, e.g. --set workload.arrival.rate=2 or --set workload.trace=t.csv (repeatable)."),
     num_requests: Optional[int] = typer.Option(None, "--num-requests", help="Send at most this many requests (default: the whole workload)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Closed loop: N clients, each sending its next request when its last one finished (arrival times unused; as vllm bench serve --max-concurrency N --request-rate inf). Default: the workload's own (workload.arrival.process closed, or workload.max_concurrency as a cap), else open loop."),
     duration_limit: float = typer.Option(600.0, "--duration-limit", help="Send nothing after this many seconds; requests still in flight then are cancelled and reported."),
     model: Optional[str] = typer.Option(None, "--model", "-m", help="Model name to request (default: the server's first /v1/models entry)."),
     endpoint_type: str = typer.Option("completions", "--endpoint-type", help="completions (/v1/completions) or chat (/v1/chat/completions)."),
@@ -87,13 +108,14 @@ def loadgen(
     progress: bool = typer.Option(True, "--progress/--no-progress"),
     as_json: bool = typer.Option(False, "--json", help="Print bench.json's aggregate fields as JSON."),
 ) -> dict:
-    """Drive an OpenAI-compatible server with a kvplan workload (open loop, streaming); save the
-    run as vllm bench serve's JSON and as a kvplan trace."""
+    """Drive an OpenAI-compatible server with a kvplan workload (open loop, or closed with
+    --concurrency; streaming); save the run as vllm bench serve's JSON and as a kvplan trace."""
     check_loadgen_flags(out, num_requests, duration_limit, endpoint_type, prompts)
-    work = load_workload(config, set_, seed, num_requests)
+    require("--concurrency", concurrency, concurrency is None or concurrency >= 1, "an integer >= 1")
+    work = load_workload(config, set_, seed, num_requests, concurrency)
     run = drive(endpoint, work, model=model, endpoint_type=endpoint_type, api_key=api_key,
                 duration_limit=duration_limit, prompts=prompts, tokenizer=tokenizer,
-                seed=seed or 0, progress=progress and not as_json)
+                seed=seed or 0, progress=progress and not as_json, clients=work.clients)
     doc = save_run(run, work, out, tokenizer)
     if as_json:
         typer.echo(json.dumps({k: v for k, v in doc.items() if not isinstance(v, (list, dict))}, indent=2))
@@ -123,7 +145,7 @@ def check_loadgen_flags(out: Path, num_requests: Optional[int], duration_limit: 
 
 def drive(endpoint: str, work: Workload, *, model: Optional[str], endpoint_type: str,
           api_key: Optional[str], duration_limit: float, prompts: str, tokenizer: Optional[str],
-          seed: int, progress: bool):
+          seed: int, progress: bool, clients: Any = None):
     """``calibration.loadgen.run_load`` with a progress bar of requests answered."""
     from calibration.loadgen import run_load
 
@@ -131,7 +153,7 @@ def drive(endpoint: str, work: Workload, *, model: Optional[str], endpoint_type:
     try:
         return run_load(endpoint, work.requests, model=model, endpoint_type=endpoint_type, api_key=api_key,
                         duration_limit=duration_limit, prompt_kind=prompts, tokenizer=tokenizer, seed=seed,
-                        on_done=(lambda _r: bar.update(1)) if bar is not None else None)
+                        on_done=(lambda _r: bar.update(1)) if bar is not None else None, clients=clients)
     finally:
         if bar is not None:
             bar.close()
@@ -198,6 +220,10 @@ def validate_endpoint(endpoint: str, out: Path, *, profile: Optional[Path], hard
     sim_sets = [o for o in overrides if o not in workload_sets] + _engine_sets(policy, max_num_seqs, max_num_batched_tokens, overrides)
     if config is not None or workload_sets:
         work = load_workload(config, workload_sets, seed, num_requests)
+        if work.clients is not None:  # its replay sends the measured requests at their send times
+            raise ConfigError("--endpoint: a closed-loop or capped workload (workload.arrival.process "
+                              "closed, workload.max_concurrency) is not validated here yet: run kvplan "
+                              "loadgen, then kvplan validate --real on its bench.json")
     else:
         reqs = ve.validation_workload(num_requests, rate, scale, seed)
         work = Workload(reqs, rate, 1.0, f"{num_requests} requests, Poisson {rate:g} req/s, ShareGPT-like "

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from sim.memory_plan import MemoryPlan
     from sim.policies.kv import OffloadTiers
     from sim.pricing.base import StepPricer
+    from sim.workload.clients import ClientGroup
     from sim.workload.sessions import SessionLinks
 
 REQUEST_COLUMNS = (
@@ -342,7 +343,8 @@ def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides
              seed: Optional[int] = None, requests: Optional[list[Request]] = None,
              progress: Optional[Callable[[int], None]] = None,
              base_dir: Optional[Union[str, Path]] = None, fast_decode: bool = True,
-             statistics: bool = True, stream_to: Optional[Union[str, Path]] = None) -> SimResult:
+             statistics: bool = True, stream_to: Optional[Union[str, Path]] = None,
+             clients: Optional[Sequence["ClientGroup"]] = None) -> SimResult:
     """Simulate one scenario. ``config`` is a ``Scenario``, a full config dict (from
     ``build_config``), a partial dict or a YAML path; ``requests`` replaces the configured
     workload (A/B runs pass the same stream to both arms). ``fast_decode=False`` forces one
@@ -354,18 +356,25 @@ def simulate(config: Union[Scenario, dict, str, Path, None] = None, *, overrides
     ``stream_to`` (a folder) streams the run (``sim.streaming``): requests are built as they
     arrive, written to ``requests.csv`` as they finish and not kept, steps written to
     ``steps.csv``; memory stays bounded, the result's ``requests`` and ``steps`` are empty, and
-    the summary is the same but for ITL quantiles (binned, within 0.005%)."""
+    the summary is the same but for ITL quantiles (binned, within 0.005%).
+    ``clients`` (``sim.workload.clients.ClientGroup``s over ranges of the requests in arrival
+    order) replaces the workload's own closed loop or concurrency cap: ``kvplan validate
+    --real`` replays each closed-loop stage of a measured run with its own."""
     with _no_cyclic_gc():
         return _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode,
-                         statistics, stream_to)
+                         statistics, stream_to, clients)
 
 
 def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode, statistics,
-              stream_to) -> SimResult:
+              stream_to, clients=None) -> SimResult:
     sc = as_scenario(config, overrides, seed)
     if sc.disaggregation.enabled:  # prefill and decode pools (docs/cluster.md)
         if stream_to is not None:
             raise ConfigError("disaggregation.enabled: a disaggregated run is not streamed")
+        if clients or client_groups(sc, 1):
+            raise ConfigError("disaggregation.enabled: closed-loop clients and "
+                              "workload.max_concurrency are not simulated with disaggregated "
+                              "serving yet")
         from sim.disaggregation import simulate_disaggregated
 
         return simulate_disaggregated(sc, requests, base_dir, statistics)
@@ -386,6 +395,7 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
         reqs = [_fresh(r) for r in built] if requests is not None else list(built)
     # Conversations (sim.workload.sessions): which turn follows which, by request id.
     links = _session_links(built)
+    groups = list(clients) if clients is not None else client_groups(sc, len(reqs))
     # One engine (scheduler, KV pool) per data-parallel attention rank of every replica.
     schedulers, samplers = replica_engines(sc, dep, sc.parallel.num_replicas * sc.parallel.data_parallel_size)
     replica_of: dict[str, int] = {}
@@ -402,7 +412,8 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
                          keep_finished=recorder is None,
                          step_sink=recorder.steps if recorder is not None else None,
                          next_turn=links.next_turn if links is not None else None,
-                         session_of=links.session_of if links is not None else None)
+                         session_of=links.session_of if links is not None else None,
+                         clients=groups)
     if recorder is not None:
         with recorder:
             sim.run()
@@ -429,6 +440,9 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
         summary["kv_cache"]["offload"] = offload_summary(
             [st for st in (s.allocator.offload_stats() for s in schedulers) if st is not None],
             queries, hits)
+    cap = in_flight_cap(groups, len(reqs))
+    if statistics and cap is not None:  # the clients' cap (vllm bench serve's max_concurrency)
+        summary["max_concurrency"] = cap
     summary["scenario"] = _scenario(sc, dep)
     summary["num_gpu_blocks"] = dep.memory.num_kv_slots // sc.kv_cache.block_size
     summary["cost_model"] = cost_model_summary(dep)
@@ -528,12 +542,33 @@ def replica_engines(sc: Scenario, dep: "Deployment", n: int) -> tuple[list[Sched
     return schedulers, samplers
 
 
+def client_groups(sc: Scenario, num_requests: int) -> list["ClientGroup"]:
+    """The scenario's clients over its ``num_requests`` requests (``sim.workload.clients``):
+    one group for a closed loop or a concurrency cap, none for open-loop arrivals."""
+    from sim.workload.clients import clients_of
+
+    group = clients_of(sc.workload_spec, num_requests)
+    return [] if group is None else [group]
+
+
+def in_flight_cap(groups: Sequence["ClientGroup"], num_requests: int) -> Optional[int]:
+    """summary.json's ``max_concurrency``: the in-flight cap when one client group covers
+    every request (a run's own closed loop or cap), else None."""
+    if len(groups) == 1 and groups[0].first == 0 and groups[0].last == num_requests:
+        return groups[0].limit
+    return None
+
+
 def new_simulation(sc: Scenario, dep: "Deployment", requests: list[Request], schedulers: list[Scheduler],
                    samplers: Optional[list[AcceptanceSampler]], router: Router, *, progress: bool,
                    fast_decode: bool, **hooks: Any) -> Simulation:
     """The event loop over ``schedulers`` priced by the deployment's cost model, with the
     scenario's speculative, async-scheduling and per-request settings; ``hooks`` are the
-    ``Simulation``'s callbacks (on_finish, step_sink, next_turn, ...)."""
+    ``Simulation``'s callbacks (on_finish, step_sink, next_turn, clients, ...). Without a
+    ``clients`` hook the scenario's own closed loop or concurrency cap applies, so every
+    caller (the autoscaled fleet too) sends the workload as configured."""
+    if "clients" not in hooks:
+        hooks["clients"] = client_groups(sc, len(requests))
     return Simulation(requests, schedulers, dep.cost_model.step_time, router=router,
                       spec_samplers=samplers, draft_cost_ratio=sc.speculative.draft_cost_ratio,
                       progress=progress, fast_decode=fast_decode,

@@ -203,6 +203,19 @@ def totals_of(requests: Sequence[Request], slo_ttft_ms: Optional[float] = None,
         overload=overload(requests))
 
 
+def achieved_concurrency(t: RunTotals, duration: float) -> float:
+    """The time-averaged number of requests in flight (from send to last token) over the run
+    (first send to last finish). Each completed request is in flight exactly its E2E and a
+    rejected one not at all, so the integral of the number in flight is the completed
+    requests' E2E summed: completed x mean E2E / duration, i.e. throughput x mean E2E (Little's
+    law, exact over a run that starts and ends empty). sglang's bench_serving reports the same
+    figure as its ``concurrency``. From the totals, so a streamed run reports it too."""
+    mean_ms = t.latency_stats["e2el"].get("mean")
+    if not t.completed or mean_ms is None:
+        return 0.0
+    return t.completed * (mean_ms / 1000.0) / duration
+
+
 def offload_summary(stats: Sequence[dict], prefix_queries: int, prefix_hits: int) -> dict:
     """``summary["kv_cache"]["offload"]``: KV offload tiers, from every engine's
     ``KVAllocator.offload_stats()`` (counts summed over engines; capacity, bandwidth per engine).
@@ -288,6 +301,7 @@ def summary_of(t: RunTotals, kv: dict, num_spec_steps: int, *,
         "output_throughput": out_tokens / duration,
         "total_token_throughput": (in_tokens + out_tokens) / duration,
         "output_throughput_per_gpu": out_tokens / duration / num_gpus,
+        "achieved_concurrency": achieved_concurrency(t, duration),
     }
     if slo_ttft_ms is not None or slo_tpot_ms is not None:
         summary["goodput"] = t.slo_good / duration

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
-from typing import Callable, Mapping, Optional, Sequence
+from typing import Callable, Mapping, Optional, Protocol, Sequence
 
 import simpy
 
@@ -113,6 +113,11 @@ class Replica:
         #: when they came, so they reach the scheduler only after it (vLLM V1's one-step lag).
         self._pending: list[Request] = []
         self._wakeup: Optional[simpy.Event] = None
+        #: The earliest a request on this replica can finish: the end of the step (or decode
+        #: window) under way, ``now`` when work was just handed to it idle, inf when idle. What
+        #: other replicas' windows read (``Simulation.next_arrival_time``): a finish here may
+        #: release a held request (a client's next, a conversation's next turn).
+        self.busy_until = math.inf
         self.num_steps = 0
         self.num_wakeups = 0
         self.process = env.process(self.run())
@@ -136,6 +141,8 @@ class Replica:
         if self.async_scheduling and not idle:
             self._pending.append(req)
             return
+        if idle:
+            self.busy_until = self.env.now
         self._admit(req)
         self.wake()
 
@@ -188,6 +195,7 @@ class Replica:
                         f"{len(sched.waiting)} waiting, {len(sched.running)} running")
                 self._wakeup = env.event()
                 self.num_wakeups += 1
+                self.busy_until = math.inf
                 yield self._wakeup
                 self._wakeup = None
                 continue
@@ -205,6 +213,7 @@ class Replica:
                 for d in dts:  # the clock as simpy advances it, one step at a time
                     t += d
                     ends.append(t)
+                self.busy_until = t  # nobody here finishes before the window's last step
                 if start + (t - start) == t:
                     # One event for the window: nothing observes the replica between its steps
                     # (the window ends before the next arrival, the only cross-replica event),
@@ -219,6 +228,7 @@ class Replica:
                 for req in sched.update(plan, self._result(plan), env.now):
                     self.on_finish(req)
                 continue
+            self.busy_until = start + dt
             yield env.timeout(dt)
             self.num_steps += 1
             for req in sched.update(plan, self._result(plan), env.now):
@@ -256,6 +266,44 @@ class Replica:
             t += dts[j]
 
 
+class ClientGroupLike(Protocol):
+    """What the simulator reads of a ``sim.workload.clients.ClientGroup`` (a protocol, so the
+    compiled simulator imports nothing of ``sim.workload``, which mypyc does not compile)."""
+
+    @property
+    def first(self) -> int: ...
+    @property
+    def last(self) -> int: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def think_s(self) -> float: ...
+    @property
+    def closed(self) -> bool: ...
+
+
+class _Gate:
+    """One client group while it runs: its requests ``first .. last - 1`` of the arrival
+    stream, at most ``limit`` of them in flight; the next to send, how many are ready (their
+    arrival time has come), and how many slots are taken (sent and not finished, or a
+    closed-loop client thinking before its next)."""
+
+    def __init__(self, group: ClientGroupLike) -> None:
+        self.first: int = group.first
+        self.last: int = group.last
+        self.limit: int = group.limit
+        self.think_s: float = group.think_s
+        self.closed: bool = group.closed
+        self.next = group.first
+        self.ready = group.first
+        self.taken = 0
+
+    @property
+    def waiting(self) -> bool:
+        """Whether a ready request waits for a slot."""
+        return self.next < self.ready
+
+
 class Simulation:
     """Wires arrivals, a router and replicas into one simpy environment."""
 
@@ -271,7 +319,8 @@ class Simulation:
                  keep_finished: bool = True,
                  step_sink: Optional[Callable[[list[tuple]], None]] = None,
                  next_turn: Optional[Mapping[str, tuple[str, float]]] = None,
-                 session_of: Optional[Mapping[str, str]] = None) -> None:
+                 session_of: Optional[Mapping[str, str]] = None,
+                 clients: Optional[Sequence[ClientGroupLike]] = None) -> None:
         """``requests`` is read in order and may be lazy (``sim.workload.RequestStream``).
         A streamed run passes ``on_finish`` (each finished or rejected request, once),
         ``keep_finished=False`` and a ``step_sink``, so nothing grows with the run's length.
@@ -281,7 +330,13 @@ class Simulation:
         ``requests`` but not in the arrival stream: it arrives ``think`` seconds after its
         parent finishes (its ``arrival_time`` is set then; a closed loop per session), and a
         rejected parent ends the session (every later turn is rejected with it).
-        ``session_of`` maps request ids to session ids, passed to the router (session affinity)."""
+        ``session_of`` maps request ids to session ids, passed to the router (session affinity).
+
+        Clients (``sim.workload.clients``): each ``ClientGroup`` names a range of the arrival
+        stream of which at most ``limit`` requests are in flight; one that finds them all taken
+        is held on the client side and released, like a conversation's next turn, when a request
+        of its group finishes (plus a closed loop's think time). A request's ``arrival_time``
+        is then its send time."""
         self.env = simpy.Environment()
         #: Seconds between a request's arrival and its reaching the scheduler (work outside the
         #: engine: HTTP, tokenisation, IPC). TTFT and E2E still count from ``arrival_time``.
@@ -300,9 +355,9 @@ class Simulation:
         #: The arrival stream: every request but the follow-up turns, which are held here.
         self._stream: Sequence[Request] = requests
         self._held: dict[str, Request] = {}
-        #: Heaps for ``next_arrival_time``: scheduled follow-up deliveries (time, seq, id), and
-        #: parents still running (think time, id); entries of delivered or finished ones are
-        #: dropped lazily.
+        #: Heaps for ``next_arrival_time``: scheduled deliveries of held requests (time, seq,
+        #: id), and parents still running (think time, id); entries of delivered or finished
+        #: ones are dropped lazily.
         self._releases: list[tuple[float, int, str]] = []
         self._delivered: set[str] = set()
         self._awaiting: list[tuple[float, str]] = []
@@ -315,20 +370,42 @@ class Simulation:
                 missing = sorted(follow - set(self._held))[:3]
                 raise ValueError(f"next_turn names requests that are not in the workload: {missing}")
             self._stream = [r for r in requests if r.request_id not in follow]
+        self._gates: list[_Gate] = self._make_gates(clients or ())
+        #: The gate of each request sent through one, until it finishes.
+        self._gate_of: dict[str, _Gate] = {}
         self.replicas = [
             Replica(self.env, i, s, step_time, self.log, self._on_finish,
                     spec=(spec_samplers[i] if spec_samplers else None),
                     draft_cost_ratio=draft_cost_ratio, fast_decode=fast_decode,
-                    next_arrival=self.next_arrival_time, async_scheduling=async_scheduling,
+                    next_arrival=self._next_arrival_for(i), async_scheduling=async_scheduling,
                     decode_pricer=decode_pricer)
             for i, s in enumerate(schedulers)
         ]
-        self.env.process(self._arrivals())
+        self.env.process(self._arrivals() if not self._gates else self._gated_arrivals())
+
+    def _make_gates(self, clients: Sequence[ClientGroupLike]) -> list[_Gate]:
+        if clients and self._next_turn:
+            raise ValueError("client groups and conversations (next_turn) cannot be combined yet")
+        groups = sorted(clients, key=lambda g: g.first)
+        end = 0
+        for g in groups:
+            if g.first < end or g.last > len(self._stream):
+                raise ValueError(f"client groups overlap or run past the {len(self._stream)} "
+                                 f"requests: {g.first}..{g.last}")
+            end = g.last
+        return [_Gate(g) for g in groups if g.last > g.first]
+
+    def _next_arrival_for(self, replica: int) -> Callable[[], float]:
+        return lambda: self.next_arrival_time(replica)
 
     def _on_finish(self, req: Request) -> None:
         self._count_finished(req)
         if self._next_turn:
             self._follow_up(req)
+        elif self._gates:
+            gate = self._gate_of.pop(req.request_id, None)
+            if gate is not None:
+                self._freed(gate, req)
 
     def _count_finished(self, req: Request) -> None:
         self.num_finished += 1
@@ -360,35 +437,82 @@ class Simulation:
                     return
                 child = self._held.pop(nxt[0])
         done = parent.finish_time if parent.finish_time is not None else now
-        child.arrival_time = done + nxt[1]
-        at = child.arrival_time + self.request_overhead
+        self._release(child, done + nxt[1])
+
+    def _freed(self, gate: _Gate, req: Request) -> None:
+        """``req`` of ``gate``'s group finished (or was rejected): its client sends the next
+        ready request at once, or, in a closed loop, after its think time (keeping the slot)."""
+        gate.taken -= 1
+        if gate.waiting:
+            done = req.finish_time if req.finish_time is not None else self.env.now
+            self._send(gate, done + gate.think_s)
+
+    def _send(self, gate: _Gate, at: Optional[float] = None) -> None:
+        """Send ``gate``'s next ready request: at ``at`` (a finished request freed its slot),
+        or, when None, at its own arrival time (it found a slot free when it became ready)."""
+        req = self._stream[gate.next]
+        gate.next += 1
+        gate.taken += 1
+        self._gate_of[req.request_id] = gate
+        # Never before it is offered (a clock that rounded a hair below its arrival time).
+        self._release(req, req.arrival_time if at is None else max(at, req.arrival_time))
+
+    def _release(self, req: Request, sent: float) -> None:
+        """Deliver a held request: the client sends it at ``sent`` (its ``arrival_time`` from
+        now on: TTFT and E2E count from it); it reaches the scheduler ``request_overhead``
+        later. Conversations' next turns and gated clients' requests both come this way."""
+        req.arrival_time = sent
+        at = sent + self.request_overhead
         self._num_released += 1
-        heappush(self._releases, (at, self._num_released, child.request_id))
-        self.env.process(self._deliver(child, at))
+        heappush(self._releases, (at, self._num_released, req.request_id))
+        self.env.process(self._deliver(req, at))
 
     def _deliver(self, req: Request, at: float):
         yield self.env.timeout(max(0.0, at - self.env.now))
         self._delivered.add(req.request_id)
         self._dispatch(req)
 
-    def next_arrival_time(self) -> float:
-        """When the next request not yet submitted reaches the scheduler (its arrival plus the
-        request overhead; inf when none is left). With conversations, also the earliest a
-        follow-up turn can: a scheduled delivery, or now + the think time of a parent that is
-        still running (it may finish any moment), so a decode window never runs past one."""
+    def _finish_bound(self, replica: int) -> float:
+        """The earliest any request can finish, as seen by ``replica`` planning a decode window:
+        the end of another replica's step or window under way (``Replica.busy_until``); its own
+        requests finish no earlier than the window's last step, where the window ends anyway."""
+        t = math.inf
+        for r in self.replicas:
+            if r.index != replica and r.busy_until < t:
+                t = r.busy_until
+        return t
+
+    def next_arrival_time(self, replica: int = -1) -> float:
+        """When the next request not yet submitted can reach the scheduler, as seen by
+        ``replica`` planning a decode window (-1: by nobody in particular): the next of the
+        arrival stream (its arrival plus the request overhead; inf when none is left), a
+        scheduled delivery of a held request, and the earliest a held request can be released:
+        a finish (``_finish_bound``) plus the think time before it is sent, plus the overhead.
+        A window never runs past any of them, so fast and step-by-step runs are identical."""
         t = math.inf
         if self._next_index < len(self._stream):
             t = self._stream[self._next_index].arrival_time + self.request_overhead
+        if not self._next_turn and not self._gates:
+            return t
+        releases = self._releases
+        while releases and releases[0][2] in self._delivered:
+            self._delivered.discard(heappop(releases)[2])
+        if releases and releases[0][0] < t:
+            t = releases[0][0]
+        think = math.inf  # the shortest think time before a release a finish may trigger
         if self._next_turn:
-            releases, awaiting = self._releases, self._awaiting
-            while releases and releases[0][2] in self._delivered:
-                self._delivered.discard(heappop(releases)[2])
+            awaiting = self._awaiting
             while awaiting and awaiting[0][1] not in self._in_flight:
                 heappop(awaiting)
-            if releases and releases[0][0] < t:
-                t = releases[0][0]
             if awaiting:
-                t = min(t, self.env.now + awaiting[0][0] + self.request_overhead)
+                think = awaiting[0][0]
+        for gate in self._gates:
+            if gate.waiting:
+                if gate.taken < gate.limit:  # a free slot about to be taken: now
+                    return min(t, self.env.now + self.request_overhead)
+                think = min(think, gate.think_s)
+        if think < math.inf:
+            t = min(t, self._finish_bound(replica) + think + self.request_overhead)
         return t
 
     def _dispatch(self, req: Request) -> None:
@@ -409,6 +533,37 @@ class Simulation:
                 yield env.timeout(at - env.now)
             self._next_index = index + 1
             self._dispatch(req)
+
+    def _gated_arrivals(self):
+        """``_arrivals`` with client groups: a request of a group becomes ready at its arrival
+        time (every request of a closed group at the group's start) and is sent through its
+        gate; the others go as ``_arrivals`` sends them."""
+        env = self.env
+        requests = self._stream
+        n = len(requests)
+        gates = self._gates
+        g = 0
+        index = 0
+        while index < n:
+            while g < len(gates) and gates[g].last <= index:
+                g += 1
+            gate = gates[g] if g < len(gates) and gates[g].first <= index else None
+            req = requests[index]
+            if gate is None:
+                at = req.arrival_time + self.request_overhead
+                if at > env.now:
+                    yield env.timeout(at - env.now)
+                index += 1
+                self._next_index = index
+                self._dispatch(req)
+                continue
+            if req.arrival_time > env.now:  # client time: when it is ready to be sent
+                yield env.timeout(req.arrival_time - env.now)
+            index = gate.last if gate.closed else index + 1
+            gate.ready = index
+            self._next_index = index
+            while gate.waiting and gate.taken < gate.limit:
+                self._send(gate)
 
     @property
     def num_events(self) -> int:

@@ -58,6 +58,10 @@ def summary_rows(summary: dict) -> list[tuple[str, str, str]]:
     add("request throughput (req/s)", _fmt(summary["request_throughput"]))
     add("output throughput (tok/s)", _fmt(summary["output_throughput"], 1))
     add("total token throughput (tok/s)", _fmt(summary["total_token_throughput"], 1))
+    if "achieved_concurrency" in summary:  # time-averaged requests in flight (send to last token)
+        cap = summary.get("max_concurrency")
+        add("concurrency achieved" + (" / max" if cap is not None else ""),
+            _fmt(summary["achieved_concurrency"]) + (f" / {cap:,}" if cap is not None else ""))
     if "goodput" in summary:
         add("goodput (req/s)", _fmt(summary["goodput"]))
         add("SLO attainment", f"{summary['slo_attainment']:.1%}")

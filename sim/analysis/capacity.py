@@ -257,6 +257,12 @@ def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
     target = _check_target(ci_target, max_seeds)
     extra = list(overrides) + slo.overrides() + ["parallel.num_replicas=1"]
     base = config_mod.build_config(config, extra)
+    if base["workload"].get("arrival", {}).get("process") == "closed":
+        from sim.errors import ConfigError
+
+        raise ConfigError("workload.arrival.process: kvplan capacity searches over the request "
+                          "rate, which a closed loop does not have; use an open-loop arrival "
+                          "process (with workload.max_concurrency to cap the clients)")
     table = price_table(prices)
     evaluator = _Evaluator(base, slo, sizing, base_dir, max_simulations, on_evaluation)
     start = start_rate or _configured_rate(base)

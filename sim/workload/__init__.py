@@ -7,6 +7,7 @@ See docs/workloads.md for every key.
 """
 
 from sim.workload.builder import build_requests
+from sim.workload.clients import ClientGroup, clients_of
 from sim.workload.config import WorkloadSpec, parse_workload
 from sim.workload.presets import sharegpt_like
 from sim.workload.sessions import SessionLinks, SessionRequests
@@ -21,11 +22,13 @@ from sim.workload.traces import (
 )
 
 __all__ = [
+    "ClientGroup",
     "Trace",
     "SessionLinks",
     "SessionRequests",
     "WorkloadSpec",
     "build_requests",
+    "clients_of",
     "describe",
     "detect_format",
     "parse_workload",

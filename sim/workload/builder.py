@@ -164,6 +164,10 @@ def _arrival_times(
     process = a.process or ("trace" if timed else "poisson")
     if process != "trace" and a.time_scale is not None:
         raise ConfigError(f"{key}.time_scale: only applies to process trace, not {process!r}")
+    if process == "closed":
+        # Every request is ready at t=0; the simulator's clients send them one by one as earlier
+        # ones finish (``sim.workload.clients``), and sets each arrival_time to its send time.
+        return np.zeros(n)
     if process == "trace":
         if not timed:
             what = (
@@ -299,6 +303,10 @@ def _trace_conversations(spec: WorkloadSpec, trace: Trace,
             if getattr(s, name) is not None:
                 raise ConfigError(f"{key}.{name}: {trace.path} gives the conversations (its "
                                   f"{SESSION_COLUMN} column); drop {key}.{name}")
+    if spec.arrival.process == "closed" or spec.max_concurrency is not None:
+        what = f"{KEY}.arrival.process closed" if spec.arrival.process == "closed" else f"{KEY}.max_concurrency"
+        raise ConfigError(f"{what}: not supported with a trace of conversations ({trace.path} has "
+                          f"a {SESSION_COLUMN} column) yet")
     if spec.prefix is not None:
         raise ConfigError(f"{KEY}.prefix: not supported with a trace of conversations "
                           f"({trace.path} has a {SESSION_COLUMN} column)")

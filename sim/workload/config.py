@@ -17,7 +17,7 @@ from typing import Any, Mapping, Optional, Union
 
 from sim.errors import ConfigError
 
-PROCESSES = ("poisson", "gamma", "constant", "trace")
+PROCESSES = ("poisson", "gamma", "constant", "trace", "closed")
 DISTS = ("fixed", "uniform", "lognormal", "table")
 ZERO_OUTPUT = ("error", "clamp")
 TOP_KEYS = (
@@ -30,8 +30,9 @@ TOP_KEYS = (
     "priority",
     "zero_output",
     "sessions",
+    "max_concurrency",
 )
-ARRIVAL_KEYS = ("process", "rate", "cv", "time_scale")
+ARRIVAL_KEYS = ("process", "rate", "cv", "time_scale", "concurrency", "think_time_s")
 LENGTH_KEYS = ("dist", "mean", "cv", "min", "max", "path", "column")
 PREFIX_KEYS = ("num_prefixes", "length", "hash_block_size")
 PRIORITY_KEYS = ("levels", "weights")
@@ -52,6 +53,10 @@ class ArrivalSpec:
     rate: Optional[float]
     cv: Optional[float]
     time_scale: Optional[float]
+    #: ``closed`` only: the number of clients, each sending its next request when its last one
+    #: finished (plus ``think_time_s``); ``sim.workload.clients``.
+    concurrency: Optional[int] = None
+    think_time_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,9 @@ class WorkloadSpec:
     priority: Optional[PrioritySpec]
     zero_output: str = "error"
     sessions: Optional[SessionSpec] = None
+    #: Requests in flight at most, under any arrival process: one whose arrival finds this many
+    #: in flight waits on the client side (``sim.workload.clients``).
+    max_concurrency: Optional[int] = None
 
 
 def parse_workload(
@@ -127,17 +135,36 @@ def parse_workload(
     zero_output = cfg.get("zero_output", "error")
     _choice(zero_output, f"{key}.zero_output", ZERO_OUTPUT)
     num = cfg.get("num_requests")
+    arrival = _arrival(cfg.get("arrival"), f"{key}.arrival")
+    cap = cfg.get("max_concurrency")
+    cap = None if cap is None else _int(cap, f"{key}.max_concurrency", minimum=1, maximum=MAX_REQUESTS)
+    sessions = _sessions(cfg.get("sessions"), f"{key}.sessions", base_dir)
+    _check_clients(arrival, cap, sessions is not None, key)
     return WorkloadSpec(
         num_requests=None if num is None else _int(num, f"{key}.num_requests", minimum=1, maximum=MAX_REQUESTS),
-        arrival=_arrival(cfg.get("arrival"), f"{key}.arrival"),
+        arrival=arrival,
         input_len=_length(cfg.get("input_len"), f"{key}.input_len", base_dir),
         output_len=_length(cfg.get("output_len"), f"{key}.output_len", base_dir),
         trace=trace,
         prefix=_prefix(cfg.get("prefix"), f"{key}.prefix"),
         priority=_priority(cfg.get("priority"), f"{key}.priority"),
         zero_output=zero_output,
-        sessions=_sessions(cfg.get("sessions"), f"{key}.sessions", base_dir),
+        sessions=sessions,
+        max_concurrency=cap,
     )
+
+
+def _check_clients(arrival: ArrivalSpec, cap: Optional[int], sessions: bool, key: str) -> None:
+    """What a closed loop or a concurrency cap may not be combined with (yet)."""
+    closed = arrival.process == "closed"
+    if closed and cap is not None and cap < (arrival.concurrency or 0):
+        raise ConfigError(f"{key}.max_concurrency: {cap} is below {key}.arrival.concurrency "
+                          f"({arrival.concurrency}): under process closed the clients bound what is in "
+                          f"flight; lower {key}.arrival.concurrency instead")
+    if sessions and (closed or cap is not None):
+        what = f"{key}.arrival.process closed" if closed else f"{key}.max_concurrency"
+        raise ConfigError(f"{what}: not supported with {key}.sessions yet (conversations are "
+                          f"their own closed loop)")
 
 
 def _arrival(value: Any, key: str) -> ArrivalSpec:
@@ -156,6 +183,7 @@ def _arrival(value: Any, key: str) -> ArrivalSpec:
             raise ConfigError(
                 f"{key}.time_scale: give either {key}.rate or {key}.time_scale, not both"
             )
+    concurrency, think = _closed_loop(cfg, process, key)
     cv = None
     if process == "gamma":
         if "cv" not in cfg:
@@ -165,7 +193,29 @@ def _arrival(value: Any, key: str) -> ArrivalSpec:
         raise ConfigError(
             f"{key}.rate: required for process {process} (requests per second, or inf)"
         )
-    return ArrivalSpec(process=process, rate=rate, cv=cv, time_scale=time_scale)
+    return ArrivalSpec(process=process, rate=rate, cv=cv, time_scale=time_scale,
+                       concurrency=concurrency, think_time_s=think)
+
+
+def _closed_loop(cfg: Mapping[str, Any], process: Any, key: str) -> tuple[Optional[int], float]:
+    """``concurrency`` and ``think_time_s`` of a closed loop. They mean nothing under an open
+    process, and a user who sets them there most likely wants ``workload.max_concurrency``,
+    so that is an error rather than a key silently ignored."""
+    given = [name for name in ("concurrency", "think_time_s") if cfg.get(name) is not None]
+    if process != "closed":
+        if given:
+            which = repr(process) if process is not None else "the default process"
+            top = key.rsplit(".", 1)[0]
+            raise ConfigError(f"{key}.{given[0]}: only applies to process closed, not {which} "
+                              f"(to cap requests in flight under an open process use "
+                              f"{top}.max_concurrency)")
+        return None, 0.0
+    if cfg.get("concurrency") is None:
+        raise ConfigError(f"{key}.concurrency: required for process closed (the number of "
+                          f"clients, each sending its next request when its last one finishes)")
+    concurrency = _int(cfg["concurrency"], f"{key}.concurrency", minimum=1, maximum=MAX_REQUESTS)
+    think = cfg.get("think_time_s")
+    return concurrency, 0.0 if think is None else _number(think, f"{key}.think_time_s", positive=False)
 
 
 def _length(value: Any, key: str, base_dir: Union[str, os.PathLike, None]) -> Optional[LengthSpec]:

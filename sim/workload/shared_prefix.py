@@ -30,17 +30,18 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from sim.errors import ConfigError
 from sim.policies.request import Request
 from sim.workload import arrivals
+from sim.workload.clients import ClientGroup
 from sim.workload.prefix import num_blocks
 
 #: Processes a stage's arrivals can follow.
-STAGE_PROCESSES = ("rescaled_poisson", "poisson", "constant", "burst")
+STAGE_PROCESSES = ("rescaled_poisson", "poisson", "constant", "burst", "closed")
 #: Seconds between one stage's last arrival and the next stage's first (see module docstring).
 DEFAULT_STAGE_GAP_S = 30.0
 
@@ -51,8 +52,14 @@ class Stage:
 
     ``process``: ``rescaled_poisson`` (inference-perf's constant load: exponential gaps scaled
     to sum to the duration), ``poisson`` (a gamma renewal process with ``cv``; vllm bench's
-    burstiness b is cv = 1/sqrt(b)), ``constant`` (evenly spaced; GuideLLM's constant) or
-    ``burst`` (all at the stage start: rate inf).
+    burstiness b is cv = 1/sqrt(b)), ``constant`` (evenly spaced; GuideLLM's constant),
+    ``burst`` (all at the stage start: rate inf) or ``closed`` (a closed loop of
+    ``concurrency`` clients, ``sim.workload.clients``: every request ready at the stage start,
+    each client sending its next when its last finishes; ``rate`` is then only what was
+    measured, and ``duration_s`` how long the stage ran, which places the next stage).
+
+    ``concurrency`` under an open process: the load tool's cap on requests in flight (vllm
+    bench serve's ``--max-concurrency``); a request that finds it reached waits on the client.
     """
 
     rate: float
@@ -60,6 +67,7 @@ class Stage:
     num_requests: int
     process: str = "rescaled_poisson"
     cv: float = 1.0
+    concurrency: Optional[int] = None
 
     @staticmethod
     def of_rate(rate: float, duration_s: float, process: str = "rescaled_poisson") -> "Stage":
@@ -101,7 +109,7 @@ def stage_arrivals(stages: Sequence[Stage], rng: np.random.Generator,
         if st.process == "rescaled_poisson":
             gaps = rng.exponential(1.0, n)
             rel = np.cumsum(gaps) * (st.duration_s / gaps.sum()) if n else np.zeros(0)
-        elif st.process == "burst":
+        elif st.process in ("burst", "closed"):
             rel = np.zeros(n)
         elif st.process == "constant":
             rel = arrivals.constant_arrivals(n, st.rate)
@@ -186,8 +194,12 @@ def _check_stage(st: Stage, k: int) -> None:
         raise ConfigError(f"{where}.process: {st.process!r} is not one of {', '.join(STAGE_PROCESSES)}")
     if st.num_requests < 0:
         raise ConfigError(f"{where}: {st.num_requests} requests")
-    if st.process != "burst" and not (st.rate > 0 and math.isfinite(st.rate)):
+    if st.process not in ("burst", "closed") and not (st.rate > 0 and math.isfinite(st.rate)):
         raise ConfigError(f"{where}.rate: {st.rate!r} must be a positive finite number of req/s")
+    if st.process == "closed" and st.concurrency is None:
+        raise ConfigError(f"{where}.concurrency: required for a closed-loop stage (its number of clients)")
+    if st.concurrency is not None and st.concurrency < 1:
+        raise ConfigError(f"{where}.concurrency: {st.concurrency!r} must be >= 1")
     if not (st.duration_s >= 0 and math.isfinite(st.duration_s)):
         raise ConfigError(f"{where}.duration: {st.duration_s!r} must be >= 0 seconds")
     if st.process == "rescaled_poisson" and st.num_requests and st.duration_s <= 0:
@@ -199,5 +211,22 @@ def stage_slices(stage_of: np.ndarray, num_stages: int) -> list[np.ndarray]:
     return [np.flatnonzero(stage_of == k) for k in range(num_stages)]
 
 
+def stage_clients(stages: Sequence[Stage], stage_of: np.ndarray) -> list[ClientGroup]:
+    """The client groups of the stages that limit what is in flight (a closed loop, or an open
+    stage with a ``concurrency`` cap), over each stage's requests in the sorted list (``_sorted``
+    keeps a stage's requests together: stages follow each other in time); what
+    ``sim.api.simulate(clients=...)`` replays them with."""
+    groups = []
+    for k, idx in enumerate(stage_slices(stage_of, len(stages))):
+        st = stages[k]
+        if st.concurrency is None or not len(idx):
+            continue
+        first, last = int(idx[0]), int(idx[-1]) + 1
+        if last - first != len(idx):
+            raise ConfigError(f"stages[{k}]: its requests interleave with another stage's")
+        groups.append(ClientGroup(first, last, st.concurrency, closed=st.process == "closed"))
+    return groups
+
+
 __all__ = ["DEFAULT_STAGE_GAP_S", "STAGE_PROCESSES", "SharedPrefix", "Stage", "shared_prefix_requests",
-           "stage_arrivals", "stage_slices", "staged_requests"]
+           "stage_arrivals", "stage_clients", "stage_slices", "staged_requests"]

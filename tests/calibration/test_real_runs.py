@@ -134,12 +134,14 @@ def test_vllm_bench_reader(tmp_path):
 def test_guidellm_reader(tmp_path):
     run = read_run(make_guidellm(tmp_path / "benchmarks.json"))
     assert run.format == "guidellm" and run.model == "meta-llama/Llama-2-7b-hf"
-    assert [(s.process, s.rate, s.num_requests) for s in run.stages] == [("constant", 1.0, 10), ("poisson", 2.0, 10)]
-    assert any("synchronous" in n and "skipped" in n for n in run.notes)
-    m = run.measured[0]
+    # synchronous is a closed loop of one client (tests/calibration/test_real_runs_closed.py)
+    assert [(s.process, s.rate, s.num_requests) for s in run.stages] == [
+        ("closed", 1.0, 10), ("constant", 1.0, 10), ("poisson", 2.0, 10)]
+    assert run.stages[0].concurrency == 1 and not any("skipped" in n for n in run.notes)
+    m = run.measured[1]
     assert m.e2el_ms["mean"] == pytest.approx(400.0) and m.ttft_ms["p99"] == pytest.approx(39.0)
     assert m.tpot_ms == pytest.approx((400.0 - 30.0) / 39)
-    assert run.prompt_lens == [150] * 20
+    assert run.prompt_lens == [150] * 30
 
 
 @needs_shared
