@@ -96,7 +96,11 @@ def test_guidellm_against_kvplan_serve_and_kvplans_reader(kvplan_server, tmp_pat
     run = read_run(report)
     assert run.format == "guidellm" and run.model == kvplan_server.model
     m = run.measured[0]
-    assert m.completed == 6 and m.failures == 0 and m.output_len == pytest.approx(8)
+    # GuideLLM's max_requests constraint may cut the last request still in flight when it
+    # fires (seen on a loaded 2-core machine: 5 of 6): what the reader must get right is
+    # that every request GuideLLM counted as sent completed, none failed, 8 tokens each.
+    assert 5 <= m.completed <= 6 and m.completed == m.sent and m.failures == 0
+    assert m.output_len == pytest.approx(8)
     assert 0 < m.ttft_ms["mean"] < m.e2el_ms["mean"]
     proc = kvplan("validate", "--real", str(report), "--out", str(tmp_path / "val"), "--hardware", "a100-80gb",
                   "--model", str(kvplan_server.model_dir / "config.json"))
