@@ -1,0 +1,843 @@
+"""kvplan against AIConfigurator's measured end-to-end points (issue #24, part 4): every vLLM
+aggregated row of ``aiconfigurator_core/systems/silicon_sample.csv`` replayed as a closed loop.
+
+Each row of that file is one closed-loop measurement: ``batch_size`` clients, fixed ``isl`` /
+``osl``, one deployment (GPU, TP, attention DP, MoE TP / EP, weight quantisation, vLLM release)
+and the measured mean TTFT and TPOT. ``row_to_point`` maps a row to a kvplan config (a pure
+function: no simulation, no file but the package's model configs), ``replay`` simulates it and
+compares. Nothing is fitted: the file is a check, and anything fitted to it would have to be
+leave-one-model-out.
+
+    .venv/bin/python benchmarks/silicon_matrix.py                          # every vLLM agg row
+    .venv/bin/python benchmarks/silicon_matrix.py --sample 60 --seed 0     # stratified sample
+    .venv/bin/python benchmarks/silicon_matrix.py --limit 10 --workers 2
+
+Writes ``benchmarks/results/silicon_matrix_<backend>.json`` and ``.md`` (``--out`` changes the
+stem): coverage (rows replayed / rows, skip reasons with counts), TTFT and TPOT MAPE overall, per
+GPU and per GPU x model x precision, the pricer that priced each partition, seconds per point.
+
+The CSV is found with ``importlib.util.find_spec("aiconfigurator_core")`` (the package's
+folder; its code is never imported).
+
+Assumptions about the measurement (the CSV does not record the client's settings):
+
+- Client: N concurrent clients, N = ``silicon_concurrency`` (in ``silicon_data_source``), else
+  ``batch_size`` x ``attention_dp_size`` (AIConfigurator's ``batch_size`` is per attention-DP
+  rank: the two agree on every row that has both), no think time, fixed lengths, prompts that share
+  no prefix (random tokens), as AIConfigurator's own evaluation runs genai-perf
+  (``aiconfigurator/eval/benchmarks/genai_perf_runner.py``: ``--concurrency N --request-count
+  10N --warmup-request-count 2N --max-threads 256``, ignore_eos, min = max tokens = osl).
+  Default here: ``2N`` warm-up requests then ``10N`` measured (``--warmup-per-client``,
+  ``--requests-per-client``); TTFT and TPOT are the means over the measured requests (the
+  warm-up requests, the first ``2N`` sent, are dropped; the drain at the end is kept, as the
+  tools keep it). The summary's all-request means are reported beside them.
+- Server: vLLM's defaults for the release (``engine.version``: chunked prefill, its batch
+  limits by GPU class, CUDA graphs, async scheduling from 0.14), ``gpu_memory_utilization``
+  0.9, KV cache in the model dtype (``kv_cache.dtype: auto``), prefix caching irrelevant
+  (no shared prefixes), ``max_model_len = isl + osl``.
+
+``--output-cv`` is a sensitivity check, not the measurement: N clients with identical lengths
+stay in lock-step forever in a deterministic simulation (every wave prefills together), while a
+real server drifts apart; a 2% CV on output lengths is enough to break the lock-step.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import importlib.util
+import json
+import math
+import os
+import platform
+import random
+import re
+import statistics
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Optional, Sequence
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from sim.catalog.engines import DEFAULT_VLLM_VERSION, VLLM_NEWEST, VLLM_OLDEST, parse_version  # noqa: E402
+from sim.errors import ConfigError, DoesNotFitError, KvplanError  # noqa: E402
+
+PACKAGE = "aiconfigurator_core"
+CSV_NAME = "silicon_sample.csv"
+RESULTS = ROOT / "benchmarks" / "results"
+
+#: AIConfigurator's system folder -> kvplan's hardware slug.
+HARDWARE_OF: dict[str, str] = {
+    "a100_sxm": "a100-80gb", "h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200",
+    "b300_sxm": "b300", "gb200": "gb200", "gb300": "gb300", "l40s": "l40s",
+    "rtx_pro_6000_server": "rtx-pro-6000",
+}
+
+#: Checkpoints kvplan cannot resolve by id whose architecture it models under another id: the
+#: same network with quantised weights (NVIDIA's ModelOpt FP8 export of Llama-3.1-8B-Instruct:
+#: per-tensor FP8 W8A8, the architecture of meta-llama/Llama-3.1-8B). Each use is noted per row.
+CHECKPOINT_ALIASES: dict[str, str] = {
+    "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B-Instruct",
+}
+
+#: The last release before vLLM 0.14 (the first whose defaults kvplan prices differently:
+#: async scheduling) for rows with no ``backend_version`` measured before 2026. kvplan prices
+#: 0.11.0 to 0.13.x alike (same CUDA-graph and batch defaults, same table folders).
+PRE_ASYNC_RELEASE = "0.11.0"
+PRE_ASYNC_BEFORE = "2026-01-01"
+
+DEFAULT_REQUESTS_PER_CLIENT = 10
+DEFAULT_WARMUP_PER_CLIENT = 2
+
+
+class RowNotExpressible(Exception):
+    """A row kvplan's config cannot say (before any simulation): ``kind`` groups the skip
+    reasons, the message says what exactly."""
+
+    def __init__(self, kind: str, message: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
+@dataclass
+class ReplayPoint:
+    """One CSV row as a kvplan scenario: the partial config ``simulate`` takes, the number of
+    warm-up requests to drop, and what the mapping assumed."""
+
+    row_id: str
+    partition: tuple[str, str, str]  # (system, model_path, precision): the report's grouping
+    config: dict
+    warmup: int
+    silicon_ttft_ms: float
+    silicon_tpot_ms: float
+    notes: list[str] = field(default_factory=list)
+
+
+# --- the CSV ------------------------------------------------------------------------------------
+
+
+def package_dir() -> Optional[Path]:
+    """aiconfigurator-core's package folder, or None when it is not installed (found with
+    ``find_spec``; the package is not imported)."""
+    try:
+        spec = importlib.util.find_spec(PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(list(spec.submodule_search_locations)[0])
+
+
+def silicon_csv() -> Optional[Path]:
+    pkg = package_dir()
+    path = pkg / "systems" / CSV_NAME if pkg else None
+    return path if path is not None and path.is_file() else None
+
+
+def package_version() -> Optional[str]:
+    from importlib import metadata
+
+    try:
+        return metadata.version("aiconfigurator-core")
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def read_rows(path: Path, backend: str = "vllm") -> list[dict]:
+    """The aggregated (``mode == agg``) rows of ``backend``, as the CSV's strings."""
+    with open(path, newline="") as fh:
+        return [r for r in csv.DictReader(fh) if r["backend"] == backend and r["mode"] == "agg"]
+
+
+# --- row -> kvplan config (pure) ----------------------------------------------------------------
+
+
+def _num(row: Mapping, key: str, default: Optional[float] = None) -> Optional[float]:
+    text = str(row.get(key) or "").strip()
+    if not text or text.lower() == "nan":
+        return default
+    return float(text)
+
+
+def _int(row: Mapping, key: str, default: int) -> int:
+    v = _num(row, key)
+    return default if v is None else int(round(v))
+
+
+def _text(row: Mapping, key: str) -> str:
+    t = str(row.get(key) or "").strip()
+    return "" if t.lower() == "nan" else t
+
+
+def precision_label(row: Mapping) -> str:
+    """The row's ``precision`` (fp8, fp4, int4), ``bf16`` where it is empty."""
+    return _text(row, "precision") or "bf16"
+
+
+def partition_of(row: Mapping) -> tuple[str, str, str]:
+    return (_text(row, "system"), _text(row, "model_path"), precision_label(row))
+
+
+def measured_date(row: Mapping) -> Optional[str]:
+    m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", _text(row, "silicon_data_source"))
+    return m.group(1) if m else None
+
+
+def engine_version(row: Mapping) -> tuple[str, Optional[str]]:
+    """``engine.version`` for the row and a note when it is not the row's own release: a
+    ``nightly-...`` build is priced as kvplan's default release; a row without a version that
+    was measured before 2026 as 0.11.0 (before async scheduling became vLLM's default in 0.14;
+    kvplan prices 0.11-0.13 alike); one without a version or date as the default."""
+    text = _text(row, "backend_version")
+    when = measured_date(row)
+    if text.startswith("nightly"):
+        return DEFAULT_VLLM_VERSION, (f"vLLM {text} (measured {when or 'on an unknown date'}) "
+                                      f"priced as kvplan's default release {DEFAULT_VLLM_VERSION}")
+    if not text:
+        if when is not None and when < PRE_ASYNC_BEFORE:
+            return PRE_ASYNC_RELEASE, (f"no backend_version; measured {when}, before vLLM 0.14: "
+                                       f"priced as {PRE_ASYNC_RELEASE}")
+        return DEFAULT_VLLM_VERSION, (f"no backend_version (measured {when or 'on an unknown date'}): "
+                                      f"priced as kvplan's default release {DEFAULT_VLLM_VERSION}")
+    try:
+        v = parse_version(text)
+    except ConfigError:
+        raise RowNotExpressible("engine release not modelled",
+                                f"backend_version {text!r} is not a vLLM version") from None
+    if not VLLM_OLDEST <= v <= VLLM_NEWEST[:2] + (10**6,):
+        raise RowNotExpressible("engine release not modelled",
+                                f"vLLM {text} is outside kvplan's 0.11.0-0.24.x")
+    return text, None
+
+
+def checkpoint_quantization(model_path: str) -> Optional[dict]:
+    """The ``quantization_config`` of the package's config.json for ``model_path`` (also under
+    ``text_config``), or None (no config shipped, or an unquantised checkpoint)."""
+    pkg = package_dir()
+    if pkg is None:
+        return None
+    path = pkg / "model_configs" / f"{model_path.replace('/', '--')}_config.json"
+    if not path.is_file():
+        return None
+    cfg = json.loads(path.read_text())
+    q = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config")
+    return q if isinstance(q, dict) else None
+
+
+def weights_quantization(gemm_mode: str, moe_mode: str, checkpoint: Optional[Mapping]
+                         ) -> tuple[str, Optional[str]]:
+    """``quantization.weights`` for the row's GEMM / MoE quant modes and the checkpoint's own
+    ``quantization_config``, and a note when the row's label is not what vLLM runs.
+
+    - An MXFP4 checkpoint (gpt-oss: ``quant_method: mxfp4``) runs as MXFP4 whatever the row
+      says: AIConfigurator labels gpt-oss ``nvfp4`` on every GPU, H100/H200 included, which
+      have no FP4 tensor cores; vLLM loads the checkpoint's MXFP4 experts.
+    - ``fp8`` is block FP8 (``fp8_block``) when the checkpoint is block-quantised FP8
+      (``weight_block_size``: MiniMax-M2.5, Qwen3-235B-A22B-FP8), else per-tensor FP8 (a bf16
+      checkpoint under ``--quantization fp8``, or a ModelOpt FP8 export).
+    - ``nvfp4`` -> nvfp4; ``int4_wo`` -> int4 (weight-only, W4A16); empty -> none (bf16).
+    """
+    method = str((checkpoint or {}).get("quant_method") or "").lower()
+    gemm_mode, moe_mode = gemm_mode.strip().lower(), moe_mode.strip().lower()
+    if method == "mxfp4":
+        if gemm_mode in ("", "mxfp4", "w4a16_mxfp4") and moe_mode in ("", "mxfp4", "w4a16_mxfp4"):
+            return "mxfp4", None
+        return "mxfp4", (f"row says gemm {gemm_mode or '-'} / moe {moe_mode or '-'}; the checkpoint "
+                         f"is MXFP4 (quant_method mxfp4), priced as mxfp4")
+    modes = {m for m in (gemm_mode, moe_mode) if m}
+    if not modes:
+        if method == "fp8" and checkpoint and checkpoint.get("weight_block_size"):
+            return "fp8_block", "no quant mode in the row; the checkpoint is block FP8"
+        return "none", None
+    if len(modes) > 1:
+        raise RowNotExpressible("mixed GEMM / MoE quantisation",
+                                f"gemm {gemm_mode} with moe {moe_mode}: kvplan has one weight format")
+    mode = modes.pop()
+    if mode == "fp8":
+        if method == "fp8" and checkpoint and checkpoint.get("weight_block_size"):
+            return "fp8_block", None
+        return "fp8", None
+    simple = {"fp8_block": "fp8_block", "nvfp4": "nvfp4", "int4_wo": "int4", "int4": "int4",
+              "w4a16_mxfp4": "mxfp4", "mxfp4": "mxfp4", "bfloat16": "none", "float16": "none"}
+    if mode in simple:
+        return simple[mode], None
+    raise RowNotExpressible("quantisation mode not mapped",
+                            f"quant mode {mode!r} has no kvplan quantization.weights")
+
+
+def parallel_layout(row: Mapping, is_moe: Optional[bool]) -> dict:
+    """``parallel.*`` for the row. AIConfigurator's agg layout: attention TP ``tp_size`` x DP
+    ``attention_dp_size`` GPUs, the experts over the same GPUs as MoE TP ``moe_tp_size`` x EP
+    ``moe_ep_size``. vLLM: ``--tensor-parallel-size tp --data-parallel-size dp`` and, with EP,
+    ``--enable-expert-parallel`` (experts whole over all tp x dp GPUs). Without EP, vLLM shards
+    each expert over the tp x dp GPUs; kvplan says that for dp = 1 only."""
+    tp = _int(row, "tp_size", 1)
+    dp_given = _num(row, "attention_dp_size")
+    dp = int(dp_given) if dp_given else 1
+    pp = _int(row, "pp_size", 1) or 1
+    moe_tp = _int(row, "moe_tp_size", 0)
+    moe_ep = _int(row, "moe_ep_size", 0)
+    if tp < 1:
+        raise RowNotExpressible("parallel layout not expressible", f"tp_size {tp}")
+    out = {"tensor_parallel_size": tp, "pipeline_parallel_size": pp, "data_parallel_size": dp,
+           "enable_expert_parallel": False}
+    if not is_moe or (moe_tp <= 0 and moe_ep <= 0):
+        # A dense model: the MoE columns mean nothing (0 or 1 in the file). A model kvplan does
+        # not know (None): plain TP; the replay then skips it as an unknown model.
+        return out
+    moe_tp, moe_ep = max(moe_tp, 1), max(moe_ep, 1)
+    if not dp_given and moe_tp * moe_ep != tp and (moe_tp * moe_ep) % tp == 0:
+        # The older rows (vLLM 0.12, Qwen3-235B) leave attention_dp_size empty and some have
+        # tp_size 1 with moe_tp_size 2: the layout's invariant tp x dp = moe_tp x moe_ep says dp.
+        dp = out["data_parallel_size"] = moe_tp * moe_ep // tp
+        dp_inferred = True
+    else:
+        dp_inferred = False
+    if moe_tp * moe_ep != tp * dp:
+        raise RowNotExpressible("parallel layout not expressible",
+                                f"moe_tp {moe_tp} x moe_ep {moe_ep} != tp {tp} x attention dp {dp}")
+    if moe_ep > 1 and moe_tp > 1:
+        raise RowNotExpressible("parallel layout not expressible",
+                                f"MoE TP {moe_tp} x EP {moe_ep}: kvplan spreads experts over EP "
+                                f"only or splits them by TP only")
+    if moe_ep == 1 and dp > 1:
+        raise RowNotExpressible("parallel layout not expressible",
+                                f"attention DP {dp}{' (inferred: attention_dp_size empty)' if dp_inferred else ''} "
+                                f"x TP {tp} with experts split by MoE TP {moe_tp}, no EP: kvplan "
+                                f"spreads a DP deployment's experts whole")
+    out["enable_expert_parallel"] = moe_ep > 1
+    return out
+
+
+def client_concurrency(row: Mapping, dp: int) -> int:
+    """The number of clients: ``silicon_concurrency`` from ``silicon_data_source`` where it is
+    recorded, else ``batch_size`` x attention DP. AIConfigurator's agg ``batch_size`` is per
+    attention-DP rank: in every row that records both, silicon_concurrency = batch_size x
+    attention_dp_size (1,228 vLLM agg rows with DP 1 or empty, 36 with DP 2, 61 with DP 4; 3 rows
+    record no concurrency)."""
+    m = re.search(r"silicon_concurrency=(\d+)", _text(row, "silicon_data_source"))
+    if m:
+        return int(m.group(1))
+    return _int(row, "batch_size", 0) * max(dp, 1)
+
+
+def _is_moe(model: str) -> Optional[bool]:
+    """Whether kvplan's spec of ``model`` is a mixture of experts (None: kvplan does not know
+    the model; the simulation then reports the unknown model as the skip reason)."""
+    from sim.catalog.models import get_model
+
+    try:
+        return bool(get_model(model).is_moe)
+    except KvplanError:
+        return None
+
+
+def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
+                 warmup_per_client: int = DEFAULT_WARMUP_PER_CLIENT, output_cv: float = 0.0,
+                 checkpoint_quant: Optional[Callable[[str], Optional[dict]]] = None,
+                 is_moe: Optional[Callable[[str], Optional[bool]]] = None) -> ReplayPoint:
+    """One CSV row -> the kvplan scenario that replays it (``RowNotExpressible`` when kvplan's
+    config cannot say it). Deterministic; reads nothing but the package's model configs
+    (``checkpoint_quant`` and ``is_moe`` replace those look-ups in tests). ``output_cv`` > 0 is
+    a sensitivity check, not the measurement: output lengths lognormal around ``osl`` with that
+    CV (clipped to osl x (1 +- 6 CV)), which breaks the lock-step of N clients with identical
+    lengths that a deterministic simulation otherwise keeps forever."""
+    checkpoint_quant = checkpoint_quant or checkpoint_quantization
+    is_moe = is_moe or _is_moe
+    notes: list[str] = []
+    system = _text(row, "system")
+    hardware = HARDWARE_OF.get(system)
+    if hardware is None:
+        raise RowNotExpressible("hardware not mapped", f"system {system!r} has no kvplan hardware")
+    model_path = _text(row, "model_path")
+    model = CHECKPOINT_ALIASES.get(model_path, model_path)
+    if model != model_path:
+        notes.append(f"model {model_path} simulated as {model} (same architecture)")
+    weights, note = weights_quantization(_text(row, "gemm_quant_mode"), _text(row, "moe_quant_mode"),
+                                         checkpoint_quant(model_path))
+    if note:
+        notes.append(note)
+    version, note = engine_version(row)
+    if note:
+        notes.append(note)
+    parallel = parallel_layout(row, is_moe(model))
+    clients = client_concurrency(row, parallel["data_parallel_size"])
+    isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
+    if clients < 1 or isl < 1 or osl < 2:
+        raise RowNotExpressible("bad row", f"batch_size {clients}, isl {isl}, osl {osl}")
+    if clients > 256:
+        notes.append(f"N = {clients} > 256: AIConfigurator's genai-perf runner passes --max-threads 256, "
+                     f"so fewer requests may have been in flight and TTFT may include time queued in the client")
+    if "silicon_concurrency=" not in _text(row, "silicon_data_source"):
+        notes.append(f"no silicon_concurrency recorded: N = batch_size x attention DP = {clients}")
+    warmup = warmup_per_client * clients
+    out_len: dict = {"dist": "fixed", "mean": osl, "min": osl, "max": osl}
+    longest = osl
+    if output_cv > 0:
+        longest = int(math.ceil(osl * (1 + 6 * output_cv)))
+        out_len = {"dist": "lognormal", "mean": osl, "cv": output_cv,
+                   "min": max(2, int(osl * (1 - 6 * output_cv))), "max": longest}
+        notes.append(f"sensitivity: output lengths lognormal, mean {osl}, CV {output_cv} (not the measurement's)")
+    config = {
+        "model": model,
+        "hardware": hardware,
+        "dtype": "bfloat16",
+        "quantization": {"weights": weights},
+        "engine": {"name": "vllm", "version": version},
+        "parallel": parallel,
+        "kv_cache": {"max_model_len": isl + longest, "dtype": "auto"},
+        "workload": {
+            "num_requests": warmup + requests_per_client * clients,
+            "arrival": {"process": "closed", "concurrency": clients, "think_time_s": 0},
+            "input_len": {"dist": "fixed", "mean": isl, "min": isl, "max": isl},
+            "output_len": out_len,
+        },
+    }
+    return ReplayPoint(row_id=_text(row, "id"), partition=partition_of(row), config=config,
+                       warmup=warmup, silicon_ttft_ms=_num(row, "silicon_ttft_ms") or math.nan,
+                       silicon_tpot_ms=_num(row, "silicon_tpot_ms") or math.nan, notes=notes)
+
+
+# --- replay -------------------------------------------------------------------------------------
+
+
+def skip_kind(exc: BaseException) -> str:
+    """A short reason for a skipped row, for the table of reasons."""
+    if isinstance(exc, RowNotExpressible):
+        return exc.kind
+    msg = str(exc)
+    if isinstance(exc, DoesNotFitError):
+        return "does not fit in GPU memory"
+    if msg.startswith("model: unknown model"):
+        return "unknown model"
+    if msg.startswith("model:"):
+        return "model not modelled"
+    if msg.startswith("quantization.weights"):
+        return "unsupported quantisation on this GPU"
+    if msg.startswith("engine."):
+        return "engine release not modelled"
+    return f"{type(exc).__name__}: {msg.split(':')[0][:60]}"
+
+
+def _short(msg: object, n: int = 300) -> str:
+    msg = " ".join(str(msg).split())
+    return msg if len(msg) <= n else msg[:n - 3] + "..."
+
+
+def measured_means(requests: Sequence, warmup: int) -> tuple[Optional[float], Optional[float], int]:
+    """Mean TTFT and TPOT (ms) of the finished requests after the first ``warmup`` sent."""
+    order = sorted(range(len(requests)), key=lambda i: (requests[i].arrival_time, i))
+    kept = [requests[i] for i in order[warmup:]]
+    ttft = [r.ttft for r in kept if r.ttft is not None]
+    tpot = [r.tpot for r in kept if r.tpot is not None]
+    return (1000 * statistics.fmean(ttft) if ttft else None,
+            1000 * statistics.fmean(tpot) if tpot else None, len(ttft))
+
+
+def roofline_reason(config: dict) -> str:
+    """Why ``cost_model.source: auto`` fell back to the roofline for this scenario: the
+    operator-table pricer's own one-line refusal."""
+    par = config.get("parallel", {})
+    if par.get("data_parallel_size", 1) > 1 or par.get("enable_expert_parallel"):
+        return "DP attention / expert parallelism: operator tables price plain TP only"
+    from sim.api import resolve_deployment
+
+    strict = json.loads(json.dumps(config))
+    strict["cost_model"] = {"source": "operator_tables"}
+    try:
+        resolve_deployment(strict)
+    except KvplanError as exc:
+        return _short(exc, 200)
+    return "unknown (operator tables accept the scenario)"
+
+
+def replay(point: ReplayPoint, seed: int = 0) -> dict:
+    """Simulate one point; the result row (``status`` replayed or skipped). Only kvplan's own
+    errors (``KvplanError``) skip a row: anything else is a bug and propagates."""
+    from sim.api import simulate
+
+    out: dict[str, Any] = {"id": point.row_id, "system": point.partition[0], "model": point.partition[1],
+                           "precision": point.partition[2], "notes": list(point.notes),
+                           "config": point.config, "warmup_requests": point.warmup,
+                           "silicon_ttft_ms": point.silicon_ttft_ms, "silicon_tpot_ms": point.silicon_tpot_ms}
+    t0 = time.perf_counter()
+    try:
+        res = simulate(point.config, seed=seed)
+    except KvplanError as exc:
+        out.update(status="skipped", skip_reason=skip_kind(exc), error=_short(exc),
+                   wall_s=time.perf_counter() - t0)
+        return out
+    wall = time.perf_counter() - t0
+    s = res.summary
+    ttft, tpot, n = measured_means(res.requests, point.warmup)
+    cm = s.get("cost_model", {})
+    out.update(status="replayed", wall_s=wall, sim_ttft_ms=ttft, sim_tpot_ms=tpot, measured_requests=n,
+               sim_ttft_all_ms=s.get("mean_ttft_ms"), sim_tpot_all_ms=s.get("mean_tpot_ms"),
+               achieved_concurrency=s.get("achieved_concurrency"), completed=s.get("completed"),
+               num_steps=s.get("simulator", {}).get("num_steps"),
+               pricer=cm.get("source"), pricer_description=cm.get("description"),
+               warnings=s.get("warnings"))
+    if cm.get("source") == "roofline":
+        out["roofline_reason"] = roofline_reason(point.config)
+    for m in ("ttft", "tpot"):
+        real, sim = out[f"silicon_{m}_ms"], out[f"sim_{m}_ms"]
+        out[f"{m}_err"] = (sim - real) / real if sim is not None and real and real > 0 else None
+    real, sim = out["silicon_ttft_ms"], out["sim_ttft_all_ms"]
+    out["ttft_all_err"] = (sim - real) / real if sim is not None and real and real > 0 else None
+    return out
+
+
+def _replay_row(args: tuple[dict, dict, int]) -> dict:
+    """Worker entry: map and replay one row (mapping skips included)."""
+    row, opts, seed = args
+    try:
+        point = row_to_point(row, **opts)
+    except (RowNotExpressible, KvplanError) as exc:
+        return {"id": _text(row, "id"), "system": _text(row, "system"), "model": _text(row, "model_path"),
+                "precision": precision_label(row), "status": "skipped", "skip_reason": skip_kind(exc),
+                "error": _short(exc), "wall_s": 0.0,
+                "silicon_ttft_ms": _num(row, "silicon_ttft_ms"), "silicon_tpot_ms": _num(row, "silicon_tpot_ms")}
+    return replay(point, seed)
+
+
+# --- selection ----------------------------------------------------------------------------------
+
+
+def stratified_sample(rows: Sequence[Mapping], n: int, seed: int) -> list[Mapping]:
+    """``n`` rows drawn per partition (GPU x model x precision): one from each partition while
+    ``n`` allows, the rest in proportion to the partitions' sizes (largest remainders), at
+    random within a partition (``seed``); in the file's order."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, r in enumerate(rows):
+        groups[partition_of(r)].append(i)
+    keys = sorted(groups)
+    n = min(n, len(rows))
+    take = {k: 0 for k in keys}
+    if n >= len(keys):
+        for k in keys:
+            take[k] = 1
+    left = n - sum(take.values())
+    if left > 0:
+        spare = {k: len(groups[k]) - take[k] for k in keys}
+        total = sum(spare.values())
+        quota = {k: left * spare[k] / total for k in keys}
+        for k in keys:
+            take[k] += min(spare[k], int(quota[k]))
+        rest = n - sum(take.values())
+        for k in sorted(keys, key=lambda k: (-(quota[k] - int(quota[k])), k)):
+            if rest <= 0:
+                break
+            if take[k] < len(groups[k]):
+                take[k] += 1
+                rest -= 1
+    elif n < len(keys):  # fewer rows than partitions: the largest partitions
+        for k in sorted(keys, key=lambda k: (-len(groups[k]), k))[:n]:
+            take[k] = 1
+    rng = random.Random(seed)
+    chosen: list[int] = []
+    for k in keys:
+        chosen += rng.sample(groups[k], take[k])
+    return [rows[i] for i in sorted(chosen)]
+
+
+# --- report -------------------------------------------------------------------------------------
+
+
+def _stats(rows: Sequence[dict]) -> dict:
+    out: dict[str, Any] = {"n": len(rows)}
+    for m in ("ttft", "tpot", "ttft_all"):
+        errs = [r[f"{m}_err"] for r in rows if r.get(f"{m}_err") is not None]
+        out[f"{m}_mape"] = statistics.fmean(abs(e) for e in errs) if errs else None
+        out[f"{m}_bias"] = statistics.fmean(errs) if errs else None
+        out[f"{m}_median_ape"] = statistics.median(abs(e) for e in errs) if errs else None
+    out["pricer"] = dict(Counter(r.get("pricer") for r in rows))
+    walls = [r["wall_s"] for r in rows]
+    out["mean_wall_s"] = statistics.fmean(walls) if walls else None
+    return out
+
+
+def mapping_coverage(rows: Sequence[Mapping], opts: Mapping) -> dict:
+    """Over ``rows`` (every row of the backend, not only those simulated): how many map to a
+    kvplan config, and why the others do not (no simulation: the memory check and the pricer
+    come with the replay)."""
+    reasons: Counter = Counter()
+    for r in rows:
+        try:
+            row_to_point(r, **opts)
+        except (RowNotExpressible, KvplanError) as exc:
+            reasons[skip_kind(exc)] += 1
+    return {"rows": len(rows), "mapped": len(rows) - sum(reasons.values()),
+            "not_mapped": dict(reasons.most_common())}
+
+
+def summarize(results: Sequence[dict], all_rows: Sequence[Mapping]) -> dict:
+    done = [r for r in results if r["status"] == "replayed"]
+    skipped = [r for r in results if r["status"] == "skipped"]
+    by_gpu: dict[str, list] = defaultdict(list)
+    by_part: dict[str, list] = defaultdict(list)
+    by_pricer: dict[str, list] = defaultdict(list)
+    for r in done:
+        by_gpu[r["system"]].append(r)
+        by_part[f"{r['system']} | {r['model']} | {r['precision']}"].append(r)
+        by_pricer[r.get("pricer") or "?"].append(r)
+    reasons = Counter(r["skip_reason"] for r in skipped)
+    skip_detail: dict[str, list] = defaultdict(list)
+    for r in skipped:
+        d = f"{r['system']} | {r['model']} | {r['precision']}: {r['error']}"
+        if d not in skip_detail[r["skip_reason"]] and len(skip_detail[r["skip_reason"]]) < 5:
+            skip_detail[r["skip_reason"]].append(d)
+    roof = Counter(r.get("roofline_reason") for r in done if r.get("pricer") == "roofline")
+    # Time: the mean seconds per attempted row of each partition times the partition's size.
+    part_all = Counter(partition_of(r) for r in all_rows)
+    wall_of: dict[tuple, list] = defaultdict(list)
+    for r in results:
+        wall_of[(r["system"], r["model"], r["precision"])].append(r["wall_s"])
+    overall_mean = statistics.fmean(r["wall_s"] for r in results) if results else 0.0
+    projected = sum(cnt * (statistics.fmean(wall_of[k]) if wall_of.get(k) else overall_mean)
+                    for k, cnt in part_all.items())
+    walls = [r["wall_s"] for r in done]
+    return {
+        "coverage": {"rows": len(all_rows), "attempted": len(results), "replayed": len(done),
+                     "skipped": len(skipped),
+                     "replayed_share": len(done) / len(results) if results else None,
+                     "skip_reasons": dict(reasons.most_common()), "skip_examples": dict(skip_detail)},
+        "overall": _stats(done),
+        "by_gpu": {k: _stats(v) for k, v in sorted(by_gpu.items())},
+        "by_partition": {k: _stats(v) for k, v in sorted(by_part.items())},
+        "by_pricer": {k: _stats(v) for k, v in sorted(by_pricer.items())},
+        "roofline_reasons": dict(roof.most_common()),
+        "time": {"total_wall_s": sum(r["wall_s"] for r in results),
+                 "mean_s_per_replayed_point": statistics.fmean(walls) if walls else None,
+                 "median_s_per_replayed_point": statistics.median(walls) if walls else None,
+                 "max_s_per_replayed_point": max(walls) if walls else None,
+                 "projected_full_run_s_one_process": projected},
+    }
+
+
+def machine() -> dict:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    try:
+        load = os.getloadavg()
+    except OSError:
+        load = None
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpu": cpu,
+            "cpus": cpus, "load_average_at_start": load}
+
+
+def _pct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{100 * x:.1f}%"
+
+
+def _spct(x: Optional[float]) -> str:
+    return "-" if x is None else f"{100 * x:+.1f}%"
+
+
+def _ms(x: Optional[float], nd: int = 0) -> str:
+    return "-" if x is None else f"{x:,.{nd}f}"
+
+
+def _pricers(d: Mapping) -> str:
+    return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1]))
+
+
+def markdown(report: dict) -> str:
+    s, cov = report["summary"], report["summary"]["coverage"]
+    sel = report["selection"]
+    label = (f"**A stratified SAMPLE of {cov['attempted']} of the {cov['rows']} rows** "
+             f"(`--sample {sel['sample']} --seed {sel['seed']}`), not the full matrix"
+             if sel["sample"] else (f"the first {cov['attempted']} rows (`--limit`)" if sel["limit"]
+                                     else f"all {cov['rows']} rows"))
+    lines = [f"# kvplan against AIConfigurator's silicon points ({report['backend']}, agg)", "",
+             f"{label}: `{report['source_csv_name']}` of aiconfigurator-core {report['package_version']}, "
+             f"{report['backend']} `mode == agg` rows replayed as closed loops. Nothing fitted.", "",
+             f"- Command: `{report['command']}`",
+             f"- Machine: {report['machine']['platform']}, {report['machine']['cpu']}, "
+             f"{report['machine']['cpus']} CPUs (load average at start {report['machine']['load_average_at_start']}), "
+             f"Python {report['machine']['python']}, {report['workers']} worker process(es)",
+             f"- Client assumed: N = silicon_concurrency clients (batch_size x attention DP), {report['assumptions']['warmup_per_client']}N warm-up "
+             f"requests dropped, {report['assumptions']['requests_per_client']}N measured, fixed isl/osl, no think time"
+             + (f". **Sensitivity run: output lengths lognormal with CV {report['assumptions']['output_cv']:g}, "
+                f"not the measurement's fixed osl**" if report["assumptions"].get("output_cv") else ""),
+             "", "## Coverage", "",
+             f"{cov['replayed']} of {cov['attempted']} rows replayed ({_pct(cov['replayed_share'])}); "
+             f"{cov['skipped']} skipped:", "", "| skip reason | rows | example |", "|---|---:|---|"]
+    if not cov["skip_reasons"]:
+        lines.append("| (none) | 0 | |")
+    for k, v in cov["skip_reasons"].items():
+        ex = (cov["skip_examples"].get(k) or [""])[0].replace("|", "/")
+        lines.append(f"| {k} | {v} | {ex} |")
+    m = s.get("mapping_all_rows")
+    if m:
+        lines += ["", f"Mapping alone (no simulation) over all {m['rows']} rows: {m['mapped']} map to a kvplan "
+                  f"config" + ("; not mapped: " + ", ".join(f"{k} {v}" for k, v in m["not_mapped"].items())
+                               if m["not_mapped"] else "") + ". Memory (does not fit) is checked by the replay only."]
+    o = s["overall"]
+    head = ("| points | TTFT MAPE | TTFT median APE | TTFT bias | TPOT MAPE | TPOT median APE | TPOT bias "
+            "| TTFT MAPE, all requests | pricer | s / point |",
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|")
+    lines += ["", "## Error (simulated vs measured means; bias = signed mean error)", "",
+              "| GPU " + head[0], head[1]]
+
+    def row(name: str, st: dict) -> str:
+        return (f"| {name} | {st['n']} | {_pct(st['ttft_mape'])} | {_pct(st['ttft_median_ape'])} | "
+                f"{_spct(st['ttft_bias'])} | {_pct(st['tpot_mape'])} | {_pct(st['tpot_median_ape'])} | "
+                f"{_spct(st['tpot_bias'])} | {_pct(st['ttft_all_mape'])} | "
+                f"{_pricers(st['pricer'])} | {st['mean_wall_s']:.2f} |" if st["n"] else f"| {name} | 0 |")
+
+    lines.append(row("**all**", o))
+    for k, st in s["by_gpu"].items():
+        lines.append(row(k, st))
+    lines += ["", "By pricer:", "", "| pricer " + head[0], head[1]]
+    for k, st in s["by_pricer"].items():
+        lines.append(row(k, st))
+    lines += ["", "By GPU x model x precision:", "",
+              "| GPU / model / precision " + head[0], head[1]]
+    for k, st in s["by_partition"].items():
+        lines.append(row(k.replace("|", "/"), st))
+    if s["roofline_reasons"]:
+        lines += ["", "Why the roofline priced (operator tables refused):", ""]
+        for k, v in s["roofline_reasons"].items():
+            lines.append(f"- {v} point(s): {k}")
+    done = [r for r in report["rows"] if r["status"] == "replayed"]
+    if done:
+        lines += ["", "Largest errors (by the larger of the two):", "",
+                  "| row | N | isl / osl | TTFT sim / real ms | TPOT sim / real ms | pricer |", "|---|---:|---|---:|---:|---|"]
+        worst = sorted(done, key=lambda r: -max(abs(r.get("ttft_err") or 0), abs(r.get("tpot_err") or 0)))[:10]
+        for r in worst:
+            w = r["config"]["workload"]
+            lines.append(f"| {r['id']} | {w['arrival']['concurrency']} | {w['input_len']['mean']} / "
+                         f"{w['output_len']['mean']} | {_ms(r['sim_ttft_ms'])} / {_ms(r['silicon_ttft_ms'])} | "
+                         f"{_ms(r['sim_tpot_ms'], 2)} / {_ms(r['silicon_tpot_ms'], 2)} | {r['pricer']} |")
+    t = s["time"]
+    lines += ["", "## Time", "",
+              f"{t['total_wall_s']:.1f} s for {cov['attempted']} rows; per replayed point mean "
+              f"{t['mean_s_per_replayed_point'] or 0:.2f} s, median {t['median_s_per_replayed_point'] or 0:.2f} s, "
+              f"max {t['max_s_per_replayed_point'] or 0:.2f} s. Projected full run of all {cov['rows']} rows in one "
+              f"process (each partition's mean time per row x its rows): {t['projected_full_run_s_one_process'] / 60:.1f} min.",
+              "", "## Assumptions", ""]
+    for k, v in report["assumptions"].items():
+        lines.append(f"- `{k}`: {v}")
+    lines += ["", "Per-row results (config, notes, pricer, errors) are in the JSON beside this file.", ""]
+    return "\n".join(lines)
+
+
+ASSUMPTIONS = {
+    "client": "genai-perf / aiperf style closed loop: N = silicon_concurrency clients (else batch_size x "
+              "attention_dp_size: batch_size is per DP rank), no think time, fixed isl/osl "
+              "(ignore_eos), random prompts (no shared prefix); the CSV records none of the client's settings",
+    "warmup": "the first warmup_per_client x N requests sent are dropped; the drain at the end is kept "
+              "(AIConfigurator's own runner, aiconfigurator/eval/benchmarks/genai_perf_runner.py: genai-perf "
+              "--concurrency N --request-count 10N --warmup-request-count 2N --max-threads 256, chat endpoint, "
+              "ignore_eos, min_tokens = max_tokens = osl)",
+    "server": "vLLM defaults of the release: chunked prefill, batch limits by GPU class, CUDA graphs, "
+              "async scheduling from 0.14, gpu_memory_utilization 0.9, bf16 activations, KV cache in bf16 "
+              "(kv_cache.dtype auto), max_model_len = isl + osl",
+    "quantisation": "fp8 -> fp8_block for block-FP8 checkpoints (MiniMax-M2.5, Qwen3-235B-A22B-FP8), else "
+                    "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16, applied to every linear layer "
+                    "in kvplan, the experts only in Kimi-K2.5's checkpoint); gpt-oss (labelled nvfp4) -> mxfp4, "
+                    "its checkpoint's format",
+    "engine_version": f"the row's backend_version; nightly-* -> kvplan's default {DEFAULT_VLLM_VERSION}; "
+                      f"missing and measured before {PRE_ASYNC_BEFORE} -> {PRE_ASYNC_RELEASE}",
+    "parallel": "tensor_parallel_size = tp_size, data_parallel_size = attention_dp_size, "
+                "enable_expert_parallel = moe_ep_size > 1; operator tables price plain TP only, the "
+                "roofline prices DP attention / EP",
+    "model": "the row's model_path (HF id: catalog alias or the package's config.json); "
+             + ", ".join(f"{k} simulated as {v}" for k, v in CHECKPOINT_ALIASES.items()),
+    "fitting": "none: every number is kvplan's uncalibrated prediction (cost_model.source auto)",
+}
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="vllm", choices=("vllm",),
+                    help="the CSV's backend (sglang: not modelled yet)")
+    ap.add_argument("--csv", type=Path, default=None, help="default: the installed package's silicon_sample.csv")
+    ap.add_argument("--limit", type=int, default=None, help="only the first N rows (after --sample)")
+    ap.add_argument("--sample", type=int, default=None, help="a stratified sample of N rows (GPU x model x precision)")
+    ap.add_argument("--seed", type=int, default=0, help="the sample's seed (the simulations use seed 0)")
+    ap.add_argument("--workers", type=int, default=1, help="processes (default 1)")
+    ap.add_argument("--requests-per-client", type=int, default=DEFAULT_REQUESTS_PER_CLIENT)
+    ap.add_argument("--warmup-per-client", type=int, default=DEFAULT_WARMUP_PER_CLIENT)
+    ap.add_argument("--output-cv", type=float, default=0.0,
+                    help="sensitivity check, not the measurement: output lengths lognormal with this CV "
+                         "around osl (breaks the clients' lock-step); default 0 (fixed, as measured)")
+    ap.add_argument("--out", type=Path, default=None,
+                    help="output stem (default benchmarks/results/silicon_matrix_<backend>): .json and .md")
+    args = ap.parse_args(argv)
+
+    path = args.csv or silicon_csv()
+    if path is None or not path.is_file():
+        print(f"{CSV_NAME}: not found (install aiconfigurator-core: the tables extra)", file=sys.stderr)
+        return 2
+    all_rows = read_rows(path, args.backend)
+    rows: list[Mapping] = list(all_rows)
+    if args.sample:
+        rows = stratified_sample(rows, args.sample, args.seed)
+    if args.limit is not None:
+        rows = rows[:args.limit]
+    opts = {"requests_per_client": args.requests_per_client, "warmup_per_client": args.warmup_per_client,
+            "output_cv": args.output_cv}
+    jobs = [(dict(r), opts, 0) for r in rows]
+    results: list[dict] = []
+    t0 = time.perf_counter()
+    if args.workers > 1:
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(args.workers) as pool:
+            for i, res in enumerate(pool.map(_replay_row, jobs)):
+                results.append(res)
+                _progress(i, len(jobs), res)
+    else:
+        for i, job in enumerate(jobs):
+            res = _replay_row(job)
+            results.append(res)
+            _progress(i, len(jobs), res)
+    elapsed = time.perf_counter() - t0
+    stem = args.out or RESULTS / (f"silicon_matrix_{args.backend}"
+                                  + (f"_output_cv{args.output_cv:g}" if args.output_cv else ""))
+    report = {
+        "benchmark": "benchmarks/silicon_matrix.py", "backend": args.backend, "mode": "agg",
+        "source_csv": str(path), "source_csv_name": f"aiconfigurator_core/systems/{path.name}",
+        "package_version": package_version(),
+        "selection": {"sample": args.sample, "seed": args.seed if args.sample else None, "limit": args.limit,
+                      "kind": ("stratified sample (GPU x model x precision)" if args.sample
+                               else "first rows" if args.limit is not None else "all rows")},
+        "command": " ".join([".venv/bin/python", "benchmarks/silicon_matrix.py", *(argv if argv is not None else sys.argv[1:])]),
+        "machine": machine(), "workers": args.workers, "elapsed_s": elapsed,
+        "assumptions": {**ASSUMPTIONS, "requests_per_client": args.requests_per_client,
+                        "warmup_per_client": args.warmup_per_client, "output_cv": args.output_cv},
+        "summary": {**summarize(results, all_rows), "mapping_all_rows": mapping_coverage(all_rows, opts)},
+        "rows": results,
+    }
+    text = json.dumps(report, indent=1, default=str) + "\n"
+    md = markdown(report)
+    stem.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{stem}.json").write_text(text)
+    Path(f"{stem}.md").write_text(md)
+    print(md)
+    return 0
+
+
+def _progress(i: int, n: int, res: dict) -> None:
+    if res["status"] == "replayed":
+        what = (f"TTFT {res['sim_ttft_ms']:.0f}/{res['silicon_ttft_ms']:.0f} ms "
+                f"TPOT {res['sim_tpot_ms']:.2f}/{res['silicon_tpot_ms']:.2f} ms [{res['pricer']}]")
+    else:
+        what = f"skipped: {res['skip_reason']}"
+    print(f"[{i + 1}/{n}] {res['id']}: {what} ({res['wall_s']:.2f} s)", file=sys.stderr, flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,241 @@
+"""benchmarks/silicon_matrix.py: the AIConfigurator silicon row -> kvplan config mapping on
+hand-written rows (dense FP8 on H100, MoE NVFP4 on B200, DP attention + EP, a nightly build, a
+row without a version, gpt-oss's MXFP4), the skip reasons, the stratified sample, and a tiny
+end-to-end replay of three rows built here (the CSV is only checked to be found when the
+package is installed)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from sim.errors import ConfigError, DoesNotFitError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _load():
+    path = ROOT / "benchmarks" / "silicon_matrix.py"
+    spec = importlib.util.spec_from_file_location("silicon_matrix", path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up while being defined
+    spec.loader.exec_module(mod)
+    return mod
+
+
+sm = _load()
+
+BLOCK_FP8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
+MXFP4 = {"quant_method": "mxfp4"}
+
+
+def row(**kw) -> dict:
+    """A vLLM agg row as csv.DictReader gives it (strings; empty where the CSV is empty)."""
+    base = {"id": "r", "silicon_data_source": "", "backend": "vllm", "backend_version": "0.15.1",
+            "model_path": "meta-llama/Llama-3.1-70B", "system": "h100_sxm", "precision": "fp8",
+            "mode": "agg", "isl": "1024", "osl": "128", "gemm_quant_mode": "fp8",
+            "moe_quant_mode": "fp8", "batch_size": "8.0", "tp_size": "4.0", "pp_size": "1.0",
+            "attention_dp_size": "1.0", "moe_tp_size": "4.0", "moe_ep_size": "1.0",
+            "silicon_ttft_ms": "100.0", "silicon_tpot_ms": "10.0"}
+    base.update({k: str(v) for k, v in kw.items()})
+    return base
+
+
+def point(r: dict, quant=None, moe=None, **kw):
+    """row_to_point with the package look-ups replaced: the checkpoint's quantization_config
+    and whether kvplan's model is a MoE."""
+    return sm.row_to_point(r, checkpoint_quant=lambda m: quant, is_moe=lambda m: moe, **kw)
+
+
+def test_dense_fp8_on_h100():
+    p = point(row(), quant=None, moe=False)
+    c = p.config
+    assert c["model"] == "meta-llama/Llama-3.1-70B" and c["hardware"] == "h100-sxm"
+    assert c["quantization"] == {"weights": "fp8"}  # a bf16 checkpoint under --quantization fp8
+    assert c["dtype"] == "bfloat16" and c["engine"] == {"name": "vllm", "version": "0.15.1"}
+    assert c["parallel"] == {"tensor_parallel_size": 4, "pipeline_parallel_size": 1,
+                             "data_parallel_size": 1, "enable_expert_parallel": False}
+    w = c["workload"]
+    assert w["arrival"] == {"process": "closed", "concurrency": 8, "think_time_s": 0}
+    assert w["input_len"] == {"dist": "fixed", "mean": 1024, "min": 1024, "max": 1024}
+    assert w["output_len"]["mean"] == 128 and w["output_len"]["max"] == 128
+    assert c["kv_cache"]["max_model_len"] >= 1024 + 128
+    # 2N warm-up, then 10N measured (the genai-perf convention of NVIDIA's scripts).
+    assert p.warmup == 16 and w["num_requests"] == 16 + 80
+    assert p.partition == ("h100_sxm", "meta-llama/Llama-3.1-70B", "fp8")
+    assert p.silicon_ttft_ms == 100.0 and p.silicon_tpot_ms == 10.0
+    assert p.notes == ["no silicon_concurrency recorded: N = batch_size x attention DP = 8"]
+    q = point(row(), moe=False, requests_per_client=3, warmup_per_client=1)
+    assert q.warmup == 8 and q.config["workload"]["num_requests"] == 32
+
+
+def test_block_fp8_checkpoint_and_no_quant_mode():
+    r = row(model_path="MiniMaxAI/MiniMax-M2.5", system="h200_sxm", moe_tp_size=4)
+    assert point(r, quant=BLOCK_FP8, moe=True).config["quantization"]["weights"] == "fp8_block"
+    bf16 = row(model_path="Qwen/Qwen3-32B", precision="", gemm_quant_mode="", moe_quant_mode="",
+               moe_tp_size="0.0", moe_ep_size="0.0", attention_dp_size="")
+    p = point(bf16, moe=False)
+    assert p.config["quantization"]["weights"] == "none" and p.partition[2] == "bf16"
+    assert p.config["parallel"]["data_parallel_size"] == 1  # moe columns of a dense model ignored
+
+
+def test_moe_nvfp4_on_b200():
+    r = row(model_path="moonshotai/Kimi-K2.5", system="b200_sxm", precision="fp4",
+            gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size=8, moe_tp_size=8,
+            backend_version="0.17.0", batch_size=32)
+    c = point(r, quant={"quant_method": "compressed-tensors"}, moe=True).config
+    assert c["hardware"] == "b200" and c["quantization"]["weights"] == "nvfp4"
+    assert c["parallel"]["tensor_parallel_size"] == 8 and not c["parallel"]["enable_expert_parallel"]
+    int4 = row(model_path="moonshotai/Kimi-K2.5", system="h200_sxm", precision="int4",
+               gemm_quant_mode="int4_wo", moe_quant_mode="int4_wo", tp_size=8, moe_tp_size=8)
+    assert point(int4, moe=True).config["quantization"]["weights"] == "int4"
+
+
+def test_gpt_oss_labelled_nvfp4_is_its_mxfp4_checkpoint():
+    r = row(model_path="openai/gpt-oss-120b", system="h200_sxm", precision="fp4",
+            gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size=2, moe_tp_size=2)
+    p = point(r, quant=MXFP4, moe=True)
+    assert p.config["quantization"]["weights"] == "mxfp4"
+    assert any("MXFP4" in n for n in p.notes)
+    assert p.partition[2] == "fp4"  # reported under the row's own label
+
+
+def test_dp_attention_with_expert_parallel():
+    # MiniMax on B300: TP 4 x attention DP 4, experts EP 16; batch_size is per DP rank and the
+    # client concurrency (silicon_concurrency) is 4x it.
+    r = row(model_path="MiniMaxAI/MiniMax-M2.5", system="b300_sxm", tp_size=4, attention_dp_size=4,
+            moe_tp_size=1, moe_ep_size=16, batch_size=128, backend_version="0.19.0",
+            silicon_data_source="db-dump/2026-04-27; config_id=734; silicon_concurrency=512; "
+                                "measured=2026-04-17T00:00:00.000Z; vllm/vllm-openai:v0.19.0-cu130")
+    p = point(r, quant=BLOCK_FP8, moe=True)
+    assert p.config["parallel"] == {"tensor_parallel_size": 4, "pipeline_parallel_size": 1,
+                                    "data_parallel_size": 4, "enable_expert_parallel": True}
+    assert p.config["workload"]["arrival"]["concurrency"] == 512
+    assert p.warmup == 1024
+    # More clients than the genai-perf runner's 256 threads: said in a note.
+    assert [n for n in p.notes if "--max-threads 256" in n] == p.notes and len(p.notes) == 1
+    # Without silicon_concurrency: batch_size x attention DP.
+    r["silicon_data_source"] = ""
+    assert point(r, quant=BLOCK_FP8, moe=True).config["workload"]["arrival"]["concurrency"] == 512
+    # EP without DP: TP 2, experts over the same 2 GPUs.
+    ep = row(model_path="MiniMaxAI/MiniMax-M2.5", tp_size=2, moe_tp_size=1, moe_ep_size=2)
+    assert point(ep, quant=BLOCK_FP8, moe=True).config["parallel"]["enable_expert_parallel"] is True
+
+
+def test_nightly_and_missing_versions():
+    r = row(backend_version="nightly-5b8c30d62b754b57",
+            silicon_data_source="image=vllm/vllm-openai:nightly-5b8c; measured=2026-04-03T00:00:00.000Z")
+    p = point(r, moe=False)
+    assert p.config["engine"]["version"] == sm.DEFAULT_VLLM_VERSION
+    assert any("nightly" in n and "default" in n for n in p.notes)
+    old = point(row(backend_version="", silicon_data_source="measured=2025-10-29T00:00:00.000Z"), moe=False)
+    assert old.config["engine"]["version"] == "0.11.0" and any("before vLLM 0.14" in n for n in old.notes)
+    undated = point(row(backend_version=""), moe=False)
+    assert undated.config["engine"]["version"] == sm.DEFAULT_VLLM_VERSION
+
+
+def test_rows_kvplan_cannot_say_are_refused_with_a_reason():
+    with pytest.raises(sm.RowNotExpressible) as e:
+        point(row(system="mi300x"), moe=False)
+    assert e.value.kind == "hardware not mapped"
+    with pytest.raises(sm.RowNotExpressible) as e:
+        point(row(gemm_quant_mode="w4afp8", moe_quant_mode="w4afp8"), moe=False)
+    assert e.value.kind == "quantisation mode not mapped"
+    with pytest.raises(sm.RowNotExpressible) as e:
+        point(row(gemm_quant_mode="fp8", moe_quant_mode="nvfp4"), moe=True)
+    assert e.value.kind == "mixed GEMM / MoE quantisation"
+    with pytest.raises(sm.RowNotExpressible) as e:  # MoE TP x EP hybrid
+        point(row(tp_size=4, moe_tp_size=2, moe_ep_size=2), moe=True)
+    assert e.value.kind == "parallel layout not expressible"
+    with pytest.raises(sm.RowNotExpressible) as e:  # attention DP inferred, experts TP-split
+        point(row(tp_size=1, attention_dp_size="", moe_tp_size=2, moe_ep_size=1), moe=True)
+    assert "inferred" in str(e.value)
+    with pytest.raises(sm.RowNotExpressible) as e:
+        point(row(backend_version="0.9.2"), moe=False)
+    assert e.value.kind == "engine release not modelled"
+
+
+def test_skip_kinds_of_kvplan_errors():
+    assert sm.skip_kind(DoesNotFitError("model x in fp8 weights needs 100 GB ...")) == "does not fit in GPU memory"
+    assert sm.skip_kind(ConfigError("model: unknown model 'acme/x'; allowed: ...")) == "unknown model"
+    assert sm.skip_kind(ConfigError("quantization.weights: h100-sxm cannot run nvfp4 ...")) \
+        == "unsupported quantisation on this GPU"
+    assert sm.skip_kind(ConfigError("kv_cache.block_size: bad")) == "ConfigError: kv_cache.block_size"
+
+
+def test_unknown_model_and_unsupported_quantisation_are_skipped_by_the_replay():
+    # The real look-ups (no package needed: an unknown id is unknown either way).
+    unknown = sm._replay_row((row(model_path="acme/NoSuchModel-7B", precision="", gemm_quant_mode="",
+                                  moe_quant_mode="", tp_size=1), {}, 0))
+    assert unknown["status"] == "skipped" and unknown["skip_reason"] == "unknown model"
+    nvfp4_h100 = sm._replay_row((row(model_path="meta-llama/Llama-3.1-8B", precision="fp4", gemm_quant_mode="nvfp4",
+                                     moe_quant_mode="nvfp4", tp_size=1, moe_tp_size=1), {}, 0))
+    assert nvfp4_h100["skip_reason"] == "unsupported quantisation on this GPU"
+    huge = sm._replay_row((row(model_path="meta-llama/Llama-3.1-70B", precision="", gemm_quant_mode="",
+                               moe_quant_mode="", tp_size=1, moe_tp_size=1), {}, 0))
+    assert huge["skip_reason"] == "does not fit in GPU memory" and "GB" in huge["error"]
+
+
+def test_stratified_sample_covers_every_partition():
+    rows = ([row(id=f"a{i}", system="h100_sxm") for i in range(30)]
+            + [row(id=f"b{i}", system="h200_sxm") for i in range(8)]
+            + [row(id="c0", system="b200_sxm", precision="fp4")])
+    got = sm.stratified_sample(rows, 10, seed=1)
+    assert len(got) == 10 and len({r["id"] for r in got}) == 10
+    parts = [sm.partition_of(r) for r in got]
+    assert parts.count(("b200_sxm", "meta-llama/Llama-3.1-70B", "fp4")) == 1
+    assert parts.count(("h100_sxm", "meta-llama/Llama-3.1-70B", "fp8")) > parts.count(
+        ("h200_sxm", "meta-llama/Llama-3.1-70B", "fp8")) >= 1
+    assert sm.stratified_sample(rows, 10, seed=1) == got  # same seed, same rows
+    assert len(sm.stratified_sample(rows, 2, seed=1)) == 2
+
+
+def test_tiny_end_to_end(tmp_path, monkeypatch):
+    """Three rows replayed through main(): the roofline prices here (the test session points
+    the tables away, tests/conftest.py); a small model, short outputs, few clients."""
+    rows = [row(id="dense", model_path="meta-llama/Llama-3.1-8B", precision="", gemm_quant_mode="",
+                moe_quant_mode="", tp_size=1, moe_tp_size=1, batch_size=2, isl=256, osl=16,
+                silicon_ttft_ms=30.0, silicon_tpot_ms=8.0),
+            row(id="fp8tp2", model_path="meta-llama/Llama-3.1-8B", system="h200_sxm", tp_size=2,
+                moe_tp_size=2, batch_size=4, isl=128, osl=8, backend_version="nightly-abc",
+                silicon_ttft_ms=20.0, silicon_tpot_ms=5.0),
+            row(id="nope", model_path="acme/NoSuchModel-7B", tp_size=1, moe_tp_size=1)]
+    csv_path = tmp_path / "silicon_sample.csv"
+    with open(csv_path, "w", newline="") as fh:
+        import csv
+
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    stem = tmp_path / "out"
+    assert sm.main(["--csv", str(csv_path), "--out", str(stem), "--requests-per-client", "2",
+                    "--warmup-per-client", "1"]) == 0
+    rep = json.loads(Path(f"{stem}.json").read_text())
+    cov = rep["summary"]["coverage"]
+    assert (cov["rows"], cov["replayed"], cov["skipped"]) == (3, 2, 1)
+    assert cov["skip_reasons"] == {"unknown model": 1}
+    by_id = {r["id"]: r for r in rep["rows"]}
+    d = by_id["dense"]
+    assert d["status"] == "replayed" and d["pricer"] == "roofline" and d["completed"] == 6
+    assert d["measured_requests"] == 4 and d["sim_ttft_ms"] > 0 and d["sim_tpot_ms"] > 0
+    assert d["ttft_err"] == pytest.approx(d["sim_ttft_ms"] / 30.0 - 1)
+    assert by_id["fp8tp2"]["config"]["engine"]["version"] == sm.DEFAULT_VLLM_VERSION
+    o = rep["summary"]["overall"]
+    assert o["n"] == 2 and o["ttft_mape"] is not None and o["tpot_mape"] is not None
+    assert set(rep["summary"]["by_gpu"]) == {"h100_sxm", "h200_sxm"}
+    assert rep["machine"]["cpus"] >= 1 and "silicon_matrix.py" in rep["command"]
+    md = Path(f"{stem}.md").read_text()
+    assert "unknown model" in md and "TTFT MAPE" in md
+
+
+def test_the_package_csv_is_found_when_installed():
+    if importlib.util.find_spec("aiconfigurator_core") is None:
+        pytest.skip("aiconfigurator-core is not installed")
+    path = sm.silicon_csv()
+    assert path is not None and path.name == "silicon_sample.csv"
+    rows = sm.read_rows(path, "vllm")
+    assert rows and all(r["backend"] == "vllm" and r["mode"] == "agg" for r in rows)
