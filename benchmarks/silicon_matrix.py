@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import importlib.util
 import json
 import math
 import os
@@ -64,9 +63,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from sim.catalog.engines import DEFAULT_VLLM_VERSION, VLLM_NEWEST, VLLM_OLDEST, parse_version  # noqa: E402
+from sim.catalog.package_models import package_root  # noqa: E402
 from sim.errors import ConfigError, DoesNotFitError, KvplanError  # noqa: E402
 
-PACKAGE = "aiconfigurator_core"
 CSV_NAME = "silicon_sample.csv"
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -120,20 +119,8 @@ class ReplayPoint:
 # --- the CSV ------------------------------------------------------------------------------------
 
 
-def package_dir() -> Optional[Path]:
-    """aiconfigurator-core's package folder, or None when it is not installed (found with
-    ``find_spec``; the package is not imported)."""
-    try:
-        spec = importlib.util.find_spec(PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    return Path(list(spec.submodule_search_locations)[0])
-
-
 def silicon_csv() -> Optional[Path]:
-    pkg = package_dir()
+    pkg = package_root()
     path = pkg / "systems" / CSV_NAME if pkg else None
     return path if path is not None and path.is_file() else None
 
@@ -217,7 +204,7 @@ def engine_version(row: Mapping) -> tuple[str, Optional[str]]:
 def checkpoint_quantization(model_path: str) -> Optional[dict]:
     """The ``quantization_config`` of the package's config.json for ``model_path`` (also under
     ``text_config``), or None (no config shipped, or an unquantised checkpoint)."""
-    pkg = package_dir()
+    pkg = package_root()
     if pkg is None:
         return None
     path = pkg / "model_configs" / f"{model_path.replace('/', '--')}_config.json"

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from pathlib import Path
 from typing import Optional
 
 PACKAGE = "aiconfigurator_core"
@@ -22,20 +23,29 @@ _SUFFIX = "_config.json"
 _QUANT_SUFFIX = "_hf_quant_config.json"  # a quantisation recipe beside a config, not a model
 
 
-def model_configs_dir() -> Optional[str]:
-    """The package's ``model_configs`` folder, or None when the package (or the folder) is
-    absent. Looked up on every call (a directory check), so a test can hide the package."""
+def package_root() -> Optional[Path]:
+    """The installed ``aiconfigurator-core`` package folder, or None when it is not installed.
+
+    Found with ``importlib.util.find_spec``, which locates the package without running its
+    ``__init__`` (that loads a Rust extension kvplan does not use: kvplan reads only the
+    package's data files, its model configs here and its measured tables in
+    ``sim.pricing.table_data``). Looked up on every call, so a test can hide the package."""
     try:
         spec = importlib.util.find_spec(PACKAGE)
     except (ImportError, ValueError):
         return None
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    for root in spec.submodule_search_locations:
-        folder = os.path.join(root, "model_configs")
-        if os.path.isdir(folder):
-            return folder
+    for loc in (spec.submodule_search_locations or []) if spec is not None else []:
+        if os.path.isdir(loc):
+            return Path(loc)
     return None
+
+
+def model_configs_dir() -> Optional[str]:
+    """The package's ``model_configs`` folder, or None when the package (or the folder) is
+    absent."""
+    root = package_root()
+    folder = root / "model_configs" if root is not None else None
+    return str(folder) if folder is not None and folder.is_dir() else None
 
 
 def _file_to_id(filename: str) -> Optional[str]:

@@ -35,6 +35,7 @@ from typing import Optional, Sequence
 
 import numpy as np
 
+from sim.catalog.package_models import PACKAGE, package_root
 from sim.errors import ConfigError, InputFileError
 
 #: Catalog hardware name -> AIConfigurator system folder. GPUs of the catalog not listed here
@@ -57,33 +58,14 @@ TARGET_VLLM: tuple[int, ...] = (0, 15, 1)
 
 #: Environment variable naming the systems folder (``cost_model.tables`` overrides it).
 ENV_TABLES = "KVPLAN_GPU_TABLES"
-#: The PyPI distribution that ships the tables, and where inside it they lie.
-PACKAGE = "aiconfigurator_core"
+#: The PyPI distribution that ships the tables (``PACKAGE`` is its import name), and where
+#: inside it they lie.
 PACKAGE_DIST = "aiconfigurator-core"
 PACKAGE_DATA = ("systems", "data")
 
 
 class TableError(InputFileError):
     """An operator-table folder or file that cannot be used (names the path)."""
-
-
-def package_root() -> Optional[Path]:
-    """The installed ``aiconfigurator-core`` package folder, or None when it is not installed.
-
-    Found with ``importlib.util.find_spec``, which locates the package without running its
-    ``__init__`` (that loads a Rust extension kvplan does not use: kvplan composes the kernels
-    with its own step model and reads only the package's data files)."""
-    import importlib.util
-
-    try:
-        spec = importlib.util.find_spec(PACKAGE)
-    except (ImportError, ValueError):
-        return None
-    locations = list(spec.submodule_search_locations or []) if spec is not None else []
-    for loc in locations:
-        if Path(loc).is_dir():
-            return Path(loc)
-    return None
 
 
 def package_tables_root() -> Optional[Path]:
