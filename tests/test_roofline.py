@@ -4,10 +4,8 @@ held to the properties any step-time model must have."""
 
 from __future__ import annotations
 
-import importlib.util
 import math
 import random
-import sys
 import time
 from dataclasses import fields, replace
 from pathlib import Path
@@ -31,12 +29,9 @@ PROFILES = REPO_ROOT / ".." / "shared" / "gpu_profiles"
 def _load_benchmark():
     """benchmarks/cost_model_vs_vidur.py holds the loader and the comparison, so the test and
     the README table are the same code."""
-    path = REPO_ROOT / "benchmarks" / "cost_model_vs_vidur.py"
-    spec = importlib.util.spec_from_file_location("cost_model_vs_vidur", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while being defined
-    spec.loader.exec_module(mod)
-    return mod
+    from tests.benchmark_module import load_benchmark
+
+    return load_benchmark("cost_model_vs_vidur")
 
 
 @pytest.fixture(scope="module")

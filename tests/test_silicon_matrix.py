@@ -8,26 +8,17 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from sim.errors import ConfigError, DoesNotFitError
 
-ROOT = Path(__file__).resolve().parents[1]
 
 
-def _load():
-    path = ROOT / "benchmarks" / "silicon_matrix.py"
-    spec = importlib.util.spec_from_file_location("silicon_matrix", path)
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up while being defined
-    spec.loader.exec_module(mod)
-    return mod
+from tests.benchmark_module import load_benchmark  # noqa: E402
 
-
-sm = _load()
+sm = load_benchmark("silicon_matrix")
 
 BLOCK_FP8 = {"quant_method": "fp8", "weight_block_size": [128, 128]}
 MXFP4 = {"quant_method": "mxfp4"}
