@@ -530,26 +530,33 @@ def _experts(model_type: str, cfg: dict) -> tuple[int, int, int]:
     return 0, 0, int(cfg["intermediate_size"])
 
 
-def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
+def _common_fields(cfg: dict, max_positions: int, rope_theta: float) -> dict:
+    """The fields every HF decoder config spells the same way (layers, widths, heads, vocab,
+    positions, tied embeddings, rotary base), with the architecture's defaults for the two
+    that configs leave out; each ``_from_*`` adds what its architecture has."""
     hidden = int(cfg["hidden_size"])
     heads = int(cfg["num_attention_heads"])
+    return dict(
+        num_layers=int(cfg["num_hidden_layers"]), hidden_size=hidden, num_heads=heads,
+        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
+        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        vocab_size=int(cfg["vocab_size"]),
+        max_position_embeddings=int(cfg.get("max_position_embeddings", max_positions)),
+        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        rope_theta=float(cfg.get("rope_theta", rope_theta)),
+    )
+
+
+def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
     experts, per_token, ffn = _experts(model_type, cfg)
     return ModelSpec(
         name=name,
-        num_layers=int(cfg["num_hidden_layers"]),
-        hidden_size=hidden,
-        num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
+        **_common_fields(cfg, max_positions=2048, rope_theta=10000.0),
         intermediate_size=ffn,
-        vocab_size=int(cfg["vocab_size"]),
-        max_position_embeddings=int(cfg.get("max_position_embeddings", 2048)),
         gated_mlp=True,
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
         # Qwen2 (and MiMo, built on it) always has q/k/v bias; Llama only with attention_bias.
         qkv_bias=model_type in ("qwen2", "mimo") or bool(cfg.get("attention_bias", False)),
         norm="rmsnorm",
-        rope_theta=float(cfg.get("rope_theta", 10000.0)),
         sliding_window=(int(cfg["sliding_window"]) if cfg.get("sliding_window")
                         and cfg.get("use_sliding_window", model_type == "mistral") else None),
         num_experts=experts,
@@ -604,16 +611,9 @@ def _from_minimax_m2(name: str, cfg: dict) -> ModelSpec:
     if int(cfg.get("shared_intermediate_size") or 0):
         raise ValueError("MiniMax-M2 with a shared expert (shared_intermediate_size > 0) is not "
                          "modelled")
-    hidden = int(cfg["hidden_size"])
-    heads = int(cfg["num_attention_heads"])
     return ModelSpec(
-        name=name, num_layers=layers, hidden_size=hidden, num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        intermediate_size=int(cfg["intermediate_size"]), vocab_size=int(cfg["vocab_size"]),
-        max_position_embeddings=int(cfg.get("max_position_embeddings", 196608)),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        rope_theta=float(cfg.get("rope_theta", 5000000.0)),
+        name=name, **_common_fields(cfg, max_positions=196608, rope_theta=5000000.0),
+        intermediate_size=int(cfg["intermediate_size"]),
         num_experts=int(cfg["num_local_experts"]),
         num_experts_per_tok=int(cfg["num_experts_per_tok"]),
         qk_norm=bool(cfg.get("use_qk_norm", False)),
@@ -624,21 +624,14 @@ def _from_minimax_m2(name: str, cfg: dict) -> ModelSpec:
 def _from_gpt_oss(name: str, cfg: dict) -> ModelSpec:
     """gpt-oss: alternating sliding-window and full attention (``layer_types``), attention
     sinks, a MoE of ``num_local_experts`` (top ``num_experts_per_tok``) in every layer."""
-    hidden = int(cfg["hidden_size"])
-    heads = int(cfg["num_attention_heads"])
     layers = int(cfg["num_hidden_layers"])
     types = cfg.get("layer_types") or ["sliding_attention" if i % 2 == 0 else "full_attention"
                                        for i in range(layers)]
     sliding = sum(t == "sliding_attention" for t in types)
     return ModelSpec(
-        name=name, num_layers=layers, hidden_size=hidden, num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        intermediate_size=int(cfg["intermediate_size"]), vocab_size=int(cfg["vocab_size"]),
-        max_position_embeddings=int(cfg.get("max_position_embeddings", 131072)),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+        name=name, **_common_fields(cfg, max_positions=131072, rope_theta=150000.0),
+        intermediate_size=int(cfg["intermediate_size"]),
         qkv_bias=bool(cfg.get("attention_bias", True)),
-        rope_theta=float(cfg.get("rope_theta", 150000.0)),
         num_experts=int(cfg["num_local_experts"]),
         num_experts_per_tok=int(cfg.get("num_experts_per_tok") or cfg["experts_per_token"]),
         sliding_window=int(cfg["sliding_window"]) if sliding else None,
@@ -653,20 +646,13 @@ def _from_llama4(name: str, cfg: dict) -> ModelSpec:
     if int(cfg.get("interleave_moe_layer_step", 1)) != 1:
         raise ValueError("Llama 4 with dense layers between the MoE ones (interleave_moe_layer_step "
                          "!= 1, Maverick) is not modelled")
-    hidden = int(cfg["hidden_size"])
-    heads = int(cfg["num_attention_heads"])
     layers = int(cfg["num_hidden_layers"])
     rope = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(layers)]
     chunk = cfg.get("attention_chunk_size")
     local = sum(1 for r in rope[:layers] if r) if chunk else 0
     return ModelSpec(
-        name=name, num_layers=layers, hidden_size=hidden, num_heads=heads,
-        num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-        head_dim=int(cfg.get("head_dim") or hidden // heads),
-        intermediate_size=int(cfg["intermediate_size"]), vocab_size=int(cfg["vocab_size"]),
-        max_position_embeddings=int(cfg.get("max_position_embeddings", 131072)),
-        tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-        rope_theta=float(cfg.get("rope_theta", 500000.0)),
+        name=name, **_common_fields(cfg, max_positions=131072, rope_theta=500000.0),
+        intermediate_size=int(cfg["intermediate_size"]),
         num_experts=int(cfg["num_local_experts"]), num_experts_per_tok=int(cfg["num_experts_per_tok"]),
         num_shared_experts=1,
         sliding_window=int(chunk) if local else None, sliding_window_layers=local,
