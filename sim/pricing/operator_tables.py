@@ -50,9 +50,9 @@ from sim.pricing.base import Max, ShapeColumns, StepPricer, register_pricer
 from sim.pricing.features import sampled_rows
 from sim.pricing.roofline import RooflineCostModel
 from sim.pricing.table_data import (
-    GPU_TABLE_DIRS, MISSING_TABLES_NOTE, TableError, default_tables_root, gpu_dir, latest_file,
-    package_tables_root, package_version, read_columns, read_columns_present, table_file,
-    table_files,
+    GPU_ARCH, GPU_TABLE_DIRS, MISSING_TABLES_NOTE, TableError, default_tables_root, gpu_dir,
+    latest_file, package_tables_root, package_version, read_columns, read_columns_present,
+    table_file, table_files,
 )
 
 #: vLLM's custom all-reduce buffer (``CustomAllreduce`` ``max_size``, 8 MiB): bigger messages
@@ -97,6 +97,41 @@ GEMM_DTYPES: dict[str, str] = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": 
 #: runs gpt-oss with on Hopper and the default on Blackwell; INT4 as weight-only).
 MOE_DTYPES: dict[str, str] = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
                               "mxfp4": "w4a16_mxfp4", "int4": "int4_wo"}
+
+
+#: The fused-MoE kernel vLLM runs by default for a weight format, by GPU architecture
+#: (``table_data.GPU_ARCH``; ``"*"``: any), as the tables' ``kernel_source`` names it: the
+#: substrings every matching label holds. The 0.24 tables spell ``vllm_<method>_<backend>_<experts
+#: class>``; older folders' labels name no backend (``vllm_mxfp4_moe``, ``vllm_marlin_int4_moe``)
+#: and their collector ran other kernels: AIConfigurator's pre-0.24 vLLM collector measured
+#: ``int4_wo`` through ``fused_experts`` with ``int4_w4a16_moe_quant_config`` (Triton WNA16,
+#: group 128; 2-5x slower than Marlin on Kimi-K2.5's experts on H200 at 32-8,192 tokens), and its
+#: B200 MXFP4 rows are 3.6x slower than FlashInfer's at every token count. These rows are read
+#: from any version folder, nearest the engine first, before the version-nearest rule.
+#:
+#: - ``mxfp4`` (gpt-oss): ``Mxfp4MoEMethod``, backend by ``get_mxfp4_backend``
+#:   (vllm/model_executor/layers/quantization/mxfp4.py, unchanged in this respect from 0.10.1,
+#:   gpt-oss's release, to 0.24): SM10x with FlashInfer (vLLM's images ship it) ->
+#:   ``SM100_FI_MXFP4_BF16``, FlashInfer's TRT-LLM MXFP4 x BF16 MoE; SM90 -> OpenAI's Triton
+#:   kernels (``triton_kernels``; FlashInfer only under ``VLLM_USE_FLASHINFER_MOE_MXFP4_BF16``);
+#:   other GPUs -> Marlin.
+#: - ``int4`` (W4A16: compressed-tensors WNA16 as Kimi-K2.5's checkpoint, AWQ, GPTQ): the
+#:   Marlin MoE (``CompressedTensorsWNA16MarlinMoEMethod``, ``AWQMarlinMoEMethod``,
+#:   ``GPTQMarlinMoEMethod``) on every CUDA GPU vLLM serves them on.
+DEFAULT_MOE_KERNELS: dict[str, dict[str, tuple[str, ...]]] = {
+    "mxfp4": {"sm100": ("mxfp4_bf16", "trtllmmxfp4experts"), "sm90": ("oaitritonmxfp4experts",),
+              "*": ("marlinexperts",)},
+    "int4": {"*": ("marlinexperts",)},
+}
+
+
+def default_moe_kernel(weight_dtype: str, gpu_folder: str) -> Optional[tuple[str, ...]]:
+    """``DEFAULT_MOE_KERNELS``'s label substrings for this format on this system folder, or
+    None (any kernel: the fastest measured)."""
+    by_arch = DEFAULT_MOE_KERNELS.get(weight_dtype)
+    if not by_arch:
+        return None
+    return by_arch.get(GPU_ARCH.get(gpu_folder, ""), by_arch.get("*"))
 
 
 # --- interpolation primitives ----------------------------------------------------------------
@@ -446,17 +481,27 @@ class OperatorTableCostModel(StepPricer):
         # which also runs per-tensor FP8.
         family = {"fp8": ("fp8", "fp8_block"), "fp8_block": ("fp8", "fp8_block")}.get(want, (want,))
         files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.engine.version)
+        kernel = default_moe_kernel(self.precision.weight_dtype, self.gpu_dir.name)
         found = None
-        for dtypes in dict.fromkeys([family, ("bfloat16",)]):
+        # vLLM's default kernel for the format (any version folder), then the version-nearest
+        # rows of the format, then bf16.
+        attempts = ([(family, kernel)] if kernel else []) + [(d, None) for d in
+                                                               dict.fromkeys([family, ("bfloat16",)])]
+        for dtypes, labels in attempts:
             for path, version in files:
-                c = read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size",
-                                        "topk", "num_experts", "moe_tp_size", "moe_ep_size",
-                                        "distribution", "latency"))
+                c = read_columns_present(path, ("moe_dtype", "num_tokens", "hidden_size",
+                                                "inter_size", "topk", "num_experts", "moe_tp_size",
+                                                "moe_ep_size", "distribution", "latency"),
+                                         ("kernel_source",))
                 sel = (np.isin(c["moe_dtype"], dtypes) & (c["hidden_size"] == m.hidden_size)
                        & (c["inter_size"] == m.intermediate_size)
                        & (c["topk"] == m.num_experts_per_tok) & (c["num_experts"] == m.num_experts)
                        & (c["moe_tp_size"] == tp) & (c["moe_ep_size"] == 1)
                        & (c["distribution"] == self.moe_routing))
+                if labels is not None:
+                    if "kernel_source" not in c:
+                        continue
+                    sel &= np.array([all(x in str(k) for x in labels) for k in c["kernel_source"]])
                 if sel.any():
                     found = (version, c, sel)
                     break
@@ -476,6 +521,8 @@ class OperatorTableCostModel(StepPricer):
         np.minimum.at(ys, np.searchsorted(xs, tokens), lat)
         fastest = {str(d) for d in c["moe_dtype"][sel][np.isin(lat, ys)]}
         self.moe_dtype = dt = "/".join(sorted(fastest))
+        if "kernel_source" in c:
+            self.moe_kernel = "/".join(sorted({str(k) for k in c["kernel_source"][sel][np.isin(lat, ys)]}))
         self.tables_read["moe/moe_perf"] = version
         if not set(fastest) & set(family):
             self._warnings.append(f"operator tables: no {want} MoE rows for {m.name} on "
@@ -891,6 +938,7 @@ class OperatorTableCostModel(StepPricer):
                 "engine": self.engine.label, "tables_read": dict(self.tables_read),
                 "gemm_dtype": self.gemm_dtype,
                 **({"moe_dtype": self.moe_dtype} if hasattr(self, "moe_dtype") else {}),
+                **({"moe_kernel": self.moe_kernel} if hasattr(self, "moe_kernel") else {}),
                 "root": str(self.tables),
                 "from": (f"aiconfigurator-core {package_version()}" if from_package
                          else "cost_model.tables or $KVPLAN_GPU_TABLES")}

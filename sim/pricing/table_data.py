@@ -52,6 +52,15 @@ GPU_TABLE_DIRS: dict[str, str] = {
     "rtx-pro-6000": "rtx_pro_6000_server",
 }
 
+#: AIConfigurator system folder -> the CUDA architecture vLLM sees (``sm90`` Hopper, ``sm100``
+#: the SM10x family, B300's SM103 included, which vLLM's ``is_device_capability_family(100)``
+#: tests): vLLM picks some kernels by it (``DEFAULT_MOE_KERNELS``).
+GPU_ARCH: dict[str, str] = {
+    "a100_sxm": "sm80", "h100_sxm": "sm90", "h200_sxm": "sm90", "b200_sxm": "sm100",
+    "b300_sxm": "sm100", "gb200": "sm100", "gb300": "sm100", "l40s": "sm89",
+    "rtx_pro_6000_server": "sm120",
+}
+
 #: The vLLM release the version folder is chosen for when the caller names none (the shared
 #: real runs used 0.15.1). A scenario passes its ``engine.version``.
 TARGET_VLLM: tuple[int, ...] = (0, 15, 1)

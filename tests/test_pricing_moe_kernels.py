@@ -1,0 +1,89 @@
+"""Which fused-MoE kernel's measured rows price a MoE's experts: the one vLLM runs by default.
+
+What a user relies on: gpt-oss on B200 is priced with FlashInfer's TRT-LLM MXFP4 MoE (vLLM's
+``SM100_FI_MXFP4_BF16``), on H100/H200 with OpenAI's Triton kernels, and an INT4 (W4A16) MoE
+such as Kimi-K2.5 with Marlin, even where the version folder nearest the engine release measured
+another kernel under the same ``moe_dtype`` (AIConfigurator's pre-0.24 collector: a generic
+``vllm_mxfp4_moe`` 3.6x slower on B200, and ``vllm_marlin_int4_moe`` that ran Triton WNA16).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from sim.catalog.engines import get_engine
+from sim.pricing import make_pricer, table_data
+from sim.pricing.operator_tables import default_moe_kernel
+from sim.pricing.table_data import read_columns
+
+PACKAGE = table_data.package_tables_root()
+needs_package = pytest.mark.skipif(PACKAGE is None, reason="aiconfigurator-core is not installed")
+
+
+@pytest.fixture
+def no_env(monkeypatch):
+    monkeypatch.delenv(table_data.ENV_TABLES, raising=False)
+
+
+def test_default_kernel_by_architecture():
+    assert default_moe_kernel("mxfp4", "b200_sxm") == ("mxfp4_bf16", "trtllmmxfp4experts")
+    assert default_moe_kernel("mxfp4", "gb300") == ("mxfp4_bf16", "trtllmmxfp4experts")
+    assert default_moe_kernel("mxfp4", "h100_sxm") == ("oaitritonmxfp4experts",)
+    assert default_moe_kernel("mxfp4", "l40s") == ("marlinexperts",)
+    assert default_moe_kernel("int4", "h200_sxm") == ("marlinexperts",)
+    assert default_moe_kernel("fp8_block", "b200_sxm") is None  # the fastest measured, as before
+
+
+def _rows(path, hidden, inter, experts, topk, tp, dtype, label):
+    c = read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
+                            "num_experts", "moe_tp_size", "moe_ep_size", "distribution",
+                            "kernel_source", "latency"))
+    sel = ((c["moe_dtype"] == dtype) & (c["hidden_size"] == hidden) & (c["inter_size"] == inter)
+           & (c["num_experts"] == experts) & (c["topk"] == topk) & (c["moe_tp_size"] == tp)
+           & (c["moe_ep_size"] == 1) & (c["distribution"] == "balanced")
+           & np.array([label in str(k) for k in c["kernel_source"]]))
+    return dict(zip(c["num_tokens"][sel].tolist(), c["latency"][sel].tolist()))
+
+
+@needs_package
+def test_gpt_oss_on_b200_reads_flashinfer_rows_not_the_nearer_folder(no_env):
+    # vLLM 0.15.1: the 0.19 folder is nearer than 0.24, and measured the experts at TP 1 too.
+    p = make_pricer("operator_tables", "openai/gpt-oss-120b", "b200", dtype="bfloat16",
+                    weight_dtype="mxfp4", engine=get_engine("vllm", "0.15.1"))
+    assert p.table_source()["tables_read"]["moe/moe_perf"] == "0.24.0"
+    assert "flashinfer_trtllm_mxfp4_bf16" in p.moe_kernel
+    d = PACKAGE / "b200_sxm" / "moe" / "vllm"
+    fi = _rows(d / "0.24.0" / "moe_perf.parquet", 2880, 2880, 128, 4, 1, "w4a16_mxfp4", "trtllm")
+    old = _rows(d / "0.19.0" / "moe_perf.parquet", 2880, 2880, 128, 4, 1, "w4a16_mxfp4", "mxfp4")
+    # The experts' curve at a measured token count is that row (isotonic: a monotone table).
+    m = float(p._gemm_m[np.searchsorted(p._gemm_m, 8192)])
+    assert m == 8192
+    got = float(p._gemm_ms["experts"][np.searchsorted(p._gemm_m, 8192)])
+    assert got == pytest.approx(fi[8192], rel=1e-6)
+    assert old[8192] > 3 * fi[8192]  # what the version-nearest rule used to price
+
+
+@needs_package
+def test_gpt_oss_on_hopper_reads_the_triton_rows(no_env):
+    p = make_pricer("operator_tables", "openai/gpt-oss-120b", "h200", dtype="bfloat16",
+                    weight_dtype="mxfp4", engine=get_engine("vllm", "0.18.0"))
+    assert "oaitritonmxfp4experts" in p.moe_kernel
+    assert p.table_source()["tables_read"]["moe/moe_perf"] == "0.24.0"
+
+
+@needs_package
+def test_int4_moe_reads_marlin_rows(no_env):
+    p = make_pricer("operator_tables", "moonshotai/Kimi-K2.5", "h200", dtype="bfloat16",
+                    weight_dtype="int4", tensor_parallel_size=8, engine=get_engine("vllm", "0.16.0"))
+    assert p.moe_kernel.endswith("marlinexperts") and p.moe_dtype == "int4_wo"
+    d = PACKAGE / "h200_sxm" / "moe" / "vllm" / "0.24.0" / "moe_perf.parquet"
+    marlin = _rows(d, 7168, 2048, 384, 8, 8, "int4_wo", "marlinexperts")
+    old = _rows(PACKAGE / "h200_sxm" / "moe" / "vllm" / "0.19.0" / "moe_perf.parquet",
+                7168, 2048, 384, 8, 8, "int4_wo", "marlin_int4")
+    i = int(np.searchsorted(p._gemm_m, 4096))
+    assert p._gemm_m[i] == 4096
+    # The Marlin row (the curve is made non-decreasing in tokens: within a few per cent of it),
+    # not the nearer 0.19 folder's Triton WNA16 row, which is about twice as slow.
+    assert float(p._gemm_ms["experts"][i]) == pytest.approx(marlin[4096], rel=0.05)
+    assert old[4096] > 1.8 * marlin[4096]
