@@ -150,8 +150,25 @@ def resolve_precision(hw: "HardwareSpec", dtype: str = "float16",
                      weight_bytes=weight_bytes, kv_bytes=kv_bytes, compute=compute)
 
 
+#: Weight formats that quantise a mixture of experts' routed experts only: attention, the
+#: router, shared experts, dense MLPs, embeddings and LM head stay in the activation dtype.
+#: ``mxfp4``: vLLM's ``Mxfp4Config`` gives every linear layer ``UnquantizedLinearMethod`` and
+#: only ``FusedMoE`` the MXFP4 method (gpt-oss's ``modules_to_not_convert``: self_attn, router,
+#: embed_tokens, lm_head). ``int4``: the W4A16 MoE checkpoints quantise their experts
+#: (Kimi-K2.5's compressed-tensors ``ignore``: lm_head, ``.*self_attn.*``,
+#: ``.*shared_experts.*``, ``mlp.(gate|up|gate_up|down)_proj``, the dense layers' MLP).
+EXPERTS_ONLY_WEIGHTS: tuple[str, ...] = ("mxfp4", "int4")
+
+
+def experts_only(weight_dtype: Optional[str], is_moe: bool) -> bool:
+    """Whether ``weight_dtype`` quantises only the routed experts of a MoE (``is_moe``)."""
+    w = WEIGHT_ALIASES.get(str(weight_dtype or "").lower(), str(weight_dtype or "").lower())
+    return bool(is_moe) and w in EXPERTS_ONLY_WEIGHTS
+
+
 __all__ = [
     "CANONICAL_DTYPES", "DTYPE_ALIASES", "DTYPES", "DTYPE_BYTES", "DTYPE_COMPUTE", "DTYPE_SHORT",
     "WEIGHT_QUANT", "WEIGHT_DTYPES", "WEIGHT_ALIASES", "FP8_BLOCK_BYTES", "INT4_BYTES", "MXFP4_BYTES", "NVFP4_BYTES", "KV_DTYPES", "KV_CACHE_DTYPES",
-    "resolve_dtype", "dtype_bytes", "Precision", "resolve_precision",
+    "resolve_dtype", "dtype_bytes", "Precision", "resolve_precision", "EXPERTS_ONLY_WEIGHTS",
+    "experts_only",
 ]

@@ -353,7 +353,7 @@ _CATALOG: dict[str, ModelSpec] = {
                num_mtp_layers=1),
         # gpt-oss: every other layer attends to a 128-token window (with attention sinks), MoE
         # of 2880-wide experts, top 4; q/k/v biases. Experts ship in MXFP4
-        # (quantization.weights mxfp4 prices every linear weight so).
+        # (quantization.weights mxfp4 quantises the experts only: ``dtypes.experts_only``).
         _llama("gpt-oss-20b", "openai/gpt-oss-20b", 24, 2880, 64, 8, 2880, 201088, 131072,
                head_dim=64, qkv_bias=True, rope_theta=150000.0, num_experts=32,
                num_experts_per_tok=4, sliding_window=128, sliding_window_layers=12,

@@ -40,6 +40,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence, Union
 
 import numpy as np
 
+from sim.catalog.dtypes import experts_only
 from sim.catalog.engines import EngineRelease, get_engine, version_text
 from sim.catalog.hardware import HardwareSpec, get_hardware
 from sim.catalog.models import ModelSpec, get_model
@@ -347,8 +348,8 @@ class OperatorTableCostModel(StepPricer):
         native = self.precision.compute in ("fp8", "fp4")
         if want is not None and want in available and native:
             return want
-        experts_only = self.model.is_moe and wd in ("mxfp4", "int4")  # gpt-oss, AWQ MoEs
-        if wd not in (None, "auto", self.precision.dtype, "float16", "bfloat16") and not experts_only:
+        dense_16bit = experts_only(wd, self.model.is_moe)  # gpt-oss, Kimi-K2.5 int4
+        if wd not in (None, "auto", self.precision.dtype, "float16", "bfloat16") and not dense_16bit:
             self._warnings.append(f"operator tables: no {wd} GEMM rows measured on "
                                   f"{self.hardware.name} under {self.backend}; dense GEMMs priced "
                                   f"at bfloat16")

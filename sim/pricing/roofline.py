@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
 
-from sim.catalog.dtypes import DTYPE_COMPUTE, resolve_precision
+from sim.catalog.dtypes import DTYPE_COMPUTE, experts_only, resolve_precision
 from sim.catalog.hardware import HardwareSpec, get_hardware
 from sim.catalog.models import ModelSpec, get_model
 from sim.memory_plan import check_parallel, kv_bytes_per_token, kv_heads_per_gpu
@@ -155,10 +155,16 @@ class RooflineCostModel(StepPricer):
         kv = kv_heads_per_gpu(m, tp) * m.head_dim
         ffn = m.intermediate_size / tp
 
-        def gemm(k: float, n: float, wbytes: float) -> _Gemm:
-            return _Gemm(2 * k * n / peak, k * n * wbytes / gemm_bw, (k + n) * ab / gemm_bw)
+        # A format that quantises a MoE's routed experts only (``dtypes.experts_only``: gpt-oss's
+        # MXFP4, Kimi-K2.5's INT4) leaves every other GEMM in the activation dtype, at its rate.
+        expert_wb = p.weight_bytes
+        wb, dense_peak = p.weight_bytes, peak
+        if experts_only(p.weight_dtype, m.is_moe):
+            wb, dense_peak = float(ab), h.flops(DTYPE_COMPUTE[p.dtype]) * e.gemm_compute
 
-        wb = p.weight_bytes
+        def gemm(k: float, n: float, wbytes: float) -> _Gemm:
+            return _Gemm(2 * k * n / dense_peak, k * n * wbytes / gemm_bw, (k + n) * ab / gemm_bw)
+
         self._gemms = {
             "qkv_proj": gemm(hd, q + 2 * kv, wb),
             "o_proj": gemm(q, hd, wb),
@@ -206,7 +212,7 @@ class RooflineCostModel(StepPricer):
             if ep <= 1:
                 self._experts = ExpertLayer(
                     compute_per_row=2 * k_top * hd * (up + ffn) / peak,
-                    weight_per_expert=hd * (up + ffn) * wb / gemm_bw,
+                    weight_per_expert=hd * (up + ffn) * expert_wb / gemm_bw,
                     memory_per_row=k_top * (2 * hd + up + ffn) * ab / gemm_bw,
                     latency=2 * e.gemm_latency_s, num_experts=m.num_experts, top_k=k_top)
             else:
@@ -215,7 +221,7 @@ class RooflineCostModel(StepPricer):
                 up_all, ffn_all, per = m.mlp_in_size, m.intermediate_size, dp / ep
                 self._experts = ExpertLayer(
                     compute_per_row=2 * k_top * hd * (up_all + ffn_all) / peak * per,
-                    weight_per_expert=hd * (up_all + ffn_all) * wb / gemm_bw,
+                    weight_per_expert=hd * (up_all + ffn_all) * expert_wb / gemm_bw,
                     memory_per_row=k_top * (2 * hd + up_all + ffn_all) * ab / gemm_bw * per,
                     latency=2 * e.gemm_latency_s, num_experts=m.num_experts, top_k=k_top,
                     global_rows=dp, local_share=1.0 / ep)
