@@ -428,9 +428,6 @@ def measured_means(requests: Sequence, warmup: int) -> tuple[Optional[float], Op
 def roofline_reason(config: dict) -> str:
     """Why ``cost_model.source: auto`` fell back to the roofline for this scenario: the
     operator-table pricer's own one-line refusal."""
-    par = config.get("parallel", {})
-    if par.get("data_parallel_size", 1) > 1 or par.get("enable_expert_parallel"):
-        return "DP attention / expert parallelism: operator tables price plain TP only"
     from sim.api import resolve_deployment
 
     strict = json.loads(json.dumps(config))
@@ -732,14 +729,15 @@ ASSUMPTIONS = {
               "async scheduling from 0.14, gpu_memory_utilization 0.9, bf16 activations, KV cache in bf16 "
               "(kv_cache.dtype auto), max_model_len = isl + osl",
     "quantisation": "fp8 -> fp8_block for block-FP8 checkpoints (MiniMax-M2.5, Qwen3-235B-A22B-FP8), else "
-                    "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16, applied to every linear layer "
-                    "in kvplan, the experts only in Kimi-K2.5's checkpoint); gpt-oss (labelled nvfp4) -> mxfp4, "
-                    "its checkpoint's format",
+                    "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16 on the routed experts only, "
+                    "as Kimi-K2.5's checkpoint; Marlin MoE rows); gpt-oss (labelled nvfp4) -> mxfp4, "
+                    "its checkpoint's format (experts only; FlashInfer MoE rows on Blackwell, Triton on Hopper)",
     "engine_version": f"the row's backend_version; nightly-* -> kvplan's default {DEFAULT_VLLM_VERSION}; "
                       f"missing and measured before {PRE_ASYNC_BEFORE} -> {PRE_ASYNC_RELEASE}",
     "parallel": "tensor_parallel_size = tp_size, data_parallel_size = attention_dp_size, "
-                "enable_expert_parallel = moe_ep_size > 1; operator tables price plain TP only, the "
-                "roofline prices DP attention / EP",
+                "enable_expert_parallel = moe_ep_size > 1; the operator tables price one DP rank's step "
+                "(TP within it; experts from the MoE table's EP rows at the DP ranks' gathered tokens, "
+                "NCCL all-gather + reduce-scatter over DP), the DP ranks taken as loaded alike",
     "model": "the row's model_path (HF id: catalog alias or the package's config.json); "
              + ", ".join(f"{k} simulated as {v}" for k, v in CHECKPOINT_ALIASES.items()),
     "fitting": "none: every number is kvplan's uncalibrated prediction (cost_model.source auto)",

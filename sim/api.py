@@ -216,15 +216,12 @@ def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], 
                   pipeline_parallel_size=par.pipeline_parallel_size,
                   kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype)
     if kind == "operator_tables":
-        if par.data_parallel_size > 1 or (model.is_moe and par.expert_shards > 1):
-            from sim.pricing.operator_tables import TablesNotCovering
-
-            raise TablesNotCovering("cost_model.source operator_tables: data-parallel attention "
-                                    "and expert parallelism are priced by the roofline")
         return make_pricer("operator_tables", model, sc.hardware, tables=sc.cost_model.tables,
                            max_num_seqs=sc.max_num_seqs, engine=sc.engine.release,
                            speculative=sc.speculative.num_tokens > 0,
-                           moe_routing=sc.cost_model.moe_routing, **common)
+                           moe_routing=sc.cost_model.moe_routing,
+                           expert_parallel_size=par.expert_shards,
+                           data_parallel_size=par.data_parallel_size, **common)
     return make_pricer("roofline", model, sc.hardware,
                        expert_parallel_size=par.expert_shards,
                        data_parallel_size=par.data_parallel_size, **common)

@@ -277,7 +277,8 @@ class OperatorTableCostModel(StepPricer):
                  weight_dtype: Optional[str] = None, tables: Optional[Union[str, Path]] = None,
                  max_num_seqs: int = 256, cuda_graphs: bool = True,
                  async_scheduling: Optional[bool] = None, moe_routing: str = "balanced",
-                 engine: Optional[EngineRelease] = None, speculative: bool = False) -> None:
+                 engine: Optional[EngineRelease] = None, speculative: bool = False,
+                 expert_parallel_size: int = 1, data_parallel_size: int = 1) -> None:
         self.model = m = get_model(model)
         #: The engine release priced: its backend folder, the version folder nearest it, its
         #: capture sizes and (``async_scheduling`` None) its async-scheduling default.
@@ -290,6 +291,15 @@ class OperatorTableCostModel(StepPricer):
         self.hardware = h = get_hardware(hw)
         tp, pp = tensor_parallel_size, pipeline_parallel_size
         self.tensor_parallel_size, self.pipeline_parallel_size = tp, pp
+        #: Data-parallel attention (vLLM's ``--data-parallel-size``): this pricer prices one DP
+        #: rank's step (attention and dense layers over its own tokens, TP within the rank); the
+        #: other ``dp - 1`` ranks are taken as loaded alike. A MoE's experts spread whole over
+        #: ``expert_parallel_size`` GPUs (``parallel.expert_shards``: tp x dp).
+        self.data_parallel_size = dp = data_parallel_size
+        self.expert_parallel_size = ep = expert_parallel_size if m.is_moe else 1
+        if ep > 1 and ep != tp * dp:
+            raise TablesNotCovering(f"cost_model.source operator_tables: experts over {ep} GPUs "
+                                    f"with tp {tp} x dp {dp}: the tables price EP = tp x dp")
         check_parallel(m, tp, pp)
         #: A hybrid model's sliding-window layers (gpt-oss: every other layer, window 128) read
         #: the same attention tables at contexts bounded by the window.
@@ -426,6 +436,10 @@ class OperatorTableCostModel(StepPricer):
                 self._gemm_ms["act_quant"] = quant
         if m.is_moe:
             self._gemm_ms["experts"] = self._moe_curve(ms)
+            if self.expert_parallel_size > 1 and self.data_parallel_size > 1:
+                self._gemm_ms["ep_dispatch"] = self._dispatch_curve(ms)
+                if m.num_dense_layers:
+                    layers["ep_dispatch"] = m.num_moe_layers
         # ``_rows_part`` multiplies a layer's ops by every layer: an op in fewer layers counts
         # for its share of them.
         for op, count in layers.items():
@@ -473,6 +487,10 @@ class OperatorTableCostModel(StepPricer):
         between measured token counts, proportional past the largest, made non-decreasing in
         rows."""
         m, tp = self.model, self.tensor_parallel_size
+        # Expert parallelism: whole experts over EP GPUs (rows measured at MoE TP 1 x EP ep),
+        # each GPU's layer fed the tokens of every DP rank (gathered: ``_dispatch_curve``).
+        ep, dp = self.expert_parallel_size, self.data_parallel_size
+        moe_tp, moe_ep = (1, ep) if ep > 1 else (tp, 1)
         want = MOE_DTYPES.get(self.precision.weight_dtype, "bfloat16")
         # This model's experts are measured in some version folders and dtypes only (on H200,
         # DeepSeek-V3's in bf16 under 0.19 and block FP8 under 0.24): the wanted format in the
@@ -497,7 +515,7 @@ class OperatorTableCostModel(StepPricer):
                 sel = (np.isin(c["moe_dtype"], dtypes) & (c["hidden_size"] == m.hidden_size)
                        & (c["inter_size"] == m.intermediate_size)
                        & (c["topk"] == m.num_experts_per_tok) & (c["num_experts"] == m.num_experts)
-                       & (c["moe_tp_size"] == tp) & (c["moe_ep_size"] == 1)
+                       & (c["moe_tp_size"] == moe_tp) & (c["moe_ep_size"] == moe_ep)
                        & (c["distribution"] == self.moe_routing))
                 if labels is not None:
                     if "kernel_source" not in c:
@@ -512,7 +530,7 @@ class OperatorTableCostModel(StepPricer):
             raise TablesNotCovering(
                 f"cost_model.tables: no MoE rows ({self.moe_routing} routing) measured for {m.name}'s experts "
                 f"({m.num_experts} x {m.hidden_size}x{m.intermediate_size}, top-{m.num_experts_per_tok}) "
-                f"at TP {tp} on {self.hardware.name}")
+                f"at MoE TP {moe_tp} x EP {moe_ep} on {self.hardware.name}")
         version, c, sel = found
         # One shape, several kernels (gpt-oss's MXFP4 experts: Marlin and OpenAI's Triton;
         # block FP8: Triton and FlashInfer): the fastest at each token count, as for GEMMs.
@@ -528,8 +546,31 @@ class OperatorTableCostModel(StepPricer):
         if not set(fastest) & set(family):
             self._warnings.append(f"operator tables: no {want} MoE rows for {m.name} on "
                                   f"{self.hardware.name}; experts priced from the {dt} rows")
-        curve = np.array([_loglog(xs, ys, float(x)) for x in ms])
+        curve = np.array([_loglog(xs, ys, float(x) * dp if ep > 1 else float(x)) for x in ms])
         return _isotonic(curve)
+
+    def _dispatch_curve(self, ms: np.ndarray) -> np.ndarray:
+        """Milliseconds per MoE layer of moving the DP ranks' tokens to the experts and back at
+        each row count ``ms`` of this rank: vLLM's default all2all backend under DP + EP
+        (``allgather_reducescatter``; ``naive`` before it broadcasts the same bytes) gathers
+        every DP rank's hidden states on each GPU before the experts and reduce-scatters their
+        outputs after, over the DP group: the NCCL tables' ``all_gather`` and ``reduce_scatter``
+        of ``dp x rows x hidden`` 16-bit elements (``message_size`` is the gathered tensor, as
+        nccl-tests count it) on ``dp`` GPUs, log-log between measured sizes. The TP all-reduce
+        after the MoE is the layer's second all-reduce, priced already."""
+        dp, hidden = self.data_parallel_size, self.model.hidden_size
+        nc = read_columns(latest_file(self.gpu_dir / "comm" / "nccl", "nccl_perf"),
+                          ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency"))
+        total = np.zeros_like(ms, dtype=float)
+        for op in ("all_gather", "reduce_scatter"):
+            s = (nc["op_name"] == op) & (nc["nccl_dtype"] == "half") & (nc["num_gpus"] == dp)
+            if not s.any():
+                raise TablesNotCovering(f"cost_model.tables: no NCCL {op} measured on {dp} GPUs "
+                                        f"of {self.hardware.name} (DP attention + EP)")
+            o = np.argsort(nc["message_size"][s])
+            xs, ys = nc["message_size"][s][o].astype(float), nc["latency"][s][o].astype(float)
+            total += np.array([_loglog(xs, ys, max(float(x) * dp * hidden, 1.0)) for x in ms])
+        return total
 
     @staticmethod
     def _gemm_cube(c: dict, dt: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -904,7 +945,10 @@ class OperatorTableCostModel(StepPricer):
         return (f"operator tables (AIConfigurator, {self.backend} {self.version} tables for "
                 f"{self.engine.label}, {self.gpu_dir.name}; "
                 f"{self.model.name}, {p.dtype} GEMMs as {self.gemm_dtype}, kv {p.kv_cache_dtype}, "
-                f"tp={self.tensor_parallel_size}, {mode} up to {self.max_capture} tokens, "
+                f"tp={self.tensor_parallel_size}"
+                + (f", dp={self.data_parallel_size}" if self.data_parallel_size > 1 else "")
+                + (f", ep={self.expert_parallel_size}" if self.expert_parallel_size > 1 else "")
+                + f", {mode} up to {self.max_capture} tokens, "
                 f"async scheduling {'on' if self.async_scheduling else 'off'}"
                 + (f", MoE experts from the fused-MoE table, {self.moe_routing} routing"
                    if self.model.is_moe else "") + ")")
