@@ -84,6 +84,8 @@ def run_validation(profile_path: Union[str, Path], rate: float, num_requests: in
         "speculative": {"num_tokens": num_speculative_tokens},
         "cost_model": {"profile": str(profile_path)},
         "workload": {"num_requests": num_requests},
+        # The replay is in-process (LLM.replay): no API server between the requests and the engine.
+        "engine": {"frontend": "none"},
     })
     args = EngineArgs.from_scenario(scenario, model or prof.model_spec, dtype=prof.dtype,
                                     device=prof.device, max_model_len=None,

@@ -205,6 +205,18 @@ def http_overhead(run: LoadRun) -> dict[str, Any]:
     return out
 
 
+def modelled_front_end(config: dict, requests: Sequence[Request]) -> dict[str, Any]:
+    """What the simulator put in place of the HTTP path (``engine.frontend``;
+    ``sim.catalog.frontends``): its terms and their mean over these requests' prompts, to set
+    beside the measured overhead. The queueing at the API server under load comes on top."""
+    from sim.scenario import Scenario
+
+    fe = Scenario.from_dict(config).engine.front_end
+    mean_prompt = float(np.mean([r.prompt_len for r in requests])) if requests else 0.0
+    return {"modelled": fe.summary(), "modelled_ttft_ms": 1000 * fe.ingress_s(0) + 1000 * fe.tokenize_s_per_token * mean_prompt,
+            "modelled_mean_prompt": mean_prompt}
+
+
 # --- the command's work --------------------------------------------------------------------
 
 
@@ -239,6 +251,7 @@ def validate_endpoint(run: LoadRun, workload: Sequence[Request], bench: Path, ou
     metrics = [{"name": k, "real": real[k], "predicted": pred[k]} for k in real
                if _finite(real[k]) and _finite(pred.get(k))]
     overhead = http_overhead(run)
+    overhead.update(modelled_front_end(result.config, twins))
     s = result.summary
     cm = s.get("cost_model") or {}
     hardware, dtype = result.config["hardware"], result.config["dtype"]

@@ -276,13 +276,20 @@ def _engine_sets(policy: str, max_num_seqs: int, max_num_batched_tokens: Optiona
 
 
 def print_overhead(overhead: dict) -> None:
-    """One line: how much of the client's TTFT the server did not see."""
+    """How much of the client's TTFT the server did not see, and what the simulator put in its
+    place (the front-end model's terms)."""
     if overhead.get("ttft_ms") is None:
         typer.echo(f"HTTP overhead: {overhead['method']}")
-        return
-    e2e = overhead.get("e2el_ms")
-    typer.echo(f"HTTP overhead: {overhead['ttft_ms']:.1f} ms of TTFT (client mean {overhead['client_mean_ttft_ms']:.1f} ms, "
-               f"server {overhead['server_mean_ttft_ms']:.1f} ms)"
-               + ("" if e2e is None else f", {e2e:.1f} ms of E2E") + f"; {overhead['method']}")
+    else:
+        e2e = overhead.get("e2el_ms")
+        typer.echo(f"HTTP overhead: {overhead['ttft_ms']:.1f} ms of TTFT (client mean {overhead['client_mean_ttft_ms']:.1f} ms, "
+                   f"server {overhead['server_mean_ttft_ms']:.1f} ms)"
+                   + ("" if e2e is None else f", {e2e:.1f} ms of E2E") + f"; {overhead['method']}")
+    fe = overhead.get("modelled")
+    if fe is not None:
+        typer.echo(f"Front end simulated ({fe['name']}): {overhead['modelled_ttft_ms']:.2f} ms of TTFT before queueing "
+                   f"(request {fe['request_ms']:g} ms + tokenise {fe['tokenize_us_per_token']:g} us x "
+                   f"{overhead['modelled_mean_prompt']:.0f} prompt tokens), stream {fe['stream_us_per_chunk']:g} us "
+                   f"per chunk; engine.frontend_* keys change them")
     if overhead.get("caution"):
         typer.echo(f"caution: {overhead['caution']}")

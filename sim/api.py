@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional, Sequence, Union
 
 from sim import config as config_mod
 from sim.simulation import STEP_COLUMNS, Simulation
+from sim.catalog.frontends import FrontEnd, get_frontend
 from sim.errors import ConfigError
 from sim.metrics import offload_summary, summarize, summary_of
 from sim.policies.kv import make_allocator
@@ -61,6 +62,8 @@ class Deployment:
     #: Seconds from a request's arrival to the scheduler (``cost_model.request_overhead_ms``
     #: plus a real-run profile's): work outside the engine, added to TTFT and E2E.
     request_overhead_s: float = 0.0
+    #: The API server in front of the engine (``engine.frontend``; ``sim.catalog.frontends``).
+    frontend: FrontEnd = field(default_factory=lambda: get_frontend("none"))
 
 
 def request_row(r: Request, replica: int = 0) -> dict:
@@ -153,7 +156,8 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
         slots = kv.num_gpu_blocks * kv.block_size
         memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
     cost, source, base, overhead_ms = _make_cost_model(sc, model, weight_dtype)
-    return Deployment(model, hw, memory, cost, par.gpus_per_replica, source, base, overhead_ms / 1000)
+    return Deployment(model, hw, memory, cost, par.gpus_per_replica, source, base, overhead_ms / 1000,
+                      sc.engine.front_end)
 
 
 def _make_cost_model(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
@@ -476,7 +480,8 @@ def cost_model_summary(dep: Deployment) -> dict:
     out = {"source": dep.cost_model_source, "description": dep.cost_model.describe(),
            "known_error": known() if callable(known) else None,
            "step_scale": dep.cost_model.scale if isinstance(dep.cost_model, ScaledPricer) else 1.0,
-           "request_overhead_ms": dep.request_overhead_s * 1000}
+           "request_overhead_ms": dep.request_overhead_s * 1000,
+           "frontend": dep.frontend.summary()}
     if dep.cost_model_base is not None:  # a profile fitted to real runs adjusts this pricer
         out["base"] = dep.cost_model_base
     inner = dep.cost_model.base if isinstance(dep.cost_model, ScaledPricer) else dep.cost_model
@@ -566,12 +571,18 @@ def new_simulation(sc: Scenario, dep: "Deployment", requests: list[Request], sch
     caller (the autoscaled fleet too) sends the workload as configured."""
     if "clients" not in hooks:
         hooks["clients"] = client_groups(sc, len(requests))
-    return Simulation(requests, schedulers, dep.cost_model.step_time, router=router,
+    pricer, fe = dep.cost_model, dep.frontend
+    if fe.stream_s_per_chunk > 0:
+        from sim.pricing.adjusted import FrontEndFloor
+
+        pricer = FrontEndFloor(pricer, fe.stream_s_per_chunk)
+    return Simulation(requests, schedulers, pricer.step_time, router=router,
                       spec_samplers=samplers, draft_cost_ratio=sc.speculative.draft_cost_ratio,
                       progress=progress, fast_decode=fast_decode,
                       async_scheduling=async_scheduling_of(sc, dep),
                       request_overhead=dep.request_overhead_s,
-                      decode_pricer=getattr(dep.cost_model, "decode_context_pricer", None), **hooks)
+                      ingress=fe.ingress,
+                      decode_pricer=getattr(pricer, "decode_context_pricer", None), **hooks)
 
 
 def _list(values: Optional[Sequence[float]]) -> Optional[list[float]]:

