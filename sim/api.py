@@ -224,6 +224,10 @@ def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], 
                            max_num_seqs=sc.max_num_seqs, engine=sc.engine.release,
                            speculative=sc.speculative.num_tokens > 0,
                            moe_routing=sc.cost_model.moe_routing,
+                           # An explicit scheduler.async_scheduling prices the CPU's per-step
+                           # work as overlapped (true) or added (false); auto: the release's default.
+                           async_scheduling=(None if sc.scheduler.async_scheduling == "auto"
+                                             else bool(sc.scheduler.async_scheduling)),
                            expert_parallel_size=par.expert_shards,
                            data_parallel_size=par.data_parallel_size, **common)
     return make_pricer("roofline", model, sc.hardware,

@@ -399,3 +399,20 @@ def test_moe_shapes_the_tables_do_not_cover_fall_back_or_fail_in_one_line(tmp_pa
     with pytest.raises(KvplanError) as exc:
         resolve_deployment(build_scenario({**base, "cost_model": {"source": "operator_tables"}}))
     assert "MoE rows" in str(exc.value) and "\n" not in str(exc.value)
+
+
+def test_an_explicit_async_scheduling_reaches_the_table_pricer(tables):
+    """``scheduler.async_scheduling: false`` on a release that defaults it on (0.24) prices the
+    CPU's per-step work as added to the GPU's, not overlapped; ``auto`` keeps the release's."""
+    base = {"model": "llama-2-7b", "hardware": "h100-sxm", "dtype": "float16",
+            "cost_model": {"source": "operator_tables", "tables": str(tables)}}
+    shape = StepShape(num_decode_seqs=32, decode_context_tokens=32 * 512)
+    prices = {}
+    for value in ("auto", True, False):
+        dep = resolve_deployment({**base, "scheduler": {"async_scheduling": value}})
+        assert dep.cost_model.async_scheduling is (value if value != "auto" else True)
+        prices[value] = dep.cost_model.price(shape)
+    assert prices["auto"] == prices[True]
+    parts = resolve_deployment({**base, "scheduler": {"async_scheduling": False}}).cost_model.breakdown(shape)
+    # Synchronous: the CPU's work adds to the step instead of hiding under the GPU's.
+    assert 0 < prices[False] - prices[True] <= parts["cpu"] * (1 + 1e-9)
