@@ -114,6 +114,9 @@ class ReplayPoint:
     silicon_ttft_ms: float
     silicon_tpot_ms: float
     notes: list[str] = field(default_factory=list)
+    #: ``spread``: the clients start one by one over one request's lifetime (``ramp_up``);
+    #: ``together``: all at t=0.
+    phases: str = "spread"
 
 
 # --- the CSV ------------------------------------------------------------------------------------
@@ -325,6 +328,7 @@ def _is_moe(model: str) -> Optional[bool]:
 
 def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
                  warmup_per_client: int = DEFAULT_WARMUP_PER_CLIENT, output_cv: float = 0.0,
+                 phases: str = "spread",
                  checkpoint_quant: Optional[Callable[[str], Optional[dict]]] = None,
                  is_moe: Optional[Callable[[str], Optional[bool]]] = None) -> ReplayPoint:
     """One CSV row -> the kvplan scenario that replays it (``RowNotExpressible`` when kvplan's
@@ -386,7 +390,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     }
     return ReplayPoint(row_id=_text(row, "id"), partition=partition_of(row), config=config,
                        warmup=warmup, silicon_ttft_ms=_num(row, "silicon_ttft_ms") or math.nan,
-                       silicon_tpot_ms=_num(row, "silicon_tpot_ms") or math.nan, notes=notes)
+                       silicon_tpot_ms=_num(row, "silicon_tpot_ms") or math.nan, notes=notes, phases=phases)
 
 
 # --- replay -------------------------------------------------------------------------------------
@@ -450,6 +454,11 @@ def replay(point: ReplayPoint, seed: int = 0) -> dict:
                            "silicon_ttft_ms": point.silicon_ttft_ms, "silicon_tpot_ms": point.silicon_tpot_ms}
     t0 = time.perf_counter()
     try:
+        if point.phases == "spread":
+            ramp = ramp_up(point.config)
+            point.config["workload"]["arrival"]["ramp_up_s"] = round(ramp, 6)
+            out["notes"].append(f"clients started one by one over {ramp:.3g} s (one request's lifetime on an "
+                                f"idle server at this concurrency): phases spread")
         res = simulate(point.config, seed=seed)
     except KvplanError as exc:
         out.update(status="skipped", skip_reason=skip_kind(exc), error=_short(exc),
@@ -473,6 +482,27 @@ def replay(point: ReplayPoint, seed: int = 0) -> dict:
     real, sim = out["silicon_ttft_ms"], out["sim_ttft_all_ms"]
     out["ttft_all_err"] = (sim - real) / real if sim is not None and real and real > 0 else None
     return out
+
+
+def ramp_up(config: dict) -> float:
+    """One request's lifetime, priced before any simulation: its prefill alone, then ``osl - 1``
+    decode steps of the N clients at half their output. Starting client k at k/N of it spreads the
+    clients' phases over a cycle, the steady state of a closed loop whose clients have drifted
+    apart. Started together, N identical clients stay in step for ever in a deterministic
+    simulation (their last tokens are one decode step apart, so their next prompts arrive
+    together and queue behind each other's prefills), and the measured TTFTs say the real ones
+    did not: at c4 with 8k prompts they are 1.0-1.3 times one prefill, where the lock-step gives
+    2.5-4 (``--phases together`` shows it)."""
+    from sim.api import resolve_deployment
+    from sim.policies.step import StepShape
+
+    w = config["workload"]
+    isl, osl, n = int(w["input_len"]["mean"]), int(w["output_len"]["mean"]), int(w["arrival"]["concurrency"])
+    price = resolve_deployment(config).cost_model.price
+    prefill = price(StepShape(num_prefill_tokens=isl, num_prefill_seqs=1,
+                              prefill_attention_work=isl * (isl + 1) // 2))
+    decode = price(StepShape(num_decode_seqs=n, decode_context_tokens=n * (isl + osl // 2)))
+    return prefill + (osl - 1) * decode
 
 
 def _replay_row(args: tuple[dict, dict, int]) -> dict:
@@ -651,7 +681,9 @@ def markdown(report: dict) -> str:
              f"{report['machine']['cpus']} CPUs (load average at start {report['machine']['load_average_at_start']}), "
              f"Python {report['machine']['python']}, {report['workers']} worker process(es)",
              f"- Client assumed: N = silicon_concurrency clients (batch_size x attention DP), {report['assumptions']['warmup_per_client']}N warm-up "
-             f"requests dropped, {report['assumptions']['requests_per_client']}N measured, fixed isl/osl, no think time"
+             f"requests dropped, {report['assumptions']['requests_per_client']}N measured, fixed isl/osl, no think time, "
+             + ("clients started one by one over one request's lifetime (phases spread; `--phases together` for all at t=0)"
+                if report["assumptions"].get("phases", "spread") == "spread" else "**all clients started at t=0 (`--phases together`)**")
              + (f". **Sensitivity run: output lengths lognormal with CV {report['assumptions']['output_cv']:g}, "
                 f"not the measurement's fixed osl**" if report["assumptions"].get("output_cv") else ""),
              "", "## Coverage", "",
@@ -721,6 +753,10 @@ ASSUMPTIONS = {
     "client": "genai-perf / aiperf style closed loop: N = silicon_concurrency clients (else batch_size x "
               "attention_dp_size: batch_size is per DP rank), no think time, fixed isl/osl "
               "(ignore_eos), random prompts (no shared prefix); the CSV records none of the client's settings",
+    "phases": "the N clients start one by one over one request's lifetime priced on an idle server (prefill + "
+              "(osl - 1) decode steps at N): their phases spread over a cycle, as the measured TTFTs say the real "
+              "clients' were (at c4 with 8k prompts, 1.0-1.3 prefills, where clients started together and kept in "
+              "step by fixed lengths give 2.5-4); --phases together starts them all at t=0",
     "warmup": "the first warmup_per_client x N requests sent are dropped; the drain at the end is kept "
               "(AIConfigurator's own runner, aiconfigurator/eval/benchmarks/genai_perf_runner.py: genai-perf "
               "--concurrency N --request-count 10N --warmup-request-count 2N --max-threads 256, chat endpoint, "
@@ -758,6 +794,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--output-cv", type=float, default=0.0,
                     help="sensitivity check, not the measurement: output lengths lognormal with this CV "
                          "around osl (breaks the clients' lock-step); default 0 (fixed, as measured)")
+    ap.add_argument("--phases", default="spread", choices=("spread", "together"),
+                    help="the clients' phases: spread (default; they start one by one over one request's "
+                         "lifetime) or together (all at t=0, as a deterministic simulation then keeps them)")
     ap.add_argument("--out", type=Path, default=None,
                     help="output stem (default benchmarks/results/silicon_matrix_<backend>): .json and .md")
     args = ap.parse_args(argv)
@@ -773,7 +812,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.limit is not None:
         rows = rows[:args.limit]
     opts = {"requests_per_client": args.requests_per_client, "warmup_per_client": args.warmup_per_client,
-            "output_cv": args.output_cv}
+            "output_cv": args.output_cv, "phases": args.phases}
     jobs = [(dict(r), opts, 0) for r in rows]
     results: list[dict] = []
     t0 = time.perf_counter()
@@ -791,7 +830,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             _progress(i, len(jobs), res)
     elapsed = time.perf_counter() - t0
     stem = args.out or RESULTS / (f"silicon_matrix_{args.backend}"
-                                  + (f"_output_cv{args.output_cv:g}" if args.output_cv else ""))
+                                  + (f"_output_cv{args.output_cv:g}" if args.output_cv else "")
+                                  + ("_phases_together" if args.phases == "together" else ""))
     report = {
         "benchmark": "benchmarks/silicon_matrix.py", "backend": args.backend, "mode": "agg",
         "source_csv": str(path), "source_csv_name": f"aiconfigurator_core/systems/{path.name}",
@@ -802,7 +842,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "command": " ".join([".venv/bin/python", "benchmarks/silicon_matrix.py", *(argv if argv is not None else sys.argv[1:])]),
         "machine": machine(), "workers": args.workers, "elapsed_s": elapsed,
         "assumptions": {**ASSUMPTIONS, "requests_per_client": args.requests_per_client,
-                        "warmup_per_client": args.warmup_per_client, "output_cv": args.output_cv},
+                        "warmup_per_client": args.warmup_per_client, "output_cv": args.output_cv,
+                        "phases": args.phases},
         "summary": {**summarize(results, all_rows), "mapping_all_rows": mapping_coverage(all_rows, opts)},
         "rows": results,
     }

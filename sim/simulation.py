@@ -280,6 +280,8 @@ class ClientGroupLike(Protocol):
     def think_s(self) -> float: ...
     @property
     def closed(self) -> bool: ...
+    @property
+    def ramp_s(self) -> float: ...
 
 
 class _Gate:
@@ -294,6 +296,9 @@ class _Gate:
         self.limit: int = group.limit
         self.think_s: float = group.think_s
         self.closed: bool = group.closed
+        #: A closed loop's clients start one by one over this many seconds (client k at
+        #: k x ramp_s / limit), not all at once.
+        self.ramp_s: float = group.ramp_s
         self.next = group.first
         self.ready = group.first
         self.taken = 0
@@ -612,8 +617,13 @@ class Simulation:
             index = gate.last if gate.closed else index + 1
             gate.ready = index
             self._next_index = index
+            start, k = env.now, 0
             while gate.waiting and gate.taken < gate.limit:
-                self._send(gate)
+                if gate.closed and gate.ramp_s > 0:  # client k's first request, k/N into the ramp
+                    self._send(gate, start + k * gate.ramp_s / gate.limit)
+                else:
+                    self._send(gate)
+                k += 1
 
     @property
     def num_events(self) -> int:

@@ -116,6 +116,41 @@ def test_one_client_ttft_is_an_idle_servers_prefill_step():
                                      rel=1e-12, abs=1e-12)
 
 
+# --- ramp-up: the clients' phases -------------------------------------------------------------
+
+FIXED = ["workload.input_len={dist: fixed, mean: 2000}", "workload.output_len={dist: fixed, mean: 200}",
+         "cost_model.source=roofline"]
+
+
+def test_a_ramp_starts_client_k_at_k_over_n_of_it_and_keeps_littles_law():
+    res = simulate(None, overrides=closed(64, 8) + ["workload.arrival.ramp_up_s=2"] + FIXED, seed=1)
+    first = sorted(r.arrival_time for r in res.requests)[:8]
+    assert first == pytest.approx([k * 0.25 for k in range(8)], abs=1e-12)
+    s = res.summary
+    assert s["achieved_concurrency"] == pytest.approx(s["request_throughput"] * s["mean_e2el_ms"] / 1000, rel=0.02)
+    assert s["completed"] == 64 and s["max_concurrency"] == 8
+
+
+def test_identical_clients_started_together_stay_in_step_and_a_ramp_spreads_them():
+    """Four clients with fixed lengths, started together: the first prompts' prefills are
+    staggered, but decoding steps are shared, so the four finish within a few decode steps of
+    each other, every cycle, and each next prompt queues behind the others' prefills. Started
+    over one lifetime they finish spread out and TTFT falls to about one prefill."""
+    def finishes_and_ttft(extra):
+        res = simulate(None, overrides=closed(40, 4) + FIXED + extra, seed=2)
+        last = sorted(res.requests, key=lambda r: r.arrival_time)[-8:-4]  # one late wave of sends
+        spread = max(r.finish_time for r in last) - min(r.finish_time for r in last)
+        ttft = sum(r.token_times[0] - r.arrival_time for r in res.requests[8:]) / (len(res.requests) - 8)
+        lifetime = sum(r.finish_time - r.arrival_time for r in res.requests) / len(res.requests)
+        return spread, ttft, lifetime
+
+    together_spread, together_ttft, lifetime = finishes_and_ttft([])
+    ramp_spread, ramp_ttft, _ = finishes_and_ttft([f"workload.arrival.ramp_up_s={lifetime:.4f}"])
+    assert together_spread < 0.1 * lifetime  # in step: within a few decode steps
+    assert ramp_spread > 0.5 * lifetime
+    assert ramp_ttft < 0.7 * together_ttft
+
+
 # --- the cap ---------------------------------------------------------------------------------
 
 
@@ -150,6 +185,7 @@ EXACT_CASES = {
     "closed-think-overhead": closed(150, 12, think=0.05) + ["cost_model.request_overhead_ms=3"],
     "closed-two-replicas": closed(150, 24) + ["parallel.num_replicas=2", "parallel.router=least_kv"],
     "closed-roofline-sync": closed(150, 12) + ["cost_model.source=roofline"],
+    "closed-ramp": closed(150, 12) + ["workload.arrival.ramp_up_s=3"],
     "capped": capped(200, 6),
     "capped-two-replicas-overhead": capped(200, 10, rate=60) + ["parallel.num_replicas=2",
                                                                 "cost_model.request_overhead_ms=2"],
@@ -190,6 +226,9 @@ def test_a_streamed_run_reports_the_same_concurrency(tmp_path):
     (["workload.max_concurrency=0"], "workload.max_concurrency: 0 must be >= 1"),
     (["workload.arrival.concurrency=4"], "workload.arrival.concurrency: only applies to process closed"),
     (["workload.arrival.think_time_s=1"], "workload.arrival.think_time_s: only applies to process closed"),
+    (["workload.arrival.ramp_up_s=1"], "workload.arrival.ramp_up_s: only applies to process closed"),
+    (["workload.arrival.process=closed", "workload.arrival.concurrency=4", "workload.arrival.ramp_up_s=-2"],
+     "workload.arrival.ramp_up_s: -2 must be >= 0"),
     (["workload.arrival.process=closed", "workload.arrival.concurrency=8", "workload.max_concurrency=4"],
      "workload.max_concurrency: 4 is below workload.arrival.concurrency"),
     (["workload.max_concurrency=4", "workload.sessions={num_turns: {dist: fixed, mean: 2}, think_time_s: 1, "

@@ -19,7 +19,10 @@ Semantics (docs/workloads.md, "Closed loop and concurrency caps"):
 
 - ``workload.arrival.process: closed`` with ``concurrency: N`` and ``think_time_s: t`` (default 0):
   every request is ready at t=0; N clients each send one, and each sends its next ``t`` seconds
-  after its last one finished (its last token arrived). The first N start at t=0.
+  after its last one finished (its last token arrived). The first N start at t=0, or with
+  ``ramp_up_s: r`` one by one, client k at k x r / N (a load tool's ramp-up; it also sets the
+  clients' phases: N identical clients started together stay in step for ever, their prefills
+  colliding every cycle, which a real benchmark's clients need not).
 - ``workload.max_concurrency: N`` under an open process: each request is ready at its arrival
   time; it is sent then if fewer than N are in flight, else when one finishes (first come, first
   served).
@@ -50,6 +53,9 @@ class ClientGroup:
     limit: int
     think_s: float = 0.0
     closed: bool = False
+    #: A closed loop's ramp-up: client k sends its first request ``k x ramp_s / limit`` seconds
+    #: after the group's start (load tools' ramp-up; 0: all at once).
+    ramp_s: float = 0.0
 
     def __post_init__(self) -> None:
         if not 0 <= self.first <= self.last:
@@ -60,6 +66,8 @@ class ClientGroup:
             raise ValueError(f"client group: think time must be >= 0, got {self.think_s}")
         if self.think_s and not self.closed:
             raise ValueError("client group: a think time needs a closed loop (every request ready at once)")
+        if not self.ramp_s >= 0 or (self.ramp_s and not self.closed):
+            raise ValueError(f"client group: a ramp-up needs a closed loop and >= 0 seconds, got {self.ramp_s}")
 
 
 def clients_of(spec: WorkloadSpec, num_requests: int) -> Optional[ClientGroup]:
@@ -69,7 +77,8 @@ def clients_of(spec: WorkloadSpec, num_requests: int) -> Optional[ClientGroup]:
     a = spec.arrival
     if a.process == "closed":
         assert a.concurrency is not None  # parse_workload requires it
-        return ClientGroup(0, num_requests, a.concurrency, a.think_time_s, closed=True)
+        return ClientGroup(0, num_requests, a.concurrency, a.think_time_s, closed=True,
+                           ramp_s=a.ramp_up_s)
     if spec.max_concurrency is not None:
         return ClientGroup(0, num_requests, spec.max_concurrency)
     return None

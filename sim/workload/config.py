@@ -32,7 +32,7 @@ TOP_KEYS = (
     "sessions",
     "max_concurrency",
 )
-ARRIVAL_KEYS = ("process", "rate", "cv", "time_scale", "concurrency", "think_time_s")
+ARRIVAL_KEYS = ("process", "rate", "cv", "time_scale", "concurrency", "think_time_s", "ramp_up_s")
 LENGTH_KEYS = ("dist", "mean", "cv", "min", "max", "path", "column")
 PREFIX_KEYS = ("num_prefixes", "length", "hash_block_size")
 PRIORITY_KEYS = ("levels", "weights")
@@ -57,6 +57,8 @@ class ArrivalSpec:
     #: finished (plus ``think_time_s``); ``sim.workload.clients``.
     concurrency: Optional[int] = None
     think_time_s: float = 0.0
+    #: ``closed`` only: client k sends its first request k x ramp_up_s / concurrency seconds in.
+    ramp_up_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -183,7 +185,7 @@ def _arrival(value: Any, key: str) -> ArrivalSpec:
             raise ConfigError(
                 f"{key}.time_scale: give either {key}.rate or {key}.time_scale, not both"
             )
-    concurrency, think = _closed_loop(cfg, process, key)
+    concurrency, think, ramp = _closed_loop(cfg, process, key)
     cv = None
     if process == "gamma":
         if "cv" not in cfg:
@@ -194,14 +196,14 @@ def _arrival(value: Any, key: str) -> ArrivalSpec:
             f"{key}.rate: required for process {process} (requests per second, or inf)"
         )
     return ArrivalSpec(process=process, rate=rate, cv=cv, time_scale=time_scale,
-                       concurrency=concurrency, think_time_s=think)
+                       concurrency=concurrency, think_time_s=think, ramp_up_s=ramp)
 
 
-def _closed_loop(cfg: Mapping[str, Any], process: Any, key: str) -> tuple[Optional[int], float]:
-    """``concurrency`` and ``think_time_s`` of a closed loop. They mean nothing under an open
+def _closed_loop(cfg: Mapping[str, Any], process: Any, key: str) -> tuple[Optional[int], float, float]:
+    """``concurrency``, ``think_time_s`` and ``ramp_up_s`` of a closed loop. They mean nothing under an open
     process, and a user who sets them there most likely wants ``workload.max_concurrency``,
     so that is an error rather than a key silently ignored."""
-    given = [name for name in ("concurrency", "think_time_s") if cfg.get(name) is not None]
+    given = [name for name in ("concurrency", "think_time_s", "ramp_up_s") if cfg.get(name) is not None]
     if process != "closed":
         if given:
             which = repr(process) if process is not None else "the default process"
@@ -209,13 +211,14 @@ def _closed_loop(cfg: Mapping[str, Any], process: Any, key: str) -> tuple[Option
             raise ConfigError(f"{key}.{given[0]}: only applies to process closed, not {which} "
                               f"(to cap requests in flight under an open process use "
                               f"{top}.max_concurrency)")
-        return None, 0.0
+        return None, 0.0, 0.0
     if cfg.get("concurrency") is None:
         raise ConfigError(f"{key}.concurrency: required for process closed (the number of "
                           f"clients, each sending its next request when its last one finishes)")
     concurrency = _int(cfg["concurrency"], f"{key}.concurrency", minimum=1, maximum=MAX_REQUESTS)
-    think = cfg.get("think_time_s")
-    return concurrency, 0.0 if think is None else _number(think, f"{key}.think_time_s", positive=False)
+    think, ramp = cfg.get("think_time_s"), cfg.get("ramp_up_s")
+    return (concurrency, 0.0 if think is None else _number(think, f"{key}.think_time_s", positive=False),
+            0.0 if ramp is None else _number(ramp, f"{key}.ramp_up_s", positive=False))
 
 
 def _length(value: Any, key: str, base_dir: Union[str, os.PathLike, None]) -> Optional[LengthSpec]:
