@@ -128,17 +128,18 @@ def ab(
 
 def report(
     inputs: List[Path] = typer.Argument(..., help="Saved results: --out JSON of capacity/ab/sweep, a validation.json, or a `kvplan simulate --out` folder."),
-    out: Path = typer.Option(..., "--out", help="report.html (self-contained, plots embedded) or report.md."),
+    out: Path = typer.Option(..., "--out", help="report.html (plots embedded as JSON) or report.md."),
     markdown: Optional[Path] = typer.Option(None, "--markdown", help="Also write the report as Markdown here."),
     title: str = typer.Option("kvplan report", "--title", help="Report title."),
+    plotly: str = typer.Option("local", "--plotly", help="Where the HTML's plotly.js lives: local (written once beside the report as plotly-<version>.min.js, 4.8 MB, shared by every report in the folder; the HTML stays about 0.1 MB) or inline (embedded gzipped: one self-contained file of about 2.1 MB). Both open offline."),
 ) -> None:
-    """One self-contained HTML (or Markdown) report: scenario, results, calibration provenance, assumptions."""
+    """One HTML (or Markdown) report: scenario, results, calibration provenance, assumptions. Opens offline."""
     from sim.analysis.report import load_record, write_report
 
     check_out_file(out)
     check_out_file(markdown, "--markdown")
     records = [load_record(p) for p in inputs]
-    for path in write_report(records, out, title=title, markdown=markdown):
+    for path in write_report(records, out, title=title, markdown=markdown, plotly=plotly):
         Console().print(f"wrote {path}")
 
 

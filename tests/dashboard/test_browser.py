@@ -141,15 +141,17 @@ def test_every_page_renders_in_headless_chromium(chromium, server, tmp_path):
     assert "Mean absolute error" in seen["validation"][0]  # the tiles under the verdict
 
 
-def test_the_html_report_draws_its_plots_offline(chromium, tmp_path):
-    """``kvplan report``'s single file: plotly.js embedded once (gzipped), every figure drawn
-    in a browser with no network."""
+@pytest.mark.parametrize("plotly", ["local", "inline"])
+def test_the_html_report_draws_its_plots_offline(chromium, tmp_path, plotly):
+    """``kvplan report``'s HTML: plotly.js loaded once, from the file written beside it
+    (local, the default) or embedded gzipped (inline), every figure drawn in a browser with no
+    network."""
     from sim.analysis.report import write_report
     from sim.analysis.whatif import simulation_record
     from sim.api import simulate
 
     rec = simulation_record(simulate(None, overrides=["workload.num_requests=100"]), label="run")
-    html_path = write_report([rec], tmp_path / "report.html")[0]
+    html_path = write_report([rec], tmp_path / "report.html", plotly=plotly)[0]
     n_figs = html_path.read_text().count("class='kvplan-fig'")
     with chromium.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
