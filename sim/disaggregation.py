@@ -28,6 +28,10 @@ from sim.policies import kv_transfer
 from sim.policies.request import Request, RequestState
 from sim.policies.router import Router
 from sim.policies.schedulers.base import Scheduler
+from sim.results import SimResult
+from sim.run_parts import (async_scheduling_of, build_workload, cost_model_summary, fresh_request,
+                           replica_engines, resolve_deployment, router_options, scenario_summary,
+                           session_links)
 from sim.simulation import Replica, StepLog
 
 
@@ -237,8 +241,6 @@ class PoolPlan:
 
 def pool_plans(sc) -> tuple[PoolPlan, PoolPlan]:
     """The prefill and decode pools of a scenario with ``disaggregation.enabled``."""
-    from sim.api import resolve_deployment
-
     d, par = sc.disaggregation, sc.parallel
     if par.data_parallel_size > 1:
         raise ConfigError("disaggregation.enabled: needs parallel.data_parallel_size 1 "
@@ -287,16 +289,14 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
     """``sim.api.simulate`` for a scenario with ``disaggregation.enabled``: a ``SimResult``
     whose summary adds ``disaggregation`` (per pool, transfers) and whose GPU count is both
     pools'."""
-    from sim.api import (SimResult, _fresh, _scenario, _session_links, async_scheduling_of, build_workload,
-                         cost_model_summary, replica_engines, router_options)
     from sim.metrics import summarize
 
     pre, dec = pool_plans(sc)
     built = requests if requests is not None else build_workload(sc, base_dir)
-    if _session_links(built) is not None:
+    if session_links(built) is not None:
         raise ConfigError("disaggregation.enabled: conversations (workload.sessions) are not "
                           "simulated with disaggregated serving yet")
-    reqs = [_fresh(r) for r in built] if requests is not None else list(built)
+    reqs = [fresh_request(r) for r in built] if requests is not None else list(built)
 
     def schedulers(pool: PoolPlan) -> list[Scheduler]:
         return replica_engines(pool.scenario, pool.deployment, pool.num_replicas)[0]
@@ -331,7 +331,7 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
         summary["disaggregation"]["first_token"] = sc.disaggregation.first_token
     else:
         summary = {}
-    summary["scenario"] = _scenario(dec.scenario, dec.deployment)
+    summary["scenario"] = scenario_summary(dec.scenario, dec.deployment)
     summary["scenario"]["num_replicas"] = pre.num_replicas + dec.num_replicas
     summary["num_gpu_blocks"] = dec.deployment.memory.num_kv_slots // sc.kv_cache.block_size
     summary["cost_model"] = cost_model_summary(dec.deployment)

@@ -27,6 +27,7 @@ import numpy as np
 
 from sim.metrics import KV_FIELDS, LATENCY_METRICS, PERCENTILES, RunTotals, _stats, meets_slo, overload_of
 from sim.policies.request import Request, RequestState
+from sim.results import REQUEST_COLUMNS, request_row
 from sim.simulation import COL, STEP_COLUMNS
 
 #: Relative width of an ITL histogram bin: percentiles within half of it.
@@ -174,8 +175,6 @@ class StreamRecorder:
 
     def __init__(self, out_dir: Path, replica_of: dict[str, int],
                  slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None) -> None:
-        from sim.api import REQUEST_COLUMNS
-
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
         self.replica_of = replica_of
@@ -211,8 +210,6 @@ class StreamRecorder:
 
     def request(self, req: Request) -> None:
         """A request finished (or was rejected): write its row, add it to the totals."""
-        from sim.api import request_row
-
         self._requests.writerow(request_row(req, self.replica_of.pop(req.request_id, 0)))
         self.num_requests += 1
         self.first_arrival = min(self.first_arrival, req.arrival_time)

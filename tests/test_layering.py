@@ -168,3 +168,48 @@ def test_the_checker_reports_violations(tmp_path):
     assert len(bad) == 1 and "sibling" in bad[0], bad
     assert violations(g, "runtime.fake") == []
     assert violations(f, "nowhere.fake") and "no layer" in violations(f, "nowhere.fake")[0]
+
+
+def sim_import_graph() -> dict[str, set[str]]:
+    """module -> the ``sim`` modules it imports, lazy imports inside functions included (a lazy
+    import only hides a cycle until the function runs)."""
+    graph = {}
+    for path in sorted((ROOT / "sim").rglob("*.py")):
+        me = module_name(path)
+        graph[me] = {t for _, t in imports_of(path, me) if t.startswith("sim.") and t != me}
+    return graph
+
+
+def cycle_through(graph: dict[str, set[str]], start: str) -> list[str]:
+    """A chain of imports from ``start`` back to itself, or [] when there is none."""
+    parent: dict[str, str] = {}
+    stack, seen = [start], {start}
+    while stack:
+        here = stack.pop()
+        for there in sorted(graph.get(here, ())):
+            if there == start:
+                chain = [here]
+                while chain[-1] != start:
+                    chain.append(parent[chain[-1]])
+                return chain[::-1] + [start]
+            if there not in seen:
+                seen.add(there)
+                parent[there] = here
+                stack.append(there)
+    return []
+
+
+@pytest.mark.parametrize("module", ["sim.api", "sim.disaggregation", "sim.streaming"])
+def test_the_simulator_front_ends_form_no_import_cycle(module):
+    """sim.api runs the P/D simulator (sim.disaggregation) and the streaming recorder
+    (sim.streaming); the pieces all three need live below them (sim.run_parts, sim.results),
+    so neither imports sim.api back, not even inside a function."""
+    chain = cycle_through(sim_import_graph(), module)
+    assert not chain, "import cycle: " + " -> ".join(chain)
+
+
+def test_the_cycle_finder_finds_cycles():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a", "d"}, "d": set()}
+    assert cycle_through(graph, "a") == ["a", "b", "c", "a"]
+    assert cycle_through(graph, "d") == []
+    assert cycle_through({"a": {"a"}}, "a") == ["a", "a"]

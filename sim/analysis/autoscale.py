@@ -16,7 +16,9 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
 from sim.analysis.pricing import usd_per_gpu_hour
-from sim.api import _fresh, _session_links, as_scenario, new_simulation, replica_engines, resolve_deployment, router_options
+from sim.api import new_simulation
+from sim.run_parts import (as_scenario, fresh_request, replica_engines, resolve_deployment, router_options,
+                           session_links)
 from sim.errors import ConfigError
 from sim.metrics import meets_slo
 from sim.policies.autoscaler import Autoscaler, AutoscalerConfig
@@ -211,7 +213,7 @@ def simulate_fleet(config: Union[Scenario, dict, str, None], requests: Sequence[
     if sc.parallel.data_parallel_size != 1:
         raise ConfigError("parallel.data_parallel_size: the fleet simulation scales whole "
                           "replicas; set it to 1")
-    if _session_links(requests) is not None:
+    if session_links(requests) is not None:
         raise ConfigError("workload.sessions: conversations are not supported by the fleet "
                           "simulation yet")
     if policy is not None and initial_replicas is not None and not (
@@ -222,7 +224,7 @@ def simulate_fleet(config: Union[Scenario, dict, str, None], requests: Sequence[
     n = policy.max_replicas if policy is not None else int(replicas or 1)
     schedulers, samplers = replica_engines(sc, dep, n)
     router = FleetRouter(sc.parallel.router, **router_options(sc))
-    reqs = [_fresh(r) for r in requests]
+    reqs = [fresh_request(r) for r in requests]
     if not reqs:
         raise ConfigError("workload: no requests to simulate")
     interval = interval_s if interval_s is not None else (

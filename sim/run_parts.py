@@ -1,0 +1,365 @@
+"""The parts a run is built from, out of a ``Scenario``: the deployment (model, GPU, memory
+plan, step pricer), each replica's engines (KV allocator, scheduler, speculative sampler), the
+router's settings, the workload, and the summary's ``scenario`` and ``cost_model`` blocks.
+
+Shared by every simulator front end (``sim.api.simulate``, the P/D simulator in
+``sim.disaggregation``, the autoscaled fleet in ``sim.analysis.autoscale``), which import it at
+top level; it imports none of them, so they form no import cycle (tests/test_layering.py).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+
+from sim import config as config_mod
+from sim.catalog.frontends import FrontEnd, get_frontend
+from sim.errors import ConfigError
+from sim.policies.kv import make_allocator
+from sim.policies.request import Request
+from sim.policies.schedulers import SCHEDULERS, make_scheduler
+from sim.policies.schedulers.base import Scheduler, step_token_budget
+from sim.policies.speculative import AcceptanceSampler
+from sim.scenario import Scenario, offload_tiers, swap_space_blocks
+
+if TYPE_CHECKING:
+    from sim.catalog.hardware import HardwareSpec
+    from sim.catalog.models import ModelSpec
+    from sim.memory_plan import MemoryPlan
+    from sim.policies.kv import OffloadTiers
+    from sim.pricing.base import StepPricer
+    from sim.workload.sessions import SessionLinks
+
+
+@dataclass
+class Deployment:
+    """What one replica is: the resolved model, hardware, memory plan and step pricer."""
+
+    model: ModelSpec
+    hardware: HardwareSpec
+    memory: MemoryPlan
+    cost_model: StepPricer  # prices a StepShape: roofline, operator tables or a profile
+    num_gpus_per_replica: int
+    #: Which source priced the steps (``cost_model.source`` resolved: never ``auto``).
+    cost_model_source: str = "roofline"
+    #: Under a profile fitted to real runs: the pricer it adjusts (operator_tables, roofline).
+    cost_model_base: Optional[str] = None
+    #: Seconds from a request's arrival to the scheduler (``cost_model.request_overhead_ms``
+    #: plus a real-run profile's): work outside the engine, added to TTFT and E2E.
+    request_overhead_s: float = 0.0
+    #: The API server in front of the engine (``engine.frontend``; ``sim.catalog.frontends``).
+    frontend: FrontEnd = field(default_factory=lambda: get_frontend("none"))
+
+
+def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
+    """Catalog lookups, memory plan and cost model for the scenario's model on its hardware
+    (a config dict is accepted too, e.g. a saved result's config.yaml)."""
+    from sim.catalog.hardware import get_hardware
+    from sim.catalog.models import get_model
+    from sim.memory_plan import plan_memory
+
+    sc = as_scenario(scenario)
+    model = get_model(sc.model)
+    hw = get_hardware(sc.hardware)
+    par, kv, sched = sc.parallel, sc.kv_cache, sc.scheduler
+    weight_dtype = sc.quantization.weight_dtype
+    budget = step_token_budget(SCHEDULERS[sched.policy].chunked_prefill,
+                               sc.max_num_batched_tokens, kv.max_model_len)
+    memory = plan_memory(
+        model, sc.hardware, sc.dtype, kv.gpu_memory_utilization,
+        tensor_parallel_size=par.tensor_parallel_size,
+        pipeline_parallel_size=par.pipeline_parallel_size,
+        kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype,
+        max_num_batched_tokens=budget, max_num_seqs=sc.max_num_seqs,
+        expert_parallel_size=par.expert_shards,
+    )
+    if par.enable_expert_parallel and not model.is_moe:
+        raise ConfigError(f"parallel.enable_expert_parallel: {model.name} has no experts")
+    if kv.num_gpu_blocks is not None:
+        slots = kv.num_gpu_blocks * kv.block_size
+        memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
+    cost, source, base, overhead_ms = _make_cost_model(sc, model, weight_dtype)
+    return Deployment(model, hw, memory, cost, par.gpus_per_replica, source, base, overhead_ms / 1000,
+                      sc.engine.front_end)
+
+
+def _make_cost_model(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
+    """The step pricer, its source name, the base pricer under a real-run profile (else None)
+    and the request overhead in ms. ``cost_model.source`` ``auto``: the profile if one is set,
+    else the operator tables when they cover this GPU, dtype and parallelism, else the roofline
+    (silently: the summary's ``cost_model`` says which priced the steps). A profile fitted to
+    real runs (``kvplan calibrate --real``) prices with its base pricer for this scenario's
+    model and GPU, scaled, plus its overhead; ``cost_model.step_scale`` multiplies and
+    ``cost_model.request_overhead_ms`` adds on top of whatever priced the steps."""
+    from sim.pricing import ProfileError, load_profile
+    from sim.pricing.adjusted import ScaledPricer
+
+    cm = sc.cost_model
+    scale, overhead_ms, base = cm.step_scale, cm.request_overhead_ms, None
+    note = known = prov = None
+    warn: list[str] = []
+    if cm.source == "profile" or (cm.source == "auto" and cm.profile is not None):
+        try:
+            prof = load_profile(cm.profile)
+        except ProfileError as exc:  # the message names the file and field
+            raise ConfigError(f"cost_model.profile: {exc}") from None
+        if prof.base is None:
+            from sim.pricing import make_pricer
+
+            pricer, source = make_pricer("profile", prof), "profile"
+        else:
+            base, source = prof.base, "profile"
+            try:
+                pricer = _base_pricer(sc, model, weight_dtype, prof.base)
+            except ConfigError as exc:
+                raise ConfigError(f"cost_model.profile: {prof.path} adjusts the {prof.base} "
+                                  f"pricer: {exc}") from None
+            scale *= prof.step_scale
+            overhead_ms += prof.request_overhead_ms
+            note = (f"profile {prof.path}: fitted to real runs, "
+                    f"+{prof.request_overhead_ms:.3g} ms per request")
+            known = {"profile": prof.path, **{k: v for k, v in prof.fit.items() if k not in ("folds", "stages")}}
+            prov = {"calibration profile": prof.path, "base pricer": prof.base,
+                    "step_scale": f"{prof.step_scale:.4g}",
+                    "request_overhead_ms": f"{prof.request_overhead_ms:.3g}",
+                    "fitted to": f"{len(prof.source.get('runs', []))} real runs ({prof.hardware})",
+                    f"held-out ({prof.fit.get('held_out_by', 'model')}) MAPE": f"{100 * prof.fit['heldout_mape']:.1f}%"}
+            if prof.hardware != sc.hardware:
+                warn.append(f"profile {prof.path} was fitted to runs on {prof.hardware}; this scenario "
+                            f"runs on {sc.hardware}, where its constants were not measured")
+    else:
+        pricer, source = _auto_pricer(sc, model, weight_dtype)
+    if scale != 1.0 or note is not None:
+        pricer = ScaledPricer(pricer, scale, note, known, prov, warn)
+    return pricer, source, base, overhead_ms
+
+
+def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], kind: str):
+    """The ``kind`` pricer (operator_tables or roofline) for the scenario."""
+    from sim.pricing import make_pricer
+
+    par, kv = sc.parallel, sc.kv_cache
+    common = dict(dtype=sc.dtype, tensor_parallel_size=par.tensor_parallel_size,
+                  pipeline_parallel_size=par.pipeline_parallel_size,
+                  kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype)
+    if kind == "operator_tables":
+        return make_pricer("operator_tables", model, sc.hardware, tables=sc.cost_model.tables,
+                           max_num_seqs=sc.max_num_seqs, engine=sc.engine.release,
+                           speculative=sc.speculative.num_tokens > 0,
+                           moe_routing=sc.cost_model.moe_routing,
+                           # An explicit scheduler.async_scheduling prices the CPU's per-step
+                           # work as overlapped (true) or added (false); auto: the release's default.
+                           async_scheduling=(None if sc.scheduler.async_scheduling == "auto"
+                                             else bool(sc.scheduler.async_scheduling)),
+                           expert_parallel_size=par.expert_shards,
+                           data_parallel_size=par.data_parallel_size, **common)
+    return make_pricer("roofline", model, sc.hardware,
+                       expert_parallel_size=par.expert_shards,
+                       data_parallel_size=par.data_parallel_size, **common)
+
+
+def _auto_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
+    """The pricer ``cost_model.source`` (auto, operator_tables, roofline) asks for, and its name."""
+    from sim.pricing.operator_tables import TablesNotCovering
+
+    cm = sc.cost_model
+    if cm.source in ("auto", "operator_tables"):
+        try:
+            return _base_pricer(sc, model, weight_dtype, "operator_tables"), "operator_tables"
+        except TablesNotCovering:
+            if cm.source == "operator_tables" or cm.tables is not None:
+                raise
+    return _base_pricer(sc, model, weight_dtype, "roofline"), "roofline"
+
+
+def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swap_slots: int = 0,
+                            model: Optional["ModelSpec"] = None, kv_bytes_per_token: float = 0.0):
+    """One replica's allocator over ``num_slots`` KV slots and its scheduler (``model``: the
+    scenario's, when the caller has resolved it already; ``kv_bytes_per_token``: one GPU's, to
+    size KV offload tiers, resolved from the scenario when 0 and tiers are on)."""
+    from sim.catalog.models import get_model
+    from sim.memory_plan import sliding_window_kv
+
+    sc = as_scenario(scenario)
+    model = model or get_model(sc.model)
+    kv, sched = sc.kv_cache, sc.scheduler
+    offload = None
+    if kv.offload_enabled:
+        if not kv_bytes_per_token:
+            kv_bytes_per_token = resolve_deployment(sc).memory.kv_bytes_per_token
+        offload = offload_tiers_of(sc, kv_bytes_per_token)
+    try:
+        allocator = make_allocator(
+            kv.allocator, num_slots=num_slots, block_size=kv.block_size,
+            prefix_caching=kv.prefix_caching, reserve=kv.reserve,
+            max_model_len=kv.max_model_len, swap_slots=swap_slots,
+            window=sliding_window_kv(model, kv.block_size), offload=offload,
+        )
+        return make_scheduler(
+            sched.policy, allocator, max_model_len=kv.max_model_len,
+            max_num_seqs=sc.max_num_seqs,
+            max_num_batched_tokens=sc.max_num_batched_tokens,
+            preemption=sched.preemption, queue_policy=sched.queue_policy,
+            num_speculative_tokens=sc.speculative.num_tokens,
+        )
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+
+
+def offload_tiers_of(scenario: Scenario, kv_bytes_per_token: float) -> Optional["OffloadTiers"]:
+    """The KV offload tiers of one engine (``kv_cache.cpu_offload_*``, ``ssd_offload_*``), or
+    None when both are off. Capacities in whole blocks of one GPU's KV shard (as the swap
+    space); a tier's loads are priced as host-link swap tokens scaled by the host link's
+    bandwidth (the catalog's PCIe) over the tier's (``OffloadLoad``)."""
+    from sim.catalog.hardware import GB, get_hardware
+
+    kv = scenario.kv_cache
+    if not kv.offload_enabled:
+        return None
+    link = get_hardware(scenario.hardware).pcie_bandwidth
+    return offload_tiers(
+        [(name, f"kv_cache.{name}_offload_gb", gib, link if gbs is None else gbs * GB)
+         for name, gib, gbs in (("cpu", kv.cpu_offload_gb, kv.cpu_offload_bandwidth_gbs),
+                                ("ssd", kv.ssd_offload_gb, kv.ssd_offload_bandwidth_gbs))],
+        float(kv_bytes_per_token * kv.block_size), kv.block_size, link)
+
+
+def swap_slots_of(scenario: Scenario, kv_bytes_per_token: float) -> int:
+    """Host swap slots per replica: ``kv_cache.swap_space_gb`` GiB in whole blocks, computed by
+    ``sim.scenario.swap_space_blocks`` exactly as the runtime does."""
+    bs = scenario.kv_cache.block_size
+    return swap_space_blocks(scenario.kv_cache.swap_space_gb, kv_bytes_per_token * bs) * bs
+
+
+def build_workload(scenario: Union[Scenario, dict], base_dir: Optional[Union[str, Path]] = None) -> list[Request]:
+    """The scenario's requests (relative workload paths resolved against ``base_dir``)."""
+    from sim.workload import build_requests
+
+    sc = as_scenario(scenario)
+    return build_requests(sc.workload, sc.seed, base_dir=base_dir)
+
+
+def as_scenario(config: Union[Scenario, dict, str, Path, None], overrides: Sequence[str] = (),
+                seed: Optional[int] = None) -> Scenario:
+    """A Scenario from a Scenario, a full or partial config dict, a YAML path or None (the
+    defaults), with ``--set``-style ``overrides`` and ``seed`` applied on top."""
+    if isinstance(config, Scenario):
+        if not overrides and seed is None:
+            return config
+        config = config.to_dict()
+    if _is_built(config) and not overrides and seed is None:
+        return Scenario.from_dict(config)
+    return config_mod.build_scenario(config, list(overrides), seed)
+
+
+def _is_built(config: Any) -> bool:
+    return isinstance(config, dict) and set(config_mod.DEFAULTS) <= set(config)
+
+
+def router_options(sc: Scenario) -> dict[str, Any]:
+    """The scenario's router settings as ``Router`` keyword arguments (``parallel.router_*``
+    weights and ``parallel.session_affinity*``), for every place that routes."""
+    par = sc.parallel
+    return dict(prefix_weight=par.router_prefix_weight, load_weight=par.router_load_weight,
+                kv_weight=par.router_kv_weight, session_affinity=par.session_affinity,
+                affinity_abs_threshold=par.session_affinity_abs_threshold,
+                affinity_rel_threshold=par.session_affinity_rel_threshold)
+
+
+def session_links(requests: Sequence[Request]) -> Optional["SessionLinks"]:
+    """The conversation structure a workload carries (``sim.workload.SessionRequests``)."""
+    from sim.workload.sessions import SessionRequests
+
+    return requests.links if isinstance(requests, SessionRequests) else None
+
+
+def fresh_request(r: Request) -> Request:
+    """A clean copy, so one request stream can be simulated under several configs."""
+    return Request(r.request_id, r.arrival_time, r.prompt_len, r.max_output_tokens,
+                   prompt_token_ids=r.prompt_token_ids, block_hashes=r.block_hashes,
+                   hash_block_size=r.hash_block_size, priority=r.priority)
+
+
+def replica_engines(sc: Scenario, dep: "Deployment", n: int) -> tuple[list[Scheduler], Optional[list[AcceptanceSampler]]]:
+    """``n`` engines of the scenario's deployment: a scheduler with its own KV pool each, and,
+    with speculative decoding, each one's acceptance sampler (seeded per engine)."""
+    swap_slots = swap_slots_of(sc, dep.memory.kv_bytes_per_token)
+    schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots, dep.model,
+                                          dep.memory.kv_bytes_per_token) for _ in range(n)]
+    spec = sc.speculative
+    samplers = None
+    if spec.num_tokens:
+        samplers = [AcceptanceSampler(spec.acceptance_rate, spec.table, seed=sc.seed * 1000 + i,
+                                      draft_availability=_list(spec.draft_availability))
+                    for i in range(n)]
+    return schedulers, samplers
+
+
+def _list(values: Optional[Sequence[float]]) -> Optional[list[float]]:
+    return None if values is None else list(values)
+
+
+def async_scheduling_of(sc: Scenario, dep: Deployment) -> bool:
+    """Whether steps are scheduled one ahead (vLLM V1's async scheduling). ``auto``: only when
+    the steps are priced as a vLLM server's (operator tables); the roofline keeps the
+    synchronous loop it has always had, and a calibration profile prices kvplan's own engine,
+    which is synchronous."""
+    value = sc.scheduler.async_scheduling
+    if value == "auto":  # a real-run profile over the tables prices a vLLM server's steps too
+        return ("operator_tables" in (dep.cost_model_source, dep.cost_model_base)
+                and sc.engine.release.async_default(sc.speculative.num_tokens > 0))
+    return bool(value)
+
+
+def scenario_summary(sc: Scenario, dep: Deployment) -> dict:
+    """summary.json's ``scenario`` block: what was simulated, in a few fields."""
+    m = dep.memory
+    kv = sc.kv_cache
+    out = {
+        "model": sc.model,
+        "hardware": sc.hardware,
+        "dtype": sc.dtype,
+        "scheduler": sc.scheduler.policy,
+        "allocator": kv.allocator,
+        "reserve": kv.reserve if kv.allocator == "contiguous" else None,
+        "block_size": kv.block_size if kv.allocator == "paged" else None,
+        "num_replicas": sc.parallel.num_replicas,
+        "gpus_per_replica": dep.num_gpus_per_replica,
+        "data_parallel_size": sc.parallel.data_parallel_size,
+        "expert_parallel_size": sc.parallel.expert_shards if dep.model.is_moe else 1,
+        "kv_slots_per_replica": m.num_kv_slots,
+        "kv_pool_gb": m.kv_pool_bytes / 1e9,
+        "weights_gb_per_gpu": m.weights_bytes / 1e9,
+        "seed": sc.seed,
+        "async_scheduling": async_scheduling_of(sc, dep),
+    }
+    if sc.cost_model.profile is not None:
+        out["cost_model"] = repr(dep.cost_model)
+    return out
+
+
+def cost_model_summary(dep: Deployment) -> dict:
+    """summary.json's ``cost_model``: which source priced the steps, in words, and its known
+    error on this GPU (None where nothing is known: the roofline and profiles report theirs in
+    docs/cost_model.md and calibration's own validation)."""
+    from sim.pricing.adjusted import ScaledPricer
+
+    known = getattr(dep.cost_model, "known_error", None)
+    out = {"source": dep.cost_model_source, "description": dep.cost_model.describe(),
+           "known_error": known() if callable(known) else None,
+           "step_scale": dep.cost_model.scale if isinstance(dep.cost_model, ScaledPricer) else 1.0,
+           "request_overhead_ms": dep.request_overhead_s * 1000,
+           "frontend": dep.frontend.summary()}
+    if dep.cost_model_base is not None:  # a profile fitted to real runs adjusts this pricer
+        out["base"] = dep.cost_model_base
+    inner = dep.cost_model.base if isinstance(dep.cost_model, ScaledPricer) else dep.cost_model
+    table_source = getattr(inner, "table_source", None)
+    if callable(table_source):  # operator tables: the system folder, backend and versions read
+        out["tables"] = table_source()
+    elif dep.cost_model_source == "roofline":
+        from sim.pricing.table_data import MISSING_TABLES_NOTE, default_tables_root
+
+        if default_tables_root() is None:  # why the measured tables did not price
+            out["note"] = MISSING_TABLES_NOTE
+    return out
