@@ -20,6 +20,7 @@ from rich.console import Console
 from cli import analysis, calibration, engine
 from cli.autoscale import autoscale
 from cli.loadgen import loadgen
+from cli.plan import plan
 from cli.serve import serve
 from cli.simulate import simulate
 from sim.errors import KvplanError
@@ -57,7 +58,7 @@ def _root(
     caching, speculative decoding and quantisation serve this workload inside this SLO?"""
 
 
-for _fn in (simulate, analysis.capacity, analysis.sweep, analysis.ab, analysis.report,
+for _fn in (plan, simulate, analysis.capacity, analysis.sweep, analysis.ab, analysis.report,
             analysis.dashboard, calibration.calibrate, calibration.validate, engine.generate, loadgen):
     app.command()(_fn)
 app.command()(serve)

@@ -78,6 +78,8 @@ _SHAPES: dict[str, dict[str, Optional[type | tuple[type, ...]]]] = {
     "sweep": {"grid": dict, "rows": list, "seeds": list, "num_simulations": None, "backend": None,
               "workers": None, "wall_s": (int, float), "x": str, "y": str},
     "simulation": {"summary": dict},
+    "plan": {"headline": str, "slo_text": str, "target_rate": (int, float), "rows": list, "ranked": list,
+             "frontier": list, "num_simulations": None},
 }
 
 
@@ -533,8 +535,14 @@ def assumptions_section(records: Sequence[dict]) -> Section:
     return Section("Assumptions", bullets=items)
 
 
+def _plan_section(rec: dict) -> Section:
+    from sim.analysis.plan_report import plan_section  # it imports Section from here
+
+    return plan_section(rec)
+
+
 RENDERERS = {"capacity": capacity_section, "ab": ab_section, "sweep": sweep_section,
-             "simulation": simulation_section, "validation": validation_section}
+             "simulation": simulation_section, "validation": validation_section, "plan": _plan_section}
 
 
 # ---------------------------------------------------------------- output formats

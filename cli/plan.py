@@ -1,0 +1,49 @@
+"""``kvplan plan``: the cheapest deployment that serves a workload inside an SLO at a target rate
+(``sim.analysis.plan``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from cli.common import CONFIG_HELP, SET_HELP, Bar, check_out_file, finish
+
+
+def plan(
+    config: Optional[Path] = typer.Argument(None, help=CONFIG_HELP),
+    slo: str = typer.Option(..., "--slo", help="Latency SLO, e.g. ttft_p99_ms=500,tpot_p99_ms=50 (as kvplan capacity)."),
+    target_rate: float = typer.Option(..., "--target-rate", help="Requests/s the deployment must serve inside the SLO."),
+    hardware: Optional[str] = typer.Option(None, "--hardware", help="GPUs to consider, comma-separated (default: every catalog GPU with measured operator tables installed)."),
+    max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="The most GPUs one replica may use (TP x PP)."),
+    price: List[str] = typer.Option([], "--price", help="$/GPU-hour override, e.g. --price h100-sxm=2.5 (repeatable, or a YAML/JSON file)."),
+    search: List[str] = typer.Option([], "--search", help="Bound a knob: tp=1,2 pp=1,2 ep=false,true weights=none,fp8,nvfp4 kv_dtype=auto,fp8 max_num_batched_tokens=default,2048,8192 max_num_seqs=default,256 prefix_caching=true,false speculative=0,3; or `full` (batch limits too). Repeatable."),
+    set_: List[str] = typer.Option([], "--set", help=SET_HELP),
+    workers: int = typer.Option(0, "--workers", help="Processes for the screening runs and each full search (0: one per CPU, at most 4). The plan is the same for any number."),
+    backend: str = typer.Option("local", "--backend", help="local (process pool) or ray (the screening runs as Ray tasks)."),
+    out: Optional[Path] = typer.Option(None, "--out", help="Write the plan as JSON (input for `kvplan report`)."),
+    as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON instead of tables."),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress: candidates left, best so far."),
+) -> None:
+    """The cheapest deployment (GPU, TP/PP/EP, quantisation, batch limits, prefix caching,
+    speculation) that serves --target-rate inside --slo: a ranked list with $/hour, GPUs,
+    goodput per GPU, p99 latencies, capacity interval and what priced it, and the Pareto frontier."""
+    from sim.analysis.plan import parse_search
+    from sim.analysis.plan import plan as run_plan
+    from sim.analysis.plan_report import plan_section
+    from sim.analysis.slo import parse_slo
+
+    check_out_file(out)
+    spec = parse_slo(slo)
+    knobs = parse_search(search)
+    gpus = [h.strip() for h in hardware.split(",") if h.strip()] if hardware else None
+    with Bar("plan", "step", enabled=progress and not as_json) as bar:
+        def on_progress(stage: str, done: int, total: int, best: Optional[dict]) -> None:
+            best_text = f"best {best['label']}" if best else "no estimate yet"
+            bar.set(done, f"{stage}: {total - done} left, {best_text}", total=total)
+
+        result = run_plan(config, spec, target_rate, hardware=gpus, max_gpus=max_gpus, prices=price,
+                          search=knobs, overrides=set_, base_dir=config.parent if config else None,
+                          workers=workers, backend=backend, on_progress=on_progress)
+    finish(result.to_dict(), plan_section, out, as_json)

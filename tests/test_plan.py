@@ -1,0 +1,156 @@
+"""``kvplan plan`` (``sim.analysis.plan``): the search space per GPU, the analytic ceiling is a
+ceiling, the top row is what ``kvplan capacity`` answers for its keys and no listed row that
+meets the SLO is cheaper, the same plan for any number of workers, an SLO nothing meets is a
+verdict (exit 0) and bad input is one line. Steps priced by the roofline (tests run without the
+measured tables), short runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from sim.analysis.capacity import RunSizing, find_capacity
+from sim.analysis.plan import Candidate, Row, bound, candidates, parse_search, plan
+from sim.analysis.report import render_markdown
+from sim.analysis.slo import parse_slo
+from sim.config import build_config
+from sim.errors import ConfigError
+from tests.test_cli import assert_one_line_error, kvplan
+
+SLO_TEXT = "ttft_p99_ms=500,tpot_p99_ms=50"
+#: Short runs for the finalists (the CLI uses kvplan capacity's defaults).
+FULL = {"seeds": 2, "ci_target": 0, "sizing": RunSizing(duration_s=20.0, confirm_s=40.0), "fleet": "divide"}
+SMALL = dict(hardware=["a100-80gb"], search={"tp": [1, 2]}, screen_s=15.0, full_search=FULL)
+
+
+# --- the space --------------------------------------------------------------------------------
+
+
+def test_the_knobs_each_gpu_supports():
+    base = build_config(None)
+    by_hw: dict[str, list[Candidate]] = {}
+    for c in candidates(base, ["a100-80gb", "h100-sxm", "b200"], {}, None):
+        by_hw.setdefault(c.hardware, []).append(c)
+    weights = lambda cs: {dict(c.keys)["quantization.weights"] for c in cs}  # noqa: E731
+    kv = lambda cs: {dict(c.keys)["kv_cache.dtype"] for c in cs}  # noqa: E731
+    assert weights(by_hw["a100-80gb"]) == {"none"} and kv(by_hw["a100-80gb"]) == {"auto"}
+    assert weights(by_hw["h100-sxm"]) == {"none", "fp8"} and kv(by_hw["h100-sxm"]) == {"auto", "fp8"}
+    assert weights(by_hw["b200"]) == {"none", "fp8", "nvfp4"}
+    assert {dict(c.keys)["parallel.tensor_parallel_size"] for c in by_hw["a100-80gb"]} == {1, 2, 4, 8}
+    # A mixture of experts also varies expert parallelism, never on one GPU.
+    moe = list(candidates(build_config(None, ["model=mixtral-8x7b"]), ["h100-sxm"], {"weights": ["none"],
+                                                                                     "kv_dtype": ["auto"]}, 4))
+    assert {(dict(c.keys)["parallel.tensor_parallel_size"], dict(c.keys)["parallel.enable_expert_parallel"])
+            for c in moe} == {(1, False), (2, False), (2, True), (4, False), (4, True)}
+
+
+def test_search_bounds_parse_and_refuse_nonsense():
+    assert parse_search(["tp=1,2", "weights=none,fp8", "prefix_caching=true,false"]) == \
+        {"tp": [1, 2], "weights": ["none", "fp8"], "prefix_caching": [True, False]}
+    assert parse_search(["full"])["max_num_batched_tokens"] == ["default", 2048, 8192, 16384]
+    with pytest.raises(ConfigError, match="unknown knob"):
+        parse_search(["tensor=2"])
+    with pytest.raises(ConfigError, match="given twice with different values"):
+        parse_search(["tp=1,2", "tp=4"])
+    with pytest.raises(ConfigError, match="whole numbers"):
+        parse_search(["tp=0"])
+
+
+def test_the_bound_is_a_ceiling_and_memory_is_checked_first():
+    base = build_config(None)
+    slo = parse_slo(SLO_TEXT)
+    row = Row(Candidate("a100-80gb", (("parallel.tensor_parallel_size", 1),)))
+    bound(row, base, slo, 100.0, {"a100-80gb": 1.79})
+    assert row.status == "bounded" and row.pricing["source"] == "roofline"
+    real = find_capacity(base, slo, seeds=1, ci_target=0, overrides=row.candidate.overrides,
+                         sizing=RunSizing(duration_s=20.0, confirm_s=0.0), fleet="divide")
+    assert 0 < real.planning_rate <= row.bound_rate
+    assert row.cost_floor == math.ceil(100.0 / row.bound_rate) * 1.79
+    big = Row(Candidate("a100-80gb", (("parallel.tensor_parallel_size", 1),)))
+    bound(big, build_config(None, ["model=llama-3.1-70b"]), slo, 100.0, {"a100-80gb": 1.79})
+    assert big.status == "does_not_fit" and "needs 141.1 GB of weights per GPU" in big.reason
+    tight = Row(Candidate("a100-80gb", (("parallel.tensor_parallel_size", 1),)))
+    bound(tight, base, parse_slo("tpot_p99_ms=1"), 100.0, {"a100-80gb": 1.79})
+    assert tight.status == "infeasible" and "over the TPOT bound" in tight.reason
+
+
+# --- the plan ---------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def small_plan():
+    return plan(None, parse_slo(SLO_TEXT), 40.0, workers=1, **SMALL)
+
+
+def test_the_top_row_is_what_capacity_answers_and_nothing_listed_is_cheaper(small_plan):
+    best = small_plan.best
+    assert best is not None and best.status == "planned" and best.meets_slo
+    again = find_capacity(None, parse_slo(SLO_TEXT), target_rate=40.0, overrides=best.candidate.overrides, **FULL)
+    assert again.gpus == best.gpus and again.usd_per_hour == best.usd_per_hour
+    assert again.planning_rate > 0
+    for r in small_plan.rows:
+        if r.meets_slo:
+            assert r.usd_per_hour >= best.usd_per_hour
+        if r.status == "screened" and r.estimate_usd_per_hour is not None:
+            assert r.estimate_usd_per_hour >= best.usd_per_hour  # else it would have been searched
+    d = small_plan.to_dict()
+    assert d["kind"] == "plan" and d["best"]["gpus"] == best.gpus
+    assert d["num_simulations"] == sum(r.simulations for r in small_plan.rows)
+    assert all(f["output_tokens_per_s_per_gpu"] > 0 for f in d["frontier"])
+
+
+def test_the_same_plan_for_any_number_of_workers(small_plan):
+    other = plan(None, parse_slo(SLO_TEXT), 40.0, workers=2, **SMALL)
+    strip = lambda p: [(r.candidate, r.status, r.estimate_rate, r.planning_rate, r.usd_per_hour)  # noqa: E731
+                       for r in p.rows]
+    assert strip(other) == strip(small_plan)
+
+
+def test_a_plan_reports_as_markdown(small_plan, tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(small_plan.to_dict(), default=str))
+    md = render_markdown([json.loads(path.read_text())])
+    assert "## Plan" in md and small_plan.best.candidate.label() in md and "not chosen" in md
+
+
+def test_an_slo_nothing_meets_is_a_verdict_not_an_error():
+    res = plan(None, parse_slo("tpot_p99_ms=1"), 10.0, hardware=["a100-80gb"], search={"tp": [1]},
+               screen_s=10.0, full_search=FULL)
+    assert res.best is None and res.ranked == []
+    assert res.headline().startswith("No deployment meets")
+    assert all(r.status == "infeasible" for r in res.rows)
+
+
+# --- the command line -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--hardware", "h900"], "--hardware h900: unknown GPU 'h900'"),
+    (["--price", "h900=2"], "h900"),
+    (["--search", "tp=1,2", "--search", "tp=4"], "--search tp: given twice"),
+    (["--set", "model=llama-3.1-70b", "--hardware", "a100-80gb", "--search", "tp=1"], "fits no GPU"),
+    (["--target-rate", "-3"], "--target-rate"),
+])
+def test_bad_input_is_one_line(args, needle):
+    base = ["plan", "--slo", SLO_TEXT, "--no-progress"]
+    if "--target-rate" not in args:
+        base += ["--target-rate", "10"]
+    if "--hardware" not in args:
+        base += ["--hardware", "a100-80gb"]
+    proc = kvplan(*base, *args)
+    assert_one_line_error(proc, needle)
+
+
+def test_cli_plan_end_to_end_and_its_report(tmp_path):
+    out = tmp_path / "plan.json"
+    proc = kvplan("plan", "--slo", "tpot_p99_ms=1", "--target-rate", "5", "--hardware", "a100-80gb",
+                  "--search", "tp=1", "--no-progress", "--out", str(out))
+    assert proc.returncode == 0, proc.stderr
+    assert "No deployment meets" in proc.stdout
+    rec = json.loads(out.read_text())
+    assert rec["kind"] == "plan" and rec["best"] is None
+    rep = kvplan("report", str(out), "--out", str(tmp_path / "plan.md"))
+    assert rep.returncode == 0, rep.stderr
+    assert "## Plan" in (tmp_path / "plan.md").read_text()
