@@ -32,7 +32,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from sim.analysis.autoscale import by_period, compare_fleets, load_delay_s
+from analysis.autoscale import by_period, compare_fleets, load_delay_s
 from sim.api import as_scenario
 from sim.policies.autoscaler import AutoscalerConfig
 from sim.pricing.machine import machine_fingerprint

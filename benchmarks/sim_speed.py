@@ -37,7 +37,7 @@ AZURE_CONV = ROOT.parent / "shared" / "traces" / "AzureLLMInferenceTrace_conv_20
 VIDUR_WORKLOAD = ["model=llama-2-70b", "hardware=a100-80gb", "parallel.tensor_parallel_size=2",
                   f"workload.trace={AZURE_CONV}", "workload.num_requests=5000",
                   "workload.arrival.process=poisson", "workload.arrival.rate=4"]
-KVPLAN = [sys.executable, "-m", "cli.main"]
+KVPLAN = [sys.executable, "-m", "kvplan.cli.main"]
 
 
 def _wall(cmd: list[str], repeats: int = 3) -> float:

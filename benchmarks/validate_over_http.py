@@ -52,7 +52,7 @@ METRICS = ("mean_ttft_ms", "p99_ttft_ms", "mean_tpot_ms", "mean_itl_ms", "mean_e
 
 def kvplan(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env={**env, "COLUMNS": "200"},
+    return subprocess.run([sys.executable, "-m", "kvplan.cli.main", *args], cwd=ROOT, env={**env, "COLUMNS": "200"},
                           capture_output=True, text=True, timeout=900)
 
 
@@ -66,7 +66,7 @@ def checked(*args: str) -> subprocess.CompletedProcess:
 def serve(log: Path, trace: Path) -> tuple[subprocess.Popen, str]:
     """Start ``kvplan serve`` on a free port, tracing its steps; its URL once it listens."""
     fh = open(log, "w")
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", "0", "--threads", str(THREADS),
+    proc = subprocess.Popen([sys.executable, "-m", "kvplan.cli.main", "serve", "--port", "0", "--threads", str(THREADS),
                              "--trace", str(trace)], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 300
     while not (m := re.search(r"on (http://\S+)", log.read_text())):

@@ -1,10 +1,10 @@
 """The Cluster page's figures and tables, from the rows ``dashboards.cluster_runs`` makes.
 
-Why here and not in ``sim/analysis/figures.py``: these plots belong to the page only (the HTML
+Why here and not in ``analysis/figures.py``: these plots belong to the page only (the HTML
 report draws each case as an ordinary simulation). They follow that module's rules: fixed
 colours (the same series keeps its colour from one run to the next), latencies in the unit
 their values read best in, log axes ticked 1-2-5 with their unit written on every tick
-(``figures.log_ms_axis``), numbers in tables through ``sim.analysis.formatting``.
+(``figures.log_ms_axis``), numbers in tables through ``analysis.formatting``.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.analysis.figures import format_ms, log_ms_axis
-from sim.analysis.formatting import FRACTION, MISSING, format_number, format_value
+from analysis.figures import format_ms, log_ms_axis
+from analysis.formatting import FRACTION, MISSING, format_number, format_value
 from sim.summary_table import latency_unit
 
 _LAYOUT = dict(template="plotly_white", margin=dict(l=60, r=20, t=70, b=50), height=400)

@@ -1,5 +1,5 @@
 """What the Cluster page computes: the cases of each cluster question, run through the library
-(``sim.api.simulate``, ``sim.analysis.autoscale``), reduced to plain rows the page and its
+(``sim.api.simulate``, ``analysis.autoscale``), reduced to plain rows the page and its
 figures read.
 
 Why a module of its own, outside the page script: Streamlit runs a page top to bottom on every
@@ -18,8 +18,8 @@ from typing import Any, Callable, Optional, Sequence
 
 import numpy as np
 
-from sim.analysis.autoscale import by_period, compare_fleets, load_delay_s, report
-from sim.analysis.whatif import simulation_record
+from analysis.autoscale import by_period, compare_fleets, load_delay_s, report
+from analysis.whatif import simulation_record
 from sim.api import simulate
 from sim.config import ROUTERS, build_config
 from sim.errors import ConfigError

@@ -428,7 +428,7 @@ def cached(kind: str, params: dict, compute: Callable[[Progress], Any], label: s
 
 def report_downloads(records: list[dict], name: str, title: str) -> None:
     """HTML and Markdown report buttons; the report is rendered only when clicked."""
-    from sim.analysis.report import render_html, render_markdown
+    from analysis.report import render_html, render_markdown
 
     c1, c2 = st.columns(2)
     c1.download_button("Download report (HTML)", data=lambda: render_html(records, title),

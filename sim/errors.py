@@ -3,7 +3,7 @@
 1. **User errors** are ``KvplanError`` subclasses, raised where the bad input is found, with a
    one-line message that names what is wrong and where: the config key (``kv_cache.block_size:
    expected an integer >= 1, got 0``), the file and line (``trace.csv:3: ContextTokens is 'abc',
-   not an integer``), or the flag. The CLI (``cli/main.py``) prints ``error: <message>`` on
+   not an integer``), or the flag. The CLI (``kvplan/cli/main.py``) prints ``error: <message>`` on
    stderr and exits 2; the dashboard shows the message under the widget that set the key.
 2. **Files the user named** that cannot be read (missing, a directory, no permission, binary
    where text is expected) are user errors too. Readers raise ``InputFileError`` (or a subclass)

@@ -3,7 +3,7 @@ plan, step pricer), each replica's engines (KV allocator, scheduler, speculative
 router's settings, the workload, and the summary's ``scenario`` and ``cost_model`` blocks.
 
 Shared by every simulator front end (``sim.api.simulate``, the P/D simulator in
-``sim.disaggregation``, the autoscaled fleet in ``sim.analysis.autoscale``), which import it at
+``sim.disaggregation``, the autoscaled fleet in ``analysis.autoscale``), which import it at
 top level; it imports none of them, so they form no import cycle (tests/test_layering.py).
 """
 

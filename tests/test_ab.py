@@ -10,12 +10,12 @@ import typer
 import yaml
 from typer.testing import CliRunner
 
-from cli import analysis as cli_analysis
-from sim.analysis.ab import OVERALL_LEVEL, config_diff, overall_verdict, run_ab, verdict
-from sim.analysis.formatting import (format_diff, format_interval, format_number, format_relative,
+from kvplan.cli import analysis as cli_analysis
+from analysis.ab import OVERALL_LEVEL, config_diff, overall_verdict, run_ab, verdict
+from analysis.formatting import (format_diff, format_interval, format_number, format_relative,
                                      format_value, with_unit)
-from sim.analysis.report import ab_row
-from sim.analysis.stats import mean_interval, paired_bootstrap
+from analysis.report import ab_row
+from analysis.stats import mean_interval, paired_bootstrap
 from sim.errors import ConfigError
 
 LOAD = ["workload.num_requests=200", "workload.arrival.rate=20", "slo.ttft_ms=500", "slo.tpot_ms=60"]
@@ -182,7 +182,7 @@ def test_a_report_row_reads_the_same_everywhere():
 
 
 def _forest(rows):
-    figures = pytest.importorskip("sim.analysis.figures")  # plotly is the dashboard extra
+    figures = pytest.importorskip("analysis.figures")  # plotly is the dashboard extra
     return figures.ab_forest({"rows": rows})
 
 

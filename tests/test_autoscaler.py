@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from sim.analysis.autoscale import by_period, compare_fleets, load_delay_s, simulate_fleet
+from analysis.autoscale import by_period, compare_fleets, load_delay_s, simulate_fleet
 from sim.errors import ConfigError
 from sim.policies.autoscaler import Autoscaler, AutoscalerConfig, model_load_time_s
 from sim.policies.request import Request, RequestState
@@ -223,7 +223,7 @@ def test_fleet_rejects_what_it_cannot_model():
 # ---------------------------------------------------------------- the command
 
 def kvplan(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT,
+    return subprocess.run([sys.executable, "-m", "kvplan.cli.main", *args], cwd=ROOT,
                           env={**os.environ, "COLUMNS": "200"}, capture_output=True, text=True,
                           timeout=120)
 

@@ -11,11 +11,11 @@ import math
 
 import pytest
 
-from sim.analysis import capacity as capacity_mod
-from sim.analysis.capacity import RunSizing, find_capacity
-from sim.analysis.pricing import price_table, usd_per_million_output_tokens
-from sim.analysis.slo import parse_slo
-from sim.analysis.steady import MIN_SPANS, run_length, window_metrics
+from analysis import capacity as capacity_mod
+from analysis.capacity import RunSizing, find_capacity
+from analysis.pricing import price_table, usd_per_million_output_tokens
+from analysis.slo import parse_slo
+from analysis.steady import MIN_SPANS, run_length, window_metrics
 from sim.api import simulate
 from sim.errors import ConfigError
 
@@ -233,7 +233,7 @@ def test_unreachable_slo_is_reported_not_raised():
 
 
 def test_report_says_no_rate_meets_the_slo_instead_of_none_or_zero_dollars():
-    from sim.analysis.report import render_markdown
+    from analysis.report import render_markdown
 
     md = render_markdown([search("ttft_p99_ms=0.001", seeds=1, target_rate=40).to_dict()])
     rows = dict([c.strip() for c in line.strip("|").split(" | ")] for line in md.splitlines()
@@ -248,7 +248,7 @@ def test_report_says_no_rate_meets_the_slo_instead_of_none_or_zero_dollars():
 def test_report_does_not_describe_an_arrival_rate_the_search_did_not_use(tight):
     """The search sets every run's rate and request count; the config's 8 req/s and 1000
     requests were never simulated, so the scenario must not show them as if they were."""
-    from sim.analysis.report import render_markdown, scenario_section
+    from analysis.report import render_markdown, scenario_section
 
     md = render_markdown([tight.to_dict()])
     assert "| arrivals | Poisson (rates set by the search) |" in md
@@ -260,7 +260,7 @@ def test_report_does_not_describe_an_arrival_rate_the_search_did_not_use(tight):
 
 def test_search_plot_shows_which_seed_each_point_came_from(tight):
     pytest.importorskip("plotly")
-    from sim.analysis import figures
+    from analysis import figures
 
     rec = tight.to_dict()
     fig = figures.capacity_search(rec)
@@ -351,7 +351,7 @@ def test_cli_capacity_prints_the_answer_and_writes_json(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from cli import analysis as cli_analysis
+    from kvplan.cli import analysis as cli_analysis
 
     app = typer.Typer()
     app.command()(cli_analysis.capacity)
@@ -372,7 +372,7 @@ def test_cli_capacity_sizes_the_interval_and_says_when_no_rate_meets_the_slo():
     import typer
     from typer.testing import CliRunner
 
-    from cli import analysis as cli_analysis
+    from kvplan.cli import analysis as cli_analysis
 
     app = typer.Typer()
     app.command()(cli_analysis.capacity)

@@ -13,12 +13,12 @@ import math
 
 import pytest
 
-from sim.analysis import capacity as capacity_mod
-from sim.analysis.capacity import RunSizing, find_capacity, plan, with_rate
-from sim.analysis.fleet import _Bracket, fleet_config, fleet_sizing
-from sim.analysis.pricing import price_table
-from sim.analysis.slo import parse_slo
-from sim.analysis.steady import window_metrics
+from analysis import capacity as capacity_mod
+from analysis.capacity import RunSizing, find_capacity, plan, with_rate
+from analysis.fleet import _Bracket, fleet_config, fleet_sizing
+from analysis.pricing import price_table
+from analysis.slo import parse_slo
+from analysis.steady import window_metrics
 from sim.api import simulate
 from sim.errors import ConfigError
 
@@ -140,7 +140,7 @@ def test_pd_groups_are_the_unit_and_count_both_pools_gpus():
     assert any("sized one P/D group" in n for n in r.notes)
     cfg = fleet_config(r.config, r.unit, 3)
     assert (cfg["disaggregation"]["prefill_replicas"], cfg["disaggregation"]["decode_replicas"]) == (3, 6)
-    from sim.analysis.report import render_markdown
+    from analysis.report import render_markdown
 
     md = render_markdown([r.to_dict()])
     assert "| P/D groups / GPUs needed |" in md and "2 prefill GPUs" in md
@@ -160,7 +160,7 @@ def test_cli_prints_the_fleet_and_writes_its_fields(tmp_path):
     import typer
     from typer.testing import CliRunner
 
-    from cli import analysis as cli_analysis
+    from kvplan.cli import analysis as cli_analysis
 
     app = typer.Typer()
     app.command()(cli_analysis.capacity)
@@ -247,7 +247,7 @@ def test_no_fleet_up_to_max_replicas_says_so(monkeypatch):
     assert max(t.replicas for t in r.fleet.trials) == 16
     assert "no fleet of up to 16 replicas" in r.fleet_note and "--max-replicas 16" in r.fleet_note
     assert r.fleet_note in r.headline()
-    from sim.analysis.report import render_markdown
+    from analysis.report import render_markdown
 
     assert "none found: no fleet of up to 16 replicas" in render_markdown([r.to_dict()])
 
@@ -303,7 +303,7 @@ def test_bad_fleet_arguments_are_config_errors(kw, needle):
 
 
 def test_the_progress_bar_says_which_fleet_is_running():
-    from cli.analysis import progress_text
+    from kvplan.cli.analysis import progress_text
 
     fleet = capacity_mod.Evaluation(100.0, 0, True, [], {}, "fleet", replicas=5)
     assert progress_text(fleet) == "fleet x5 100 req/s seed 0: met"

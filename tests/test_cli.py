@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def kvplan(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "kvplan.cli.main", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -165,9 +165,9 @@ HEAVY = ("torch", "streamlit", "plotly", "pandas", "simpy")
 def test_help_imports_nothing_heavy():
     """`kvplan --help` stays fast and works in the light core: the commands import their
     libraries (the simulator, torch, streamlit ...) only when they run."""
-    script = ("import sys, cli.main\n"
+    script = ("import sys, kvplan.cli.main\n"
               f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n"
-              "try:\n    cli.main.main(['--help'])\nexcept SystemExit:\n    pass\n"
+              "try:\n    kvplan.cli.main.main(['--help'])\nexcept SystemExit:\n    pass\n"
               f"print(sorted(m for m in sys.modules if m.split('.')[0] in {HEAVY!r}))\n")
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -181,7 +181,7 @@ def test_version_needs_no_command():
 
 
 def _main(argv, capsys):
-    from cli.main import main
+    from kvplan.cli.main import main
 
     with pytest.raises(SystemExit) as exc:
         main(argv)
@@ -203,7 +203,7 @@ def test_internal_error_is_not_blamed_on_the_user(monkeypatch, capsys):
     assert code == 1 and len(lines) == 1, err
     assert lines[0].startswith("internal error (a bug in kvplan, please report)") and "lost a block" in lines[0]
     monkeypatch.setenv("KVPLAN_DEBUG", "1")
-    from cli.main import main
+    from kvplan.cli.main import main
 
     with pytest.raises(AssertionError, match="lost a block"):
         main(["simulate", "--no-progress", "--set", "workload.num_requests=5"])
@@ -242,7 +242,7 @@ def test_a_server_that_cannot_keep_up_is_said_in_plain_words(tmp_path):
     assert o["ttft_last_fifth_ms"] > 2 * o["ttft_first_fifth_ms"]
     light = simulate(None, overrides=["workload.num_requests=200", "workload.arrival.rate=2"])
     assert light.summary["overload"]["overloaded"] is False and light.summary["overload"]["message"] is None
-    proc = subprocess.run([sys.executable, "-m", "cli.main", "simulate", "--no-progress", "--set",
+    proc = subprocess.run([sys.executable, "-m", "kvplan.cli.main", "simulate", "--no-progress", "--set",
                            "workload.num_requests=600", "--set", "workload.arrival.rate=40"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and "overloaded: arrivals" in proc.stderr
@@ -257,7 +257,7 @@ def test_summary_table_scales_latency_units():
     assert latency_unit([576_531.7, 1_305_857.0])[0] == "min"
     assert latency_unit([None, None])[0] == "ms"
     # 1,000 requests at 100 req/s: TTFT p99 of 30-50 s whichever pricer (tables or roofline)
-    proc = subprocess.run([sys.executable, "-m", "cli.main", "simulate", "--no-progress", "--set",
+    proc = subprocess.run([sys.executable, "-m", "kvplan.cli.main", "simulate", "--no-progress", "--set",
                            "workload.num_requests=1000", "--set", "workload.arrival.rate=100"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0

@@ -6,7 +6,7 @@ a file is expected. Every case must end the same way (the policy in ``sim/errors
 code 2, exactly one line on stderr that names the field, flag, file or line, no traceback, and
 nothing already written overwritten (each ``--out`` target is pre-filled with a sentinel).
 
-Cases run in-process through ``cli.main.main`` (fast: most fail before any simulation); each
+Cases run in-process through ``kvplan.cli.main.main`` (fast: most fail before any simulation); each
 has a timeout, because "fails fast" is part of the contract (``workload.num_requests=10**12``
 must not hang or run out of memory).
 """
@@ -139,7 +139,7 @@ def _sentinels_intact(f: dict[str, str]) -> None:
 
 
 def run_cli(argv: list[str], capsys: pytest.CaptureFixture) -> tuple[int, str, str]:
-    from cli.main import main
+    from kvplan.cli.main import main
 
     try:
         main(argv)
@@ -496,7 +496,7 @@ def test_dashboard_validation_loader(key, needle, files):
     ("emptyrun", "emptyrun"), ("badrun", "summary.json"), ("binrun", "summary.json"),
 ])
 def test_dashboard_and_report_record_loader(key, needle, files):
-    from sim.analysis.report import load_record
+    from analysis.report import load_record
     from sim.errors import KvplanError
 
     with pytest.raises(KvplanError) as exc:

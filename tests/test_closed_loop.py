@@ -245,7 +245,7 @@ def test_bad_values_are_one_line_config_errors(sets, needle):
 
 def kvplan(*args: str) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "200"}
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "kvplan.cli.main", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=300)
 
 

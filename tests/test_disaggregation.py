@@ -213,7 +213,7 @@ def test_unsupported_combinations_name_the_key():
 
 def test_cli_prints_pool_rows(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "cli.main", "simulate", "--out", str(tmp_path / "out"),
+        [sys.executable, "-m", "kvplan.cli.main", "simulate", "--out", str(tmp_path / "out"),
          *[a for s in SCENARIO + PD for a in ("--set", s)]],
         cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 pytest.importorskip("plotly")
-from sim.analysis import figures  # noqa: E402
+from analysis import figures  # noqa: E402
 
 POINTS = [{"rate": r, "median_ttft_ms": 40.0 * r, "p99_ttft_ms": 90.0 * r ** 2,
            "median_tpot_ms": 12.0 + r, "p99_tpot_ms": 15.0 + 2 * r} for r in (2, 4, 8, 16)]

@@ -19,7 +19,7 @@ class _Block:
         return None
 sys.meta_path.insert(0, _Block())
 sys.argv = ["kvplan"] + sys.argv[1:]
-from cli.main import main
+from kvplan.cli.main import main
 main()
 """
 

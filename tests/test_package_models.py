@@ -170,7 +170,7 @@ def test_without_the_package_an_hf_id_is_an_unknown_model(monkeypatch):
 def test_kvplan_simulate_with_an_hf_id(tmp_path, model):
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.run(
-        [sys.executable, "-m", "cli.main", "simulate", "--set", f"model={model}",
+        [sys.executable, "-m", "kvplan.cli.main", "simulate", "--set", f"model={model}",
          "--set", "hardware=h100-sxm", "--set", "workload.num_requests=50",
          "--out", str(tmp_path), "--no-progress"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
@@ -181,7 +181,7 @@ def test_kvplan_simulate_with_an_hf_id(tmp_path, model):
 @needs_package
 def test_kvplan_simulate_refuses_an_unmodelled_hf_id_in_one_line(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "cli.main", "simulate", "--set", "model=zai-org/GLM-5",
+        [sys.executable, "-m", "kvplan.cli.main", "simulate", "--set", "model=zai-org/GLM-5",
          "--out", str(tmp_path), "--no-progress"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr + proc.stdout

@@ -276,7 +276,7 @@ def test_cli_says_in_one_line_when_the_tables_are_not_installed(tmp_path):
     script = ("import importlib.util, sys; real = importlib.util.find_spec\n"
               "importlib.util.find_spec = lambda name, *a: None if name == 'aiconfigurator_core' "
               "else real(name, *a)\n"
-              "from cli.main import main; sys.argv = ['kvplan', 'simulate', '--no-progress', "
+              "from kvplan.cli.main import main; sys.argv = ['kvplan', 'simulate', '--no-progress', "
               "'--set', 'workload.num_requests=20', '--json']; main()")
     env = {k: v for k, v in os.environ.items() if k != table_data.ENV_TABLES}
     proc = subprocess.run([sys.executable, "-c", script], cwd=ROOT, env=env, capture_output=True,

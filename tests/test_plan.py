@@ -1,4 +1,4 @@
-"""``kvplan plan`` (``sim.analysis.plan``): the search space per GPU, the analytic ceiling is a
+"""``kvplan plan`` (``analysis.plan``): the search space per GPU, the analytic ceiling is a
 ceiling, the top row is what ``kvplan capacity`` answers for its keys and no listed row that
 meets the SLO is cheaper, the same plan for any number of workers, an SLO nothing meets is a
 verdict (exit 0) and bad input is one line. Steps priced by the roofline (tests run without the
@@ -11,10 +11,10 @@ import math
 
 import pytest
 
-from sim.analysis.capacity import RunSizing, find_capacity
-from sim.analysis.plan import Candidate, Row, bound, candidates, parse_search, plan
-from sim.analysis.report import render_markdown
-from sim.analysis.slo import parse_slo
+from analysis.capacity import RunSizing, find_capacity
+from analysis.plan import Candidate, Row, bound, candidates, parse_search, plan
+from analysis.report import render_markdown
+from analysis.slo import parse_slo
 from sim.config import build_config
 from sim.errors import ConfigError
 from tests.test_cli import assert_one_line_error, kvplan
@@ -154,3 +154,22 @@ def test_cli_plan_end_to_end_and_its_report(tmp_path):
     rep = kvplan("report", str(out), "--out", str(tmp_path / "plan.md"))
     assert rep.returncode == 0, rep.stderr
     assert "## Plan" in (tmp_path / "plan.md").read_text()
+
+
+def test_the_public_api_names_and_stays_light():
+    import subprocess
+    import sys
+
+    import kvplan
+    from analysis.capacity import find_capacity
+    from analysis.plan import plan as plan_fn
+    from sim.api import simulate
+
+    assert kvplan.plan is plan_fn and kvplan.simulate is simulate and kvplan.capacity is find_capacity
+    assert {"plan", "simulate", "capacity", "parse_slo"} <= set(dir(kvplan))
+    with pytest.raises(AttributeError):
+        kvplan.no_such_name  # noqa: B018
+    proc = subprocess.run([sys.executable, "-c", "import sys, kvplan; from kvplan import plan, simulate, capacity; "
+                           "print(sorted(m for m in ('torch', 'streamlit', 'plotly', 'pandas') if m in sys.modules))"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr

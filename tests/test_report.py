@@ -10,12 +10,12 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from cli import analysis as cli_analysis
-from sim.analysis.ab import run_ab
-from sim.analysis.capacity import RunSizing, find_capacity
-from sim.analysis.report import load_record, render_html, render_markdown, write_report
-from sim.analysis.slo import parse_slo
-from sim.analysis.sweep import parse_grid, run_sweep
+from kvplan.cli import analysis as cli_analysis
+from analysis.ab import run_ab
+from analysis.capacity import RunSizing, find_capacity
+from analysis.report import load_record, render_html, render_markdown, write_report
+from analysis.slo import parse_slo
+from analysis.sweep import parse_grid, run_sweep
 from calibration.validation_file import ValidationFileError, load_validation, write_validation
 from sim.api import simulate
 from sim.errors import ConfigError
@@ -138,10 +138,10 @@ def test_validation_format_errors_name_the_field(doc, needle):
 def test_reports_render_without_plotly(saved, monkeypatch):
     import sys
 
-    import sim.analysis
+    import analysis
 
-    monkeypatch.delattr(sim.analysis, "figures", raising=False)
-    monkeypatch.setitem(sys.modules, "sim.analysis.figures", None)  # import fails
+    monkeypatch.delattr(analysis, "figures", raising=False)
+    monkeypatch.setitem(sys.modules, "analysis.figures", None)  # import fails
     records = [load_record(p) for p in saved.values()]
     assert "## Capacity" in render_markdown(records)
     page = render_html(records)
@@ -150,7 +150,7 @@ def test_reports_render_without_plotly(saved, monkeypatch):
 
 def test_the_validation_verdict_is_loud_above_the_error_that_matters():
     from calibration.validation_file import verdict
-    from sim.analysis.report import render_markdown
+    from analysis.report import render_markdown
 
     def record(errors):
         metrics = [{"name": f"m{i}", "unit": "ms", "real": 100.0, "predicted": 100.0 * (1 + e),
@@ -171,7 +171,7 @@ def test_the_validation_verdict_is_loud_above_the_error_that_matters():
 
 def test_validation_scatter_has_one_panel_per_unit_family():
     pytest.importorskip("plotly")
-    from sim.analysis.figures import validation_scatter
+    from analysis.figures import validation_scatter
 
     metrics = [{"name": n, "unit": u, "real": r, "predicted": r * 1.1, "error": 0.1}
                for n, u, r in (("p99_ttft_ms", "ms", 120.0), ("mean_tpot_ms", "ms", 40.0),

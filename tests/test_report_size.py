@@ -12,8 +12,8 @@ pytest.importorskip("plotly")
 
 from plotly.offline import get_plotlyjs, get_plotlyjs_version  # noqa: E402
 
-from sim.analysis.report import write_report  # noqa: E402
-from sim.analysis.whatif import simulation_record  # noqa: E402
+from analysis.report import write_report  # noqa: E402
+from analysis.whatif import simulation_record  # noqa: E402
 from sim.api import simulate  # noqa: E402
 from sim.errors import ConfigError  # noqa: E402
 

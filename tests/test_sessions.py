@@ -253,7 +253,7 @@ def test_bad_session_keys_are_one_line_config_errors_naming_the_key(sessions, ne
 def test_cli_simulate_with_sessions_exits_0():
     env = {**os.environ, "COLUMNS": "200"}
     proc = subprocess.run(
-        [sys.executable, "-m", "cli.main", "simulate", "--no-progress",
+        [sys.executable, "-m", "kvplan.cli.main", "simulate", "--no-progress",
          "--set", "workload.num_requests=20", "--set", f"workload.sessions={SESSIONS}",
          "--set", "parallel.num_replicas=2", "--set", "parallel.router=prefix_aware",
          "--set", "parallel.session_affinity=true", "--set", "kv_cache.prefix_caching=true"],

@@ -106,7 +106,7 @@ def test_a_streamed_run_holds_only_the_requests_in_flight(tmp_path):
 
 def test_cli_stream_writes_the_files_and_needs_out(tmp_path):
     out = tmp_path / "run"
-    cmd = [sys.executable, "-m", "cli.main", "simulate", "--stream", "--no-progress", "--json",
+    cmd = [sys.executable, "-m", "kvplan.cli.main", "simulate", "--stream", "--no-progress", "--json",
            "--set", "workload.num_requests=200"]
     bad = subprocess.run(cmd, capture_output=True, text=True)
     assert bad.returncode == 2 and "--stream: needs --out" in bad.stderr

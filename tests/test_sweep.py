@@ -9,10 +9,10 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from cli import analysis as cli_analysis
-from sim.analysis.pareto import pareto_mask
-from sim.analysis.slo import parse_slo
-from sim.analysis.sweep import grid_points, parse_grid, point_overrides, run_sweep
+from kvplan.cli import analysis as cli_analysis
+from analysis.pareto import pareto_mask
+from analysis.slo import parse_slo
+from analysis.sweep import grid_points, parse_grid, point_overrides, run_sweep
 from sim.errors import ConfigError
 
 SMALL = ["workload.num_requests=60", "workload.output_len.mean=48", "workload.arrival.rate=12"]
@@ -123,7 +123,7 @@ def _row(label, rate, x, y, ttft, error=None):
 
 
 def test_the_frontier_compares_points_only_at_the_same_offered_load():
-    from sim.analysis.sweep import rerank
+    from analysis.sweep import rerank
 
     rows = [_row("a4", 4, 100, 50, 200), _row("b4", 4, 120, 40, 300), _row("c4", 4, 90, 45, 250),
             _row("a16", 16, 400, 20, 45000), _row("b16", 16, 380, 25, 800)]
@@ -143,9 +143,9 @@ def test_the_frontier_compares_points_only_at_the_same_offered_load():
 
 
 def test_the_ranking_respects_the_slo_and_a_new_slo_only_reranks(monkeypatch):
-    from sim.analysis import sweep as sweep_mod
-    from sim.analysis.slo import parse_slo
-    from sim.analysis.sweep import SweepResult, rerank
+    from analysis import sweep as sweep_mod
+    from analysis.slo import parse_slo
+    from analysis.sweep import SweepResult, rerank
 
     rows = [_row("a4", 4, 100, 50, 200), _row("b4", 4, 120, 40, 300), _row("a16", 16, 400, 20, 45000),
             _row("b16", 16, 380, 25, 800), _row("bad", 4, None, None, None, error="does not fit")]

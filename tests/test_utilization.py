@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.analysis.utilization import model_for_run, overall, step_work, utilization_model
+from analysis.utilization import model_for_run, overall, step_work, utilization_model
 from sim.api import simulate
 from sim.catalog import get_hardware, get_model
 from sim.memory_plan import plan_memory

@@ -7,9 +7,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import common
-from sim.analysis import figures
-from sim.analysis.ab import OVERALL_LEVEL, run_ab
-from sim.analysis.report import ab_row
+from analysis import figures
+from analysis.ab import OVERALL_LEVEL, run_ab
+from analysis.report import ab_row
 
 st.title("A/B experiment")
 st.caption("Both arms serve the very same requests (common random numbers) for each seed; the "

@@ -9,9 +9,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import common
-from sim.analysis import figures
-from sim.analysis.capacity import NO_RATE, CapacityResult, RunSizing, find_capacity, plan, rate_text
-from sim.analysis.slo import parse_slo
+from analysis import figures
+from analysis.capacity import NO_RATE, CapacityResult, RunSizing, find_capacity, plan, rate_text
+from analysis.slo import parse_slo
 
 st.title("Capacity")
 st.caption("A bracketed search over request rate, one bracket per seed, each run long enough to "

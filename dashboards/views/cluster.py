@@ -17,7 +17,7 @@ import streamlit as st
 from dashboards import cluster_display as show
 from dashboards import cluster_runs as runs
 from dashboards import common
-from sim.analysis.formatting import FRACTION, format_number, format_relative, format_value
+from analysis.formatting import FRACTION, format_number, format_relative, format_value
 from sim.catalog import list_hardware, list_models
 from sim.catalog.links import LINK_NAMES
 from sim.config import DEFAULTS, POLICIES, ROUTERS

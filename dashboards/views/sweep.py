@@ -9,9 +9,9 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import common
-from sim.analysis import figures
-from sim.analysis.slo import parse_slo
-from sim.analysis.sweep import grid_points, parse_grid, run_sweep
+from analysis import figures
+from analysis.slo import parse_slo
+from analysis.sweep import grid_points, parse_grid, run_sweep
 
 st.title("Sweep and Pareto frontier")
 st.caption("One simulation per configuration and seed; the frontier holds the configurations no "

@@ -7,7 +7,7 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import common
-from sim.analysis import figures
+from analysis import figures
 from calibration.validation_file import FORMAT, load_validation, verdict
 
 st.title("Validation")

@@ -12,8 +12,8 @@ import pandas as pd
 import streamlit as st
 
 from dashboards import common
-from sim.analysis import figures
-from sim.analysis.whatif import rate_curve, simulation_record
+from analysis import figures
+from analysis.whatif import rate_curve, simulation_record
 from sim.api import simulate
 from sim.summary_table import latency_unit, summary_rows
 

@@ -77,7 +77,7 @@ def make_profile(**changes) -> Profile:
 
 def run_kvplan(argv: list, capsys) -> tuple:
     """``kvplan argv`` in process: (exit code, stdout, stderr)."""
-    from cli.main import main
+    from kvplan.cli.main import main
 
     try:
         main(argv)

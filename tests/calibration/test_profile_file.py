@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def kvplan(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kvplan.cli.main", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "COLUMNS": "200"})
 
 

@@ -146,8 +146,8 @@ def test_the_html_report_draws_its_plots_offline(chromium, tmp_path, plotly):
     """``kvplan report``'s HTML: plotly.js loaded once, from the file written beside it
     (local, the default) or embedded gzipped (inline), every figure drawn in a browser with no
     network."""
-    from sim.analysis.report import write_report
-    from sim.analysis.whatif import simulation_record
+    from analysis.report import write_report
+    from analysis.whatif import simulation_record
     from sim.api import simulate
 
     rec = simulation_record(simulate(None, overrides=["workload.num_requests=100"]), label="run")

@@ -179,7 +179,7 @@ def test_dashboard_command_runs_streamlit_on_the_app(monkeypatch):
 
     import typer
 
-    from cli import analysis as cli_analysis
+    from kvplan.cli import analysis as cli_analysis
 
     seen = {}
     monkeypatch.setattr(subprocess, "call", lambda cmd: seen.setdefault("cmd", cmd) and 0)

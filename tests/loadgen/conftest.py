@@ -65,7 +65,7 @@ def kvplan_server(tiny_model, tmp_path_factory):
     """``kvplan serve --model <tiny> --port 0`` in a subprocess; stopped with SIGTERM."""
     log = tmp_path_factory.mktemp("serve") / "serve.log"
     with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--model", str(tiny_model),
+        proc = subprocess.Popen([sys.executable, "-m", "kvplan.cli.main", "serve", "--model", str(tiny_model),
                                  "--port", "0", "--threads", "1", "--max-model-len", "1024"],
                                 cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     try:

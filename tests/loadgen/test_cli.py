@@ -25,7 +25,7 @@ SMALL = ["--set", "workload.num_requests=6", "--set", "workload.arrival.rate=20"
 def kvplan(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "kvplan.cli.main", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def kvplan(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
     env["COLUMNS"] = "200"
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env=env,
+    return subprocess.run([sys.executable, "-m", "kvplan.cli.main", *args], cwd=ROOT, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

@@ -33,7 +33,7 @@ MARGIN = 0.15  # share of the real value either run may move by under a shared m
 
 def kvplan(*args: str) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "OPENAI_API_KEY"}
-    return subprocess.run([sys.executable, "-m", "cli.main", *args], cwd=ROOT, env={**env, "COLUMNS": "200"},
+    return subprocess.run([sys.executable, "-m", "kvplan.cli.main", *args], cwd=ROOT, env={**env, "COLUMNS": "200"},
                           capture_output=True, text=True, timeout=600)
 
 
@@ -45,7 +45,7 @@ def _serve(tmp_path: Path, name: str) -> tuple[subprocess.Popen, str, Path]:
     """A fresh ``kvplan serve`` tracing its steps: the process, its URL, the trace."""
     log, trace = tmp_path / f"{name}.log", tmp_path / f"{name}_steps.jsonl"
     with open(log, "w") as fh:
-        proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--port", "0", "--threads", str(THREADS),
+        proc = subprocess.Popen([sys.executable, "-m", "kvplan.cli.main", "serve", "--port", "0", "--threads", str(THREADS),
                                  "--trace", str(trace)], cwd=ROOT, stdout=fh, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 180
     while not (m := re.search(r"on (http://\S+)", log.read_text())):

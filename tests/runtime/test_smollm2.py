@@ -74,7 +74,7 @@ def test_chat_template_answers(smollm2):
 
 
 def test_cli_generate_prints_real_text(capsys):
-    from cli.engine import generate
+    from kvplan.cli.engine import generate
 
     generate(prompt=["What is the capital of France?"], model=None, chat=True, max_tokens=24, temperature=0.0,
              top_p=1.0, top_k=0, seed=None, device="cpu", dtype="auto", kv_cache_mib=16.0, block_size=16,

@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 
-from cli.engine import bench_runtime, generate
+from kvplan.cli.engine import bench_runtime, generate
 from runtime.model_config import ModelConfig
 from runtime.model import LlamaForCausalLM
 from runtime.weights import _catalog_config, load_model, random_model, unpermute_qk

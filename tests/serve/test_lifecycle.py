@@ -64,7 +64,7 @@ def test_kvplan_serve_drains_on_sigterm_and_exits_0(chat_model_dir):
     """The real command: SIGTERM mid-stream; the stream still ends with all its tokens, the
     process says it drained and exits 0 (not killed by the signal)."""
     env = {**os.environ, "KVPLAN_API_KEY": "k"}
-    proc = subprocess.Popen([sys.executable, "-m", "cli.main", "serve", "--model", chat_model_dir, "--port", "0",
+    proc = subprocess.Popen([sys.executable, "-m", "kvplan.cli.main", "serve", "--model", chat_model_dir, "--port", "0",
                              "--served-model-name", "tiny", "--kv-cache-mib", "4", "--threads", "1"],
                             cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
     try:
@@ -105,7 +105,7 @@ def test_an_engine_failure_is_a_500_then_503(chat_model_dir):
 
 
 def _kvplan(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "cli.main", "serve", *args], cwd=ROOT, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "kvplan.cli.main", "serve", *args], cwd=ROOT, capture_output=True,
                           text=True, timeout=120, env={**os.environ, "COLUMNS": "200"})
 
 

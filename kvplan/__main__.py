@@ -1,0 +1,5 @@
+"""``python -m kvplan``: the command line, as the ``kvplan`` script runs it."""
+
+from kvplan.cli.main import main
+
+main()
