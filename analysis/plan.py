@@ -3,7 +3,7 @@ and KV quantisation, batch limits, prefix caching, speculative decoding) serves 
 inside this SLO at the target load, and at what cost?
 
 Why a search of its own and not a sweep: the space is a product of a dozen knobs over several
-GPUs, and a full capacity search (``sim.analysis.capacity``) costs tens of simulations per
+GPUs, and a full capacity search (``analysis.capacity``) costs tens of simulations per
 point. The planner spends simulations where the answer can be:
 
 1. **Candidates** (``candidates``): the product of the knobs each GPU supports, in a fixed order.
@@ -37,10 +37,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from sim import config as config_mod
-from sim.analysis.capacity import RunSizing, find_capacity
-from sim.analysis.pareto import pareto_mask
-from sim.analysis.pricing import price_table, usd_per_gpu_hour
-from sim.analysis.slo import SLO
+from analysis.capacity import RunSizing, find_capacity
+from analysis.pareto import pareto_mask
+from analysis.pricing import price_table, usd_per_gpu_hour
+from analysis.slo import SLO
 from sim.errors import ConfigError, DoesNotFitError, KvplanError
 
 #: Candidates screened side by side, whatever the number of workers (the plan must not depend
@@ -103,6 +103,8 @@ class Row:
     tokens_per_s_per_user: Optional[float] = None
     p99_ttft_ms: Optional[float] = None
     p99_tpot_ms: Optional[float] = None
+    max_clients: Optional[int] = None           # --concurrency: the bound's clients per replica
+    clients_per_replica: Optional[int] = None   # --concurrency: the screen's
     meets_slo: Optional[bool] = None
     misses: list[str] = field(default_factory=list)
     simulations: int = 0
@@ -213,7 +215,8 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
 # --- the bound -----------------------------------------------------------------------------------
 
 
-def bound(row: Row, base: dict, slo: SLO, target: float, prices: Mapping[str, float]) -> None:
+def bound(row: Row, base: dict, slo: SLO, target: Optional[float], prices: Mapping[str, float],
+          concurrency: Optional[int] = None) -> None:
     """Fill ``row``'s memory check, pricing provenance, analytic ceiling and cost floor (no
     simulation). The ceiling: a step computes at most ``max_num_batched_tokens`` tokens, and no
     step computes them faster than a step of prompt chunks alone at that budget (decode tokens
@@ -264,7 +267,26 @@ def bound(row: Row, base: dict, slo: SLO, target: float, prices: Mapping[str, fl
         row.reason = (f"the mean prompt's prefill alone takes {1000 * prefill:.0f} ms, over the TTFT "
                       f"bound {slo.ttft_ms:g} ms")
         return
-    floor_replicas = max(1, math.ceil(target / row.bound_rate - 1e-9))
+    if concurrency is None:
+        floor_replicas = max(1, math.ceil(target / row.bound_rate - 1e-9))
+    else:
+        # Clients one replica can hold: its batch limit, its KV pool at the mean request's
+        # length, and (with a TPOT bound) the largest batch whose decode step alone stays under it.
+        seqs_cap = int(sc.max_num_seqs or 256)
+        kv_cap = max(1, int(dep.memory.num_kv_slots // max(1.0, p + o / 2)))
+        cap = min(seqs_cap, kv_cap, concurrency)
+        if slo.tpot_ms is not None:
+            ctx = int(p + o / 2)
+            lo, hi = 1, cap
+            while lo < hi:  # the largest batch whose decode step is within the bound
+                mid = (lo + hi + 1) // 2
+                if 1000 * price(StepShape(num_decode_seqs=mid, decode_context_tokens=mid * ctx)) <= slo.tpot_ms:
+                    lo = mid
+                else:
+                    hi = mid - 1
+            cap = lo
+        row.max_clients = cap
+        floor_replicas = max(1, math.ceil(concurrency / cap))
     row.cost_floor = floor_replicas * row.gpus_per_replica * row.usd_per_gpu_hour
     row.status = "bounded"
 
@@ -322,7 +344,7 @@ def _outcome(res) -> dict:
 @dataclass
 class PlanResult:
     slo: SLO
-    target_rate: float
+    target_rate: Optional[float]
     hardware: list[str]
     search: dict
     rows: list[Row]
@@ -331,6 +353,11 @@ class PlanResult:
     base_config: dict
     prices: dict
     notes: list[str] = field(default_factory=list)
+    concurrency: Optional[int] = None
+
+    @property
+    def load_text(self) -> str:
+        return f"{self.concurrency} concurrent clients" if self.concurrency else f"{self.target_rate:g} req/s"
 
     @property
     def ranked(self) -> list[Row]:
@@ -358,9 +385,9 @@ class PlanResult:
         tried = (f"{len(self.rows)} candidates on {', '.join(self.hardware)}: {counts}; "
                  f"{self.num_simulations} simulations, {self.wall_s:.0f} s")
         if b is None:
-            return (f"No deployment meets {self.slo} at {self.target_rate:g} req/s ({tried}). "
+            return (f"No deployment meets {self.slo} at {self.load_text} ({tried}). "
                     f"The closest misses are listed.")
-        return (f"Cheapest deployment for {self.target_rate:g} req/s inside {self.slo}: {b.candidate.label()}, "
+        return (f"Cheapest deployment for {self.load_text} inside {self.slo}: {b.candidate.label()}, "
                 f"{b.replicas} replica{'s' if b.replicas != 1 else ''} x {b.gpus_per_replica} GPU = {b.gpus} GPUs, "
                 f"${b.usd_per_hour:.2f}/hour, ${_num(b.usd_per_million_output_tokens)} per million output "
                 f"tokens (steps priced by {b.pricing['source']}). {tried}.")
@@ -372,7 +399,7 @@ class PlanResult:
     def to_dict(self) -> dict:
         best = self.best
         return {"kind": "plan", "headline": self.headline(), "slo": self.slo.to_dict(), "slo_text": str(self.slo),
-                "target_rate": self.target_rate, "hardware": self.hardware, "search": self.search,
+                "target_rate": self.target_rate, "concurrency": self.concurrency, "hardware": self.hardware, "search": self.search,
                 "prices": self.prices, "num_simulations": self.num_simulations, "wall_s": round(self.wall_s, 2),
                 "best": best.to_dict() if best else None,
                 "ranked": [r.to_dict() for r in self.ranked],
@@ -382,7 +409,8 @@ class PlanResult:
                 "config": self.base_config, "notes": self.notes}
 
 
-def plan(config: Union[dict, str, None], slo: SLO, target_rate: float, *,
+def plan(config: Union[dict, str, None], slo: SLO, target_rate: Optional[float] = None, *,
+         concurrency: Optional[int] = None,
          hardware: Optional[Sequence[str]] = None, max_gpus: Optional[int] = None,
          prices: Union[None, dict, Sequence[str]] = None, search: Union[None, Mapping[str, list], Sequence[str]] = None,
          overrides: Sequence[str] = (), base_dir=None, workers: int = 0, backend: str = "local",
@@ -393,16 +421,21 @@ def plan(config: Union[dict, str, None], slo: SLO, target_rate: float, *,
     per screening run; ``full_search``: keyword arguments of ``find_capacity`` for the finalists
     (default: ``kvplan capacity``'s own, so that its answer for the top row is the plan's)."""
     t0 = time.perf_counter()
-    if not (isinstance(target_rate, (int, float)) and math.isfinite(target_rate) and target_rate > 0):
+    if (target_rate is None) == (concurrency is None):
+        raise ConfigError("plan: give the load as --target-rate R (requests/s) or --concurrency N (clients), one of them")
+    if concurrency is not None and not (isinstance(concurrency, int) and concurrency >= 1):
+        raise ConfigError(f"--concurrency: expected a whole number of clients >= 1, got {concurrency!r}")
+    if target_rate is not None and not (isinstance(target_rate, (int, float)) and math.isfinite(target_rate)
+                                        and target_rate > 0):
         raise ConfigError(f"--target-rate: expected a positive number of requests/s, got {target_rate!r}")
     if max_gpus is not None and max_gpus < 1:
         raise ConfigError(f"--max-gpus: expected >= 1, got {max_gpus}")
     if backend not in ("local", "ray"):
         raise ConfigError(f"--backend: expected local or ray, got {backend!r}")
     base = config_mod.build_config(config, list(overrides))
-    if (base["workload"].get("arrival") or {}).get("process") == "closed":
-        raise ConfigError("workload.arrival.process: kvplan plan sizes a fleet for a request rate; use an "
-                          "open-loop arrival process")
+    if target_rate is not None and (base["workload"].get("arrival") or {}).get("process") == "closed":
+        raise ConfigError("workload.arrival.process: --target-rate sizes a fleet for a request rate; use an "
+                          "open-loop arrival process, or plan for clients with --concurrency")
     table = price_table(prices)
     hw_list = _check_hardware(hardware if hardware else default_hardware(), table)
     knobs = {} if search is None else dict(search) if isinstance(search, Mapping) else parse_search(search)
@@ -416,7 +449,7 @@ def plan(config: Union[dict, str, None], slo: SLO, target_rate: float, *,
             on_progress(stage, done, total, best.to_dict() if best else None)
 
     for i, row in enumerate(rows):
-        bound(row, base, slo, target_rate, table)
+        bound(row, base, slo, target_rate, table, concurrency)
         progress("bound", i + 1, len(rows), None)
     live = sorted((r for r in rows if r.status == "bounded"), key=lambda r: (r.cost_floor, r.candidate.label()))
     if all(r.status == "does_not_fit" for r in rows):
@@ -436,11 +469,20 @@ def plan(config: Union[dict, str, None], slo: SLO, target_rate: float, *,
                                                    f"screened estimate ${best_estimate:.2f}/h")
                 else:
                     todo.append(r)
-            args = [(base, r.candidate.overrides, slo, _start(r.bound_rate), base_dir, screen_s) for r in todo]
-            for r, (out, n) in zip(todo, run_map(_screen_one, args)):
+            if concurrency is None:
+                fn = _screen_one
+                args = [(base, r.candidate.overrides, slo, _start(r.bound_rate), base_dir, screen_s) for r in todo]
+            else:
+                fn = _screen_clients
+                args = [(base, r.candidate.overrides, slo, min(concurrency, r.max_clients or concurrency), base_dir)
+                        for r in todo]
+            for r, (out, n) in zip(todo, run_map(fn, args)):
                 sims += n
                 r.simulations += n
-                _apply_screen(r, out, target_rate)
+                if concurrency is None:
+                    _apply_screen(r, out, target_rate)
+                else:
+                    _apply_client_screen(r, out, concurrency)
                 screened += 1
                 if r.estimate_usd_per_hour is not None:
                     best_estimate = min(best_estimate, r.estimate_usd_per_hour)
@@ -454,19 +496,118 @@ def plan(config: Union[dict, str, None], slo: SLO, target_rate: float, *,
         # than the best planned cost (an estimate equal to it can at best tie).
         if r.estimate_usd_per_hour >= best_cost:
             break
-        res = find_capacity(base, slo, target_rate=target_rate, overrides=r.candidate.overrides,
-                            prices=table, base_dir=base_dir, workers=workers, **dict(full_search or {}))
-        sims += res.num_simulations
-        r.simulations += res.num_simulations
-        _apply_full(r, res)
+        if concurrency is None:
+            res = find_capacity(base, slo, target_rate=target_rate, overrides=r.candidate.overrides,
+                                prices=table, base_dir=base_dir, workers=workers, **dict(full_search or {}))
+            n = res.num_simulations
+            _apply_full(r, res)
+        else:
+            n = _full_clients(r, base, slo, concurrency, base_dir)
+        sims += n
+        r.simulations += n
         if r.meets_slo and r.usd_per_hour is not None:
             best_cost = min(best_cost, r.usd_per_hour)
         progress("plan", k + 1, len(finalists), _cheapest(finalists, "usd_per_hour", planned=True))
-    result = PlanResult(slo, float(target_rate), list(hw_list), {k: list(v) for k, v in knobs.items()}, rows,
+    result = PlanResult(slo, None if target_rate is None else float(target_rate), list(hw_list), {k: list(v) for k, v in knobs.items()}, rows,
                         sims, time.perf_counter() - t0, base, table)
+    result.concurrency = concurrency
     result.notes.append(f"screened {screened} of {len(live)} candidates that fit and can meet the SLO; "
                         f"{sum(r.status == 'planned' for r in rows)} searched in full")
     return result
+
+
+# --- --concurrency: clients instead of a rate -------------------------------------------------
+
+#: Requests per client in a client-mode run (the first tenth is the warm-up the window drops).
+REQUESTS_PER_CLIENT = 8
+
+
+def _clients_run(base: dict, overrides: Sequence[str], slo: SLO, clients: int, replicas: int, seed: int,
+                 base_dir) -> tuple[bool, list[str], dict]:
+    """One closed-loop run: ``clients`` over ``replicas`` behind the config's router."""
+    from analysis.steady import window_metrics
+    from sim.api import simulate
+
+    n = max(100, REQUESTS_PER_CLIENT * clients)
+    sets = list(overrides) + slo.overrides() + [
+        f"parallel.num_replicas={replicas}", f"workload.num_requests={n}", "workload.arrival.process=closed",
+        f"workload.arrival.concurrency={clients}", f"seed={seed}"]
+    res = simulate(config_mod.build_config(base, sets), base_dir=base_dir, statistics=False)
+    m = window_metrics(res.requests, warmup_fraction=0.1, slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms)
+    ok, bad = slo.check(m)
+    done = [r for r in res.requests if r.finish_time is not None]
+    span = (max(r.finish_time for r in done) - min(r.arrival_time for r in res.requests)) if done else 0.0
+    m["request_throughput"] = len(done) / span if span > 0 else 0.0
+    m["output_throughput"] = sum(r.num_output_tokens for r in done) / span if span > 0 else 0.0
+    return ok, bad, m
+
+
+def _screen_clients(args: tuple) -> tuple[dict, int]:
+    """Rung 1 in client mode (a process-pool task): the most clients one replica holds inside
+    the SLO, by bisection between 1 and the bound's ceiling."""
+    base, overrides, slo, hi, base_dir = args
+    sims, best, best_m, misses = 0, 0, None, []
+    lo_c, hi_c = 1, max(1, int(hi))
+    while lo_c <= hi_c:
+        mid = (lo_c + hi_c) // 2
+        ok, bad, m = _clients_run(base, overrides, slo, mid, 1, 0, base_dir)
+        sims += 1
+        if ok:
+            best, best_m, lo_c = mid, m, mid + 1
+        else:
+            misses, hi_c = bad, mid - 1
+    return {"clients": best, "metrics": best_m, "misses": misses[:3]}, sims
+
+
+def _apply_client_screen(r: Row, out: dict, concurrency: int) -> None:
+    r.status = "screened"
+    r.clients_per_replica = out["clients"]
+    m = out["metrics"]
+    if not out["clients"] or m is None:
+        r.reason = "one client alone misses the SLO: " + "; ".join(out["misses"])
+        r.misses = out["misses"]
+        return
+    replicas = math.ceil(concurrency / out["clients"])
+    r.estimate_rate = m["request_throughput"]
+    r.estimate_usd_per_hour = replicas * r.gpus_per_replica * r.usd_per_gpu_hour
+    _client_metrics(r, m)
+
+
+def _client_metrics(r: Row, m: dict) -> None:
+    tpot = m.get("median_tpot_ms")
+    r.tokens_per_s_per_user = 1000.0 / tpot if tpot else None
+    r.p99_ttft_ms, r.p99_tpot_ms = m.get("p99_ttft_ms"), m.get("p99_tpot_ms")
+
+
+def _full_clients(r: Row, base: dict, slo: SLO, concurrency: int, base_dir, seeds: int = 2,
+                  most_extra: int = 3) -> int:
+    """Rung 2 in client mode: the whole fleet simulated with every client, on ``seeds`` seeds,
+    from the screen's replica count up until every seed meets the SLO."""
+    sims = 0
+    replicas = math.ceil(concurrency / max(1, r.clients_per_replica or 1))
+    for extra in range(most_extra + 1):
+        n = replicas + extra
+        runs = [_clients_run(base, r.candidate.overrides, slo, concurrency, n, seed, base_dir) for seed in range(seeds)]
+        sims += len(runs)
+        if all(ok for ok, _, _ in runs):
+            m = runs[0][2]
+            r.status, r.meets_slo, r.replicas = "planned", True, n
+            r.gpus = n * r.gpus_per_replica
+            r.usd_per_hour = r.gpus * r.usd_per_gpu_hour
+            r.planning_rate = sum(x[2]["request_throughput"] for x in runs) / len(runs)
+            r.goodput_per_gpu = r.planning_rate / r.gpus
+            out_tok = sum(x[2]["output_throughput"] for x in runs) / len(runs)
+            r.output_tokens_per_s_per_gpu = out_tok / r.gpus
+            r.usd_per_million_output_tokens = (r.usd_per_hour / (out_tok * 3600.0) * 1e6) if out_tok else None
+            _client_metrics(r, m)
+            r.p99_ttft_ms = max(x[2]["p99_ttft_ms"] or 0.0 for x in runs)
+            r.p99_tpot_ms = max(x[2]["p99_tpot_ms"] or 0.0 for x in runs)
+            return sims
+        r.misses = sorted({b for ok, bad, _ in runs for b in bad})[:3]
+    r.status, r.meets_slo = "planned", False
+    r.reason = (f"the fleet of {replicas}-{replicas + most_extra} replicas with all {concurrency} clients "
+                f"missed the SLO: " + "; ".join(r.misses))
+    return sims
 
 
 def _start(bound_rate: float) -> float:
@@ -565,7 +706,7 @@ class _mapper:
             return lambda fn, args: [fn(a) for a in args]
         from concurrent.futures import ProcessPoolExecutor
 
-        from sim.analysis.capacity import _start_method
+        from analysis.capacity import _start_method
         import multiprocessing
 
         pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(_start_method()))

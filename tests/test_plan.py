@@ -173,3 +173,17 @@ def test_the_public_api_names_and_stays_light():
                            "print(sorted(m for m in ('torch', 'streamlit', 'plotly', 'pandas') if m in sys.modules))"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
+
+
+def test_a_plan_for_concurrent_clients():
+    """--concurrency N: the most clients one replica holds inside the SLO (bisection), then the
+    whole fleet simulated with all N clients; the top row's fleet meets the SLO and one replica
+    fewer would hold more clients per replica than the screen found possible."""
+    res = plan(None, parse_slo(SLO_TEXT), concurrency=24, hardware=["a100-80gb"], search={"tp": [1]}, workers=1)
+    best = res.best
+    assert best is not None and best.meets_slo and best.clients_per_replica >= 1
+    assert best.replicas >= math.ceil(24 / best.clients_per_replica)
+    assert best.gpus == best.replicas * best.gpus_per_replica
+    assert "24 concurrent clients" in res.headline()
+    with pytest.raises(ConfigError, match="one of them"):
+        plan(None, parse_slo(SLO_TEXT), 10.0, concurrency=4)

@@ -1,5 +1,5 @@
 """``kvplan plan``: the cheapest deployment that serves a workload inside an SLO at a target rate
-(``sim.analysis.plan``)."""
+(``analysis.plan``)."""
 
 from __future__ import annotations
 
@@ -8,13 +8,14 @@ from typing import List, Optional
 
 import typer
 
-from cli.common import CONFIG_HELP, SET_HELP, Bar, check_out_file, finish
+from kvplan.cli.common import CONFIG_HELP, SET_HELP, Bar, check_out_file, finish
 
 
 def plan(
     config: Optional[Path] = typer.Argument(None, help=CONFIG_HELP),
     slo: str = typer.Option(..., "--slo", help="Latency SLO, e.g. ttft_p99_ms=500,tpot_p99_ms=50 (as kvplan capacity)."),
-    target_rate: float = typer.Option(..., "--target-rate", help="Requests/s the deployment must serve inside the SLO."),
+    target_rate: Optional[float] = typer.Option(None, "--target-rate", help="Requests/s the deployment must serve inside the SLO (open-loop arrivals)."),
+    concurrency: Optional[int] = typer.Option(None, "--concurrency", help="Instead of --target-rate: N clients in a closed loop (each sends its next request when its last finishes), as `vllm bench serve --max-concurrency` or genai-perf --concurrency."),
     hardware: Optional[str] = typer.Option(None, "--hardware", help="GPUs to consider, comma-separated (default: every catalog GPU with measured operator tables installed)."),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="The most GPUs one replica may use (TP x PP)."),
     price: List[str] = typer.Option([], "--price", help="$/GPU-hour override, e.g. --price h100-sxm=2.5 (repeatable, or a YAML/JSON file)."),
@@ -27,12 +28,12 @@ def plan(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress: candidates left, best so far."),
 ) -> None:
     """The cheapest deployment (GPU, TP/PP/EP, quantisation, batch limits, prefix caching,
-    speculation) that serves --target-rate inside --slo: a ranked list with $/hour, GPUs,
+    speculation) that serves --target-rate (or --concurrency clients) inside --slo: a ranked list with $/hour, GPUs,
     goodput per GPU, p99 latencies, capacity interval and what priced it, and the Pareto frontier."""
-    from sim.analysis.plan import parse_search
-    from sim.analysis.plan import plan as run_plan
-    from sim.analysis.plan_report import plan_section
-    from sim.analysis.slo import parse_slo
+    from analysis.plan import parse_search
+    from analysis.plan import plan as run_plan
+    from analysis.plan_report import plan_section
+    from analysis.slo import parse_slo
 
     check_out_file(out)
     spec = parse_slo(slo)
@@ -43,7 +44,7 @@ def plan(
             best_text = f"best {best['label']}" if best else "no estimate yet"
             bar.set(done, f"{stage}: {total - done} left, {best_text}", total=total)
 
-        result = run_plan(config, spec, target_rate, hardware=gpus, max_gpus=max_gpus, prices=price,
+        result = run_plan(config, spec, target_rate, concurrency=concurrency, hardware=gpus, max_gpus=max_gpus, prices=price,
                           search=knobs, overrides=set_, base_dir=config.parent if config else None,
                           workers=workers, backend=backend, on_progress=on_progress)
     finish(result.to_dict(), plan_section, out, as_json)
