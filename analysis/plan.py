@@ -48,7 +48,7 @@ from sim.errors import ConfigError, DoesNotFitError, KvplanError
 SCREEN_BATCH = 4
 #: The knobs ``--search`` may bound, with what each takes (``name=v1,v2``).
 KNOBS = ("tp", "pp", "ep", "weights", "kv_dtype", "max_num_batched_tokens", "max_num_seqs",
-         "prefix_caching", "speculative")
+         "prefix_caching", "speculative", "pd")
 #: ``--search full``: every knob over its usual values.
 FULL = {"max_num_batched_tokens": ["default", 2048, 8192, 16384], "max_num_seqs": ["default", 256, 1024]}
 
@@ -71,8 +71,11 @@ class Candidate:
                  "parallel.enable_expert_parallel": "ep", "quantization.weights": "w",
                  "kv_cache.dtype": "kv", "scheduler.max_num_batched_tokens": "mnbt",
                  "scheduler.max_num_seqs": "seqs", "kv_cache.prefix_caching": "prefix",
-                 "speculative.num_tokens": "spec"}
-        return " ".join([self.hardware] + [f"{short.get(k, k)}={v}" for k, v in self.keys])
+                 "speculative.num_tokens": "spec", "disaggregation.prefill_replicas": "prefill",
+                 "disaggregation.decode_replicas": "decode"}
+        keys = [(k, v) for k, v in self.keys if k != "disaggregation.enabled"]
+        pd = "P/D " if dict(self.keys).get("disaggregation.enabled") else ""
+        return pd + " ".join([self.hardware] + [f"{short.get(k, k)}={v}" for k, v in keys])
 
     def as_dict(self) -> dict:
         return {"hardware": self.hardware, **{k: v for k, v in self.keys}}
@@ -142,7 +145,7 @@ def parse_search(items: Sequence[str]) -> dict[str, list]:
             name = name.strip()
             if name not in KNOBS:
                 raise ConfigError(f"--search {name}: unknown knob; one of {', '.join(KNOBS)}")
-            vals = [_parse_value(v.strip()) for v in values.split(",") if v.strip()]
+            vals = [_parse_value(v.strip()) if name != "pd" else _pd_text(v) for v in values.split(",") if v.strip()]
             if not vals:
                 raise ConfigError(f"--search {name}: give at least one value")
             if name in out and set(map(str, out[name])) != set(map(str, vals)):
@@ -153,6 +156,9 @@ def parse_search(items: Sequence[str]) -> dict[str, list]:
         for v in out.get(name, []):
             if not isinstance(v, int) or v < 1:
                 raise ConfigError(f"--search {name}={v}: expected whole numbers >= 1")
+    for v in out.get("pd", []):
+        if v != "off" and v is not False and not _pd_split(v):
+            raise ConfigError(f"--search pd={v}: expected off or prefill:decode instances per group, e.g. 1:2")
     return out
 
 
@@ -188,8 +194,9 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
         seqs = search.get("max_num_seqs") or ["default"]
         prefixes = search.get("prefix_caching") or ([True, False] if w.get("prefix") else [None])
         specs = search.get("speculative") or ([0, spec_k] if spec_k else [None])
-        for tp, pp, wq, kvd, ep, mnbt, ns, pre, sp in itertools.product(
-                tps, pps, weights, kv, eps, mnbts, seqs, prefixes, specs):
+        pds = search.get("pd") or ["off"]
+        for tp, pp, wq, kvd, ep, mnbt, ns, pre, sp, pd in itertools.product(
+                tps, pps, weights, kv, eps, mnbts, seqs, prefixes, specs, pds):
             if max_gpus is not None and tp * pp > max_gpus:
                 continue
             if ep and tp == 1:
@@ -209,7 +216,29 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
                 keys.append(("kv_cache.prefix_caching", bool(pre)))
             if sp is not None:
                 keys.append(("speculative.num_tokens", sp))
+            split = _pd_split(pd)
+            if split:
+                keys += [("disaggregation.enabled", True), ("disaggregation.prefill_replicas", split[0]),
+                         ("disaggregation.decode_replicas", split[1])]
             yield Candidate(hw_name, tuple(keys))
+
+
+def _pd_text(value: str) -> str:
+    v = value.strip().lower()
+    return "off" if v in ("off", "false", "no", "none", "collocated") else v
+
+
+def _pd_split(value: Any) -> Optional[tuple[int, int]]:
+    """``"1:2"`` -> (1, 2): prefill and decode instances of one P/D group; None for off."""
+    text = str(value).strip()
+    if ":" not in text:
+        return None
+    a, _, b = text.partition(":")
+    try:
+        p, d = int(a), int(b)
+    except ValueError:
+        return None
+    return (p, d) if p >= 1 and d >= 1 else None
 
 
 # --- the bound -----------------------------------------------------------------------------------
@@ -239,7 +268,10 @@ def bound(row: Row, base: dict, slo: SLO, target: Optional[float], prices: Mappi
     from sim.scenario import Scenario
 
     sc = Scenario.from_dict(cfg)
-    row.gpus_per_replica = dep.num_gpus_per_replica
+    # One unit of the fleet: a replica, or a P/D group (its prefill and decode instances).
+    instances = (sc.disaggregation.prefill_replicas + sc.disaggregation.decode_replicas
+                 if sc.disaggregation.enabled else 1)
+    row.gpus_per_replica = dep.num_gpus_per_replica * instances
     row.usd_per_gpu_hour = usd_per_gpu_hour(row.candidate.hardware, dict(prices))
     cm = cost_model_summary(dep)
     row.pricing = {"source": _pricing_kind(cm["source"]), "cost_model": cm["source"],
@@ -253,7 +285,7 @@ def bound(row: Row, base: dict, slo: SLO, target: Optional[float], prices: Mappi
                            prefill_attention_work=seqs * prompt * (prompt + 1) // 2))
     shared = _shared_prefix_tokens(cfg)
     tokens = max(1.0, p - shared) + o
-    row.bound_rate = seqs * prompt / (full * tokens) if full > 0 else math.inf
+    row.bound_rate = instances * seqs * prompt / (full * tokens) if full > 0 else math.inf
     prefill = price(StepShape(num_prefill_tokens=prompt, num_prefill_seqs=1,
                               prefill_attention_work=prompt * (prompt + 1) // 2))
     decode_1 = price(StepShape(num_decode_seqs=1, decode_context_tokens=int(p + o / 2)))

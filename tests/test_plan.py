@@ -187,3 +187,20 @@ def test_a_plan_for_concurrent_clients():
     assert "24 concurrent clients" in res.headline()
     with pytest.raises(ConfigError, match="one of them"):
         plan(None, parse_slo(SLO_TEXT), 10.0, concurrency=4)
+
+
+def test_pd_splits_are_candidates_sized_as_groups():
+    assert parse_search(["pd=off,1:2"]) == {"pd": ["off", "1:2"]}
+    with pytest.raises(ConfigError, match="prefill:decode"):
+        parse_search(["pd=2"])
+    base = build_config(None)
+    cands = list(candidates(base, ["h100-sxm"], {"tp": [2], "weights": ["none"], "kv_dtype": ["auto"],
+                                                   "pd": ["off", "1:2"]}, None))
+    assert [c.label() for c in cands] == ["h100-sxm tp=2 w=none kv=auto",
+                                          "P/D h100-sxm tp=2 w=none kv=auto prefill=1 decode=2"]
+    rows = [Row(c) for c in cands]
+    for r in rows:
+        bound(r, base, parse_slo(SLO_TEXT), 50.0, {"h100-sxm": 3.0})
+    alone, group = rows
+    assert alone.gpus_per_replica == 2 and group.gpus_per_replica == 6  # 3 instances x TP2
+    assert group.bound_rate == pytest.approx(3 * alone.bound_rate)
