@@ -729,8 +729,11 @@ class _mapper:
                 raise ConfigError("--backend ray: ray is not installed (pip install 'kvplan[ray]')") from None
             if not ray.is_initialized():
                 ray.init(include_dashboard=False, log_to_driver=False)
-            remote = ray.remote(_screen_one)
-            return lambda fn, args: ray.get([remote.remote(a) for a in args])
+            def run(fn: Callable, args: Sequence) -> list:
+                task = ray.remote(fn)
+                return ray.get([task.remote(a) for a in args])  # in the order of the arguments
+
+            return run
         import os
 
         n = self.workers or min(4, os.cpu_count() or 1)

@@ -204,3 +204,11 @@ def test_pd_splits_are_candidates_sized_as_groups():
     alone, group = rows
     assert alone.gpus_per_replica == 2 and group.gpus_per_replica == 6  # 3 instances x TP2
     assert group.bound_rate == pytest.approx(3 * alone.bound_rate)
+
+
+@pytest.mark.slow
+def test_ray_gives_the_same_plan(small_plan):
+    pytest.importorskip("ray")
+    other = plan(None, parse_slo(SLO_TEXT), 40.0, backend="ray", **SMALL)
+    assert [(r.candidate, r.status, r.estimate_rate) for r in other.rows] == \
+        [(r.candidate, r.status, r.estimate_rate) for r in small_plan.rows]
