@@ -20,8 +20,8 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 
 from sim import config as config_mod
-from sim.analysis.formatting import MISSING, format_relative
-from sim.analysis.stats import paired_bootstrap
+from analysis.formatting import MISSING, format_relative
+from analysis.stats import paired_bootstrap
 from sim.api import SimResult, build_workload, simulate
 from sim.errors import ConfigError
 from sim.metrics import meets_slo

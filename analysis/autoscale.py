@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
-from sim.analysis.pricing import usd_per_gpu_hour
+from analysis.pricing import usd_per_gpu_hour
 from sim.api import new_simulation
 from sim.run_parts import (as_scenario, fresh_request, replica_engines, resolve_deployment, router_options,
                            session_links)

@@ -26,7 +26,7 @@ what was prefetched, so the answer, the evaluations and the simulation count are
 single process gives. A prefetched run the search never asks for is dropped.
 
 Why the fleet for a target rate is simulated, not divided: N replicas behind a router are not N
-copies of one (imbalance and pooling, ``sim.analysis.fleet``), so after the search the fleet is
+copies of one (imbalance and pooling, ``analysis.fleet``), so after the search the fleet is
 simulated at the target rate with the same test, evaluator and workers; ``fleet="divide"``
 keeps the old ``ceil(target / planning rate)``.
 """
@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, Sequence, Union
 
 from sim import config as config_mod
-from sim.analysis.fleet import FLEET_MODES, MAX_REPLICAS, FleetResult, Unit, size_fleet, unit_of
-from sim.analysis.pricing import price_table, usd_per_million_output_tokens
-from sim.analysis.slo import SLO
-from sim.analysis.steady import MIN_SPANS, run_length, window_metrics
+from analysis.fleet import FLEET_MODES, MAX_REPLICAS, FleetResult, Unit, size_fleet, unit_of
+from analysis.pricing import price_table, usd_per_million_output_tokens
+from analysis.slo import SLO
+from analysis.steady import MIN_SPANS, run_length, window_metrics
 from sim.api import simulate
 
 #: Run statistics kept for every simulation of the search (the rate-latency picture).
@@ -82,7 +82,7 @@ class SeedSearch:
 
 @dataclass
 class RunSizing:
-    """How long each simulation of the search is (see ``sim.analysis.steady``)."""
+    """How long each simulation of the search is (see ``analysis.steady``)."""
 
     duration_s: float = 60.0            # arrivals span this long: rate x duration_s requests
     num_requests: Optional[int] = None  # a fixed count instead (no automatic lengthening)
@@ -247,7 +247,7 @@ def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
     CPU, at most 4; 1: none); the result is the same for any number.
 
     With ``target_rate``, ``fleet="simulate"`` (the default) then sizes the fleet by simulating
-    it (``sim.analysis.fleet``): N replicas behind ``parallel.router`` (for P/D, N groups) at the
+    it (``analysis.fleet``): N replicas behind ``parallel.router`` (for P/D, N groups) at the
     target rate, under the search's SLO test, from the divided estimate up to ``max_replicas``,
     with what is left of ``max_simulations``; ``fleet="divide"`` divides the rate, as before.
     """

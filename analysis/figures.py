@@ -13,7 +13,7 @@ from typing import Optional
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from sim.analysis.formatting import format_diff, format_relative, with_unit
+from analysis.formatting import format_diff, format_relative, with_unit
 from sim.summary_table import latency_unit
 
 KV_COLORS = {"token_states": "#2e7d32", "internal_fragmentation": "#f9a825",
@@ -82,7 +82,7 @@ def batch_and_queue(timeline: dict, title: str = "Batch size and queue length") 
 
 def utilization(timeline: dict, title: str = "GPU utilisation per step") -> go.Figure:
     """Model FLOPs utilisation and memory-bandwidth utilisation over time (each time bin's
-    work over its busy time at the GPU's peak; see ``sim.analysis.utilization``)."""
+    work over its busy time at the GPU's peak; see ``analysis.utilization``)."""
     fig = go.Figure()
     t = timeline.get("time_s", [])
     for key, label, color in (("mbu", "memory bandwidth utilisation (MBU)", "#ef6c00"),

@@ -30,7 +30,7 @@ import math
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Optional, Sequence
 
-from sim.analysis.slo import SLO
+from analysis.slo import SLO
 
 #: Largest fleet simulated by default: a fleet of N costs about N single-replica runs.
 MAX_REPLICAS = 32
@@ -71,7 +71,7 @@ def plural(n: int, unit: str) -> str:
 def unit_of(base: dict, scenario: dict, table: dict) -> Unit:
     """The unit the search sized, with its GPUs and price. ``scenario`` is a run summary's
     ``scenario`` block (its GPUs per replica include tensor, pipeline and data parallelism)."""
-    from sim.analysis.pricing import usd_per_gpu_hour
+    from analysis.pricing import usd_per_gpu_hour
 
     if not (base.get("disaggregation") or {}).get("enabled"):
         gpus = int(scenario.get("gpus_per_replica", 1))
@@ -205,7 +205,7 @@ class _FleetSearch:
 
     def evaluator(self, n: int) -> Any:
         """The memoising evaluator of size ``n`` (made on first use)."""
-        from sim.analysis.capacity import _Evaluator  # capacity imports this module
+        from analysis.capacity import _Evaluator  # capacity imports this module
 
         if n not in self.evaluators:
             outer = self.hook

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from sim.analysis.report import Section
+from analysis.report import Section
 
 RANKED_HEADERS = ["#", "deployment", "GPUs", "replicas", "$/hour", "$/M output tok", "goodput/GPU req/s",
                   "p99 TTFT ms", "p99 TPOT ms", "capacity req/s (CI)", "pricing (known error)"]
@@ -37,7 +37,7 @@ def plan_section(rec: dict) -> Section:
         sec.tables.append((["Pareto frontier: deployment", "output tok/s per GPU", "tok/s per user"],
                            [[f["label"], _f(f["output_tokens_per_s_per_gpu"], 0), _f(f["tokens_per_s_per_user"], 1)]
                             for f in rec["frontier"]]))
-        sec.figures.append(_frontier_figure(rec))
+        sec.figures.append(frontier_figure(rec))
     sec.notes += list(rec.get("notes", []))
     sec.notes.append("Rows priced by the roofline or a profile carry that source's error, not the measured "
                      "tables'; goodput and latencies are at the target rate's fleet or, screened only, at "
@@ -84,7 +84,9 @@ def known_error_words(known: Any) -> str:
     return "; ".join(parts) or "see the JSON"
 
 
-def _frontier_figure(rec: dict) -> Any:
+def frontier_figure(rec: dict) -> Any:
+    """Output tok/s per GPU against tok/s per user: every simulated candidate, the frontier
+    drawn through (None without plotly). The report and the dashboard's Plan page draw it."""
     try:
         import plotly.graph_objects as go
     except ImportError:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from sim.analysis.formatting import (display_unit, format_diff, format_interval, format_relative,
+from analysis.formatting import (display_unit, format_diff, format_interval, format_relative,
                                      format_value)
 from sim.errors import ConfigError, KvplanError, file_error
 from sim.summary_table import latency_unit
@@ -39,7 +39,7 @@ def load_record(path: Union[str, Path]) -> dict:
     """A saved result: ``--json`` output of capacity/ab/sweep, a validation.json, a
     ``kvplan simulate --out`` folder, or its summary.json."""
     from calibration.validation_file import FORMAT, load_validation
-    from sim.analysis.whatif import load_run_dir
+    from analysis.whatif import load_run_dir
 
     p = Path(path)
     if p.is_dir():
@@ -131,7 +131,7 @@ def _figures():
     """The figure builders, or a stand-in when plotly (the dashboard extra) is missing, so
     Markdown reports and the CLI tables never need plotly."""
     try:
-        from sim.analysis import figures
+        from analysis import figures
     except ImportError:
         return _NoPlots()
     return figures
@@ -278,13 +278,13 @@ def _has_rate(rec: dict) -> bool:
 
 
 def _no_rate(rec: dict) -> str:
-    from sim.analysis.capacity import no_rate_text
+    from analysis.capacity import no_rate_text
 
     return no_rate_text(rec)
 
 
 def _rate(v: Optional[float]) -> str:
-    from sim.analysis.capacity import rate_text
+    from analysis.capacity import rate_text
 
     return rate_text(v, missing="-")
 
@@ -536,7 +536,7 @@ def assumptions_section(records: Sequence[dict]) -> Section:
 
 
 def _plan_section(rec: dict) -> Section:
-    from sim.analysis.plan_report import plan_section  # it imports Section from here
+    from analysis.plan_report import plan_section  # it imports Section from here
 
     return plan_section(rec)
 

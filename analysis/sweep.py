@@ -27,8 +27,8 @@ from typing import Callable, Optional, Sequence, Union
 import yaml
 
 from sim import config as config_mod
-from sim.analysis.pareto import pareto_mask
-from sim.analysis.slo import SLO
+from analysis.pareto import pareto_mask
+from analysis.slo import SLO
 from sim.errors import ConfigError, KvplanError
 from sim.workload.config import MAX_REQUESTS
 

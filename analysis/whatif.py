@@ -16,9 +16,9 @@ from typing import Callable, Optional, Sequence, Union
 import numpy as np
 import yaml
 
-from sim.analysis.capacity import with_rate
-from sim.analysis.steady import run_length, window_metrics
-from sim.analysis.utilization import UtilizationModel, model_for_run, overall, step_work
+from analysis.capacity import with_rate
+from analysis.steady import run_length, window_metrics
+from analysis.utilization import UtilizationModel, model_for_run, overall, step_work
 from sim.api import SimResult, resolve_deployment, simulate
 from sim.errors import ConfigError, KvplanError, file_error
 

@@ -1,5 +1,5 @@
 """``kvplan capacity``, ``sweep``, ``ab``, ``report`` and ``dashboard``: answers built from
-many simulations. Thin shells over ``sim.analysis``; the tables they print are the report's own
+many simulations. Thin shells over ``analysis``; the tables they print are the report's own
 sections, so the terminal, the HTML report and the dashboard agree.
 
 The simulator, the analysis package and streamlit are imported inside each command, so that
@@ -15,7 +15,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from cli.common import CONFIG_HELP, SET_HELP, Bar, check_out_file, finish, write_csv
+from kvplan.cli.common import CONFIG_HELP, SET_HELP, Bar, check_out_file, finish, write_csv
 
 
 def capacity(
@@ -43,9 +43,9 @@ def capacity(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
     """Highest request rate one replica sustains inside an SLO; replicas, GPUs and cost for a target rate (the fleet simulated behind the router)."""
-    from sim.analysis.capacity import RunSizing, find_capacity
-    from sim.analysis.report import capacity_section
-    from sim.analysis.slo import parse_slo
+    from analysis.capacity import RunSizing, find_capacity
+    from analysis.report import capacity_section
+    from analysis.slo import parse_slo
 
     check_out_file(out)
     spec = parse_slo(slo)
@@ -83,9 +83,9 @@ def sweep(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
     """Simulate a grid of configurations; Pareto frontier of tokens/s per GPU against tokens/s per user."""
-    from sim.analysis.report import sweep_section
-    from sim.analysis.slo import parse_slo
-    from sim.analysis.sweep import parse_grid, run_sweep
+    from analysis.report import sweep_section
+    from analysis.slo import parse_slo
+    from analysis.sweep import parse_grid, run_sweep
 
     check_out_file(out)
     check_out_file(csv_out, "--csv")
@@ -113,8 +113,8 @@ def ab(
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
     """Compare two configs on identical request streams: per-metric B - A with bootstrap intervals."""
-    from sim.analysis.ab import run_ab
-    from sim.analysis.report import ab_section
+    from analysis.ab import run_ab
+    from analysis.report import ab_section
 
     check_out_file(out)
     with Bar("A/B", "sim", enabled=progress and not as_json) as bar:
@@ -134,7 +134,7 @@ def report(
     plotly: str = typer.Option("local", "--plotly", help="Where the HTML's plotly.js lives: local (written once beside the report as plotly-<version>.min.js, 4.8 MB, shared by every report in the folder; the HTML stays about 0.1 MB) or inline (embedded gzipped: one self-contained file of about 2.1 MB). Both open offline."),
 ) -> None:
     """One HTML (or Markdown) report: scenario, results, calibration provenance, assumptions. Opens offline."""
-    from sim.analysis.report import load_record, write_report
+    from analysis.report import load_record, write_report
 
     check_out_file(out)
     check_out_file(markdown, "--markdown")

@@ -1,5 +1,5 @@
 """``kvplan autoscale``: an autoscaling policy replayed over a day, against a fixed fleet sized
-for the peak (library: ``sim.analysis.autoscale``; policy: ``sim.policies.autoscaler``)."""
+for the peak (library: ``analysis.autoscale``; policy: ``sim.policies.autoscaler``)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import CONFIG_HELP, SET_HELP, progress_bar, require
+from kvplan.cli.common import CONFIG_HELP, SET_HELP, progress_bar, require
 
 DAY_S = 86400.0
 
@@ -47,7 +47,7 @@ def autoscale(
 ) -> None:
     """Replay an autoscaling policy over a day-long trace: replicas over time, SLO attainment,
     GPU-hours and dollars, against a fixed fleet sized for the peak."""
-    from sim.analysis.autoscale import by_period, compare_fleets, load_delay_s, report
+    from analysis.autoscale import by_period, compare_fleets, load_delay_s, report
     from sim.api import as_scenario, build_workload
     from sim.errors import ConfigError
     from sim.policies.autoscaler import METRICS, AutoscalerConfig
@@ -145,7 +145,7 @@ def _check(time_scale, peak_rate, trough, peak_hour, metric, metrics, target, mi
 
 
 def _write_timeline(path: Path, runs: dict) -> None:
-    from sim.analysis.autoscale import TIMELINE_COLUMNS
+    from analysis.autoscale import TIMELINE_COLUMNS
 
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)

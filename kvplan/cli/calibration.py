@@ -17,7 +17,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from cli.common import MODEL_HELP, check_engine_flags, check_out_file, need_runtime, progress_bar, require
+from kvplan.cli.common import MODEL_HELP, check_engine_flags, check_out_file, need_runtime, progress_bar, require
 from sim.errors import ConfigError
 
 BUSY_SHARE = 0.85  # below this CPU share the machine was busy while profiling
@@ -251,7 +251,7 @@ def validate(
         return validate_real_runs(real, out, hardware=hardware, model=model, overrides=set_, seed=seed,
                                   stage_seconds=stage_seconds, source=source, as_json=as_json)
     if endpoint is not None:
-        from cli.loadgen import validate_endpoint
+        from kvplan.cli.loadgen import validate_endpoint
 
         require("--num-requests", num_requests, 1 <= num_requests <= MAX_VALIDATION_REQUESTS,
                 f"an integer from 1 to {MAX_VALIDATION_REQUESTS:,}")

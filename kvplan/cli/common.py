@@ -135,7 +135,7 @@ def print_section(section: Any, console: Console) -> None:
     """A report section in the terminal: its text, tables and notes (figures are HTML-only)."""
     from rich.table import Table
 
-    from sim.analysis.report import format_cell
+    from analysis.report import format_cell
 
     console.print(f"[bold cyan]{section.title}[/bold cyan]")
     for t in section.text:

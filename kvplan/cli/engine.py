@@ -13,7 +13,7 @@ from typing import List, Optional
 
 import typer
 
-from cli.common import MODEL_HELP, SPEC_HELP, check_engine_flags, check_out_file, need_runtime, require
+from kvplan.cli.common import MODEL_HELP, SPEC_HELP, check_engine_flags, check_out_file, need_runtime, require
 
 #: More requests than this is a typo, not a benchmark: each prompt is materialised in memory.
 MAX_BENCH_REQUESTS = 1_000_000

@@ -17,7 +17,7 @@ from typing import Any, List, Optional
 import typer
 from rich.console import Console
 
-from cli.common import CONFIG_HELP, progress_bar, require
+from kvplan.cli.common import CONFIG_HELP, progress_bar, require
 
 ENDPOINT_HELP = "The server's OpenAI API base, e.g. http://127.0.0.1:8000/v1 (/v1 is added when missing)."
 PROMPTS_HELP = ("auto (token ids where the server takes them, else text), token-ids (exact lengths; "
@@ -207,7 +207,7 @@ def validate_endpoint(endpoint: str, out: Path, *, profile: Optional[Path], hard
     """``validate --endpoint``: loadgen, then the simulator on the same requests (``--profile``:
     kvplan's engine; ``--hardware``: the GPU cost model), then validation.json."""
     from calibration import validate_endpoint as ve
-    from cli.calibration import print_validation
+    from kvplan.cli.calibration import print_validation
     from sim.errors import ConfigError
 
     if (profile is None) == (hardware is None):

@@ -17,12 +17,12 @@ from typing import NoReturn, Optional
 import typer
 from rich.console import Console
 
-from cli import analysis, calibration, engine
-from cli.autoscale import autoscale
-from cli.loadgen import loadgen
-from cli.plan import plan
-from cli.serve import serve
-from cli.simulate import simulate
+from kvplan.cli import analysis, calibration, engine
+from kvplan.cli.autoscale import autoscale
+from kvplan.cli.loadgen import loadgen
+from kvplan.cli.plan import plan
+from kvplan.cli.serve import serve
+from kvplan.cli.simulate import simulate
 from sim.errors import KvplanError
 
 app = typer.Typer(

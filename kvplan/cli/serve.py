@@ -15,8 +15,8 @@ from typing import TYPE_CHECKING, Optional
 
 import typer
 
-from cli.common import MODEL_HELP, SPEC_HELP, need_runtime, require
-from cli.engine import _engine_kwargs
+from kvplan.cli.common import MODEL_HELP, SPEC_HELP, need_runtime, require
+from kvplan.cli.engine import _engine_kwargs
 
 if TYPE_CHECKING:
     import socket

@@ -12,7 +12,7 @@ from typing import List, Optional
 import typer
 from rich.console import Console
 
-from cli.common import CONFIG_HELP, SET_HELP, progress_bar
+from kvplan.cli.common import CONFIG_HELP, SET_HELP, progress_bar
 
 err = Console(stderr=True)
 
