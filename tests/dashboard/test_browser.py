@@ -76,8 +76,10 @@ NEEDLES = ("What-if", "A/B", "Capacity", "Sweep / Pareto", "Cluster", "Validatio
 #: Each page as a new user first sees it (the default inputs), what shows it has finished, and
 #: the least number of plots it draws. The Validation page is given a committed validation.json.
 #: The Cluster page computes only its open tab; each tab is opened by its URL (``?cl.tab=``).
+#: The Plan page (the default) simulates only on its button: a tiny quick plan (``_quick_plan``).
 PAGES = (
-    ("what-if", "", "TTFT p99", 1),
+    ("plan", "", "Ranked deployments", 1),
+    ("what-if", "what_if", "TTFT p99", 1),
     ("ab", "ab", "B differs from A", 1),
     ("capacity", "capacity", "Capacity per replica", 1),
     ("sweep", "sweep", "on the Pareto frontier", 1),
@@ -88,6 +90,24 @@ PAGES = (
     ("validation", "validation", "The simulator matches these runs", 1),
 )
 VALIDATION_EXAMPLE = APP.parents[1] / "benchmarks" / "results" / "validation_mixtral-tiny_cpu_rate3.json"
+
+
+def _quick_plan(page) -> None:
+    """The Plan page's inputs for a plan of seconds: a100-80gb only, at most 2 GPUs per replica
+    (TP 1 and 2), 5 req/s, quick runs; then its button."""
+    gpus = page.locator("[data-testid='stMultiSelect']").first
+    gpus.get_by_role("button", name="Clear all").click()
+    gpus.locator("input").fill("a100-80gb")
+    gpus.locator("input").press("Enter")
+    page.keyboard.press("Escape")
+    for label, value in (("Max GPUs per replica (0 = to the node)", "2"), ("Target rate (req/s)", "5")):
+        box = page.get_by_label(label)
+        box.fill(value)
+        box.press("Enter")
+    page.get_by_text("Advanced").click()
+    page.get_by_text("Quick runs (rough)").click()
+    page.wait_for_timeout(1000)
+    page.get_by_role("button", name="Plan", exact=True).click()
 
 
 def _settle(page, min_plots: int, timeout_s: float = 240.0) -> None:
@@ -121,6 +141,8 @@ def test_every_page_renders_in_headless_chromium(chromium, server, tmp_path):
             for name, path, needle, min_plots in PAGES:
                 t0 = time.time()
                 page.goto(f"{server}/{path}", timeout=60_000)
+                if name == "plan":
+                    _quick_plan(page)
                 if name == "validation":
                     box = page.get_by_label("validation.json path")
                     box.fill(str(VALIDATION_EXAMPLE))
@@ -130,6 +152,11 @@ def test_every_page_renders_in_headless_chromium(chromium, server, tmp_path):
                 assert page.locator("[data-testid='stException']").count() == 0, name
                 seen[name] = (page.inner_text("body"), time.time() - t0)
                 page.screenshot(path=str(out / f"dashboard_{name}.png"), full_page=True)
+                if name == "plan":  # the top row opens in What-if, which simulates it
+                    page.get_by_role("button", name="Open in What-if").first.click()
+                    page.get_by_text("TTFT p99").first.wait_for(timeout=120_000)
+                    assert page.url.endswith("/what_if"), page.url
+                    assert page.locator("[data-testid='stException']").count() == 0
         finally:
             browser.close()
     what_if, _ = seen["what-if"]
@@ -139,6 +166,7 @@ def test_every_page_renders_in_headless_chromium(chromium, server, tmp_path):
         assert "Traceback" not in text, name
         assert (out / f"dashboard_{name}.png").stat().st_size > 20_000, name
     assert "Mean absolute error" in seen["validation"][0]  # the tiles under the verdict
+    assert "Open in What-if" in seen["plan"][0] and "Not chosen, and why" in seen["plan"][0]
 
 
 @pytest.mark.parametrize("plotly", ["local", "inline"])

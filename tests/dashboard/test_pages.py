@@ -37,10 +37,11 @@ def errors(block) -> list[str]:
     return [e.value for e in block.error]
 
 
-def test_app_entry_point_runs_the_what_if_page():
+def test_app_entry_point_runs_the_plan_page():
+    """Plan is first in the menu and the default page (tests/dashboard/test_plan_page.py)."""
     at = AppTest.from_file(str(PAGES.parent / "app.py"), default_timeout=180).run()
     assert not at.exception
-    assert at.title[0].value == "What-if"
+    assert at.title[0].value == "Plan"
 
 
 def test_what_if():
