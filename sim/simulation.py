@@ -478,10 +478,24 @@ class Simulation:
         now on: TTFT and E2E count from it); it reaches the scheduler ``request_overhead``
         later. Conversations' next turns and gated clients' requests both come this way."""
         req.arrival_time = sent
-        at = self._through_front_end(req, sent)
         self._num_released += 1
-        heappush(self._releases, (at, self._num_released, req.request_id))
-        self.env.process(self._deliver(req, at))
+        if self._ingress is None or sent <= self.env.now:
+            at = self._through_front_end(req, sent)
+            heappush(self._releases, (at, self._num_released, req.request_id))
+            self.env.process(self._deliver(req, at))
+            return
+        # Sent later (a think time, a ramp-up): it joins the API server's queue when it is sent,
+        # behind whatever was sent before it, however late that was released. Until then the
+        # windows see a lower bound (the queue only grows).
+        heappush(self._releases, (self._reach_bound(req, sent), self._num_released, req.request_id))
+        self.env.process(self._send_later(req, sent))
+
+    def _send_later(self, req: Request, sent: float):
+        yield self.env.timeout(sent - self.env.now)
+        at = self._through_front_end(req, sent)
+        yield self.env.timeout(max(0.0, at - self.env.now))
+        self._delivered.add(req.request_id)
+        self._dispatch(req)
 
     def _through_front_end(self, req: Request, sent: float) -> float:
         """When ``req``, sent at ``sent``, reaches the scheduler; it takes its place in the API

@@ -151,3 +151,20 @@ def test_unknown_front_end_by_name():
     with pytest.raises(ConfigError, match="engine.frontend"):
         get_frontend("triton")
     assert math.isfinite(get_frontend("none").ingress_s(1))
+
+
+def test_a_request_sent_later_queues_at_its_send_time_not_its_release():
+    """A ramp-up releases every client's first request at t=0 with later send times. Each must
+    take its place in the API server's queue when it is sent: a client that finished early and
+    sent its next request before the last client started must not wait for that start."""
+    over = ["workload.num_requests=60", "workload.arrival.process=closed", "workload.arrival.concurrency=6",
+            "workload.arrival.ramp_up_s=20", "workload.input_len={dist: fixed, mean: 200}",
+            "workload.output_len={dist: fixed, mean: 20}", "cost_model.source=roofline"]
+    on = simulate(None, overrides=over + ["engine.frontend_request_ms=5", "engine.frontend_tokenize_us=0"], seed=1)
+    fe = 0.005
+    for r in on.requests:
+        # Alone in the queue most of the time: reaching the scheduler takes the ingress, not seconds.
+        assert r.first_scheduled_time - r.arrival_time < fe + 0.5, (r.request_id, r.arrival_time)
+    early = [r for r in on.requests if r.arrival_time < 15 and r.arrival_time not in (0.0,)]
+    assert early  # requests sent before the ramp ends, by clients that already finished one
+    assert max(r.token_times[0] - r.arrival_time for r in on.requests) < 1.0
