@@ -47,7 +47,7 @@ from sim.errors import ConfigError, DoesNotFitError, KvplanError
 #: on it): after each batch the cheapest estimate so far prunes the next.
 SCREEN_BATCH = 4
 #: The knobs ``--search`` may bound, with what each takes (``name=v1,v2``).
-KNOBS = ("tp", "pp", "ep", "weights", "kv_dtype", "max_num_batched_tokens", "max_num_seqs",
+KNOBS = ("tp", "pp", "dp", "ep", "weights", "kv_dtype", "max_num_batched_tokens", "max_num_seqs",
          "prefix_caching", "speculative", "pd")
 #: ``--search full``: every knob over its usual values.
 FULL = {"max_num_batched_tokens": ["default", 2048, 8192, 16384], "max_num_seqs": ["default", 256, 1024]}
@@ -68,7 +68,8 @@ class Candidate:
 
     def label(self) -> str:
         short = {"parallel.tensor_parallel_size": "tp", "parallel.pipeline_parallel_size": "pp",
-                 "parallel.enable_expert_parallel": "ep", "quantization.weights": "w",
+                 "parallel.enable_expert_parallel": "ep", "parallel.data_parallel_size": "dp",
+                 "quantization.weights": "w",
                  "kv_cache.dtype": "kv", "scheduler.max_num_batched_tokens": "mnbt",
                  "scheduler.max_num_seqs": "seqs", "kv_cache.prefix_caching": "prefix",
                  "speculative.num_tokens": "spec", "disaggregation.prefill_replicas": "prefill",
@@ -152,7 +153,7 @@ def parse_search(items: Sequence[str]) -> dict[str, list]:
                 raise ConfigError(f"--search {name}: given twice with different values "
                                   f"({_join(out[name])} and {_join(vals)})")
             out[name] = vals
-    for name in ("tp", "pp"):
+    for name in ("tp", "pp", "dp"):
         for v in out.get(name, []):
             if not isinstance(v, int) or v < 1:
                 raise ConfigError(f"--search {name}={v}: expected whole numbers >= 1")
@@ -182,6 +183,7 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
         hw = get_hardware(hw_name)
         tps = search.get("tp") or [t for t in (1, 2, 4, 8) if t <= hw.gpus_per_node]
         pps = search.get("pp") or [1]
+        dps = search.get("dp") or [1]
         if "weights" in search:
             weights = search["weights"]
         elif base_weights != "none":
@@ -195,15 +197,19 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
         prefixes = search.get("prefix_caching") or ([True, False] if w.get("prefix") else [None])
         specs = search.get("speculative") or ([0, spec_k] if spec_k else [None])
         pds = search.get("pd") or ["off"]
-        for tp, pp, wq, kvd, ep, mnbt, ns, pre, sp, pd in itertools.product(
-                tps, pps, weights, kv, eps, mnbts, seqs, prefixes, specs, pds):
-            if max_gpus is not None and tp * pp > max_gpus:
+        for tp, pp, dp, wq, kvd, ep, mnbt, ns, pre, sp, pd in itertools.product(
+                tps, pps, dps, weights, kv, eps, mnbts, seqs, prefixes, specs, pds):
+            if max_gpus is not None and tp * pp * dp > max_gpus:
                 continue
+            if dp > 1 and not (model.is_moe and ep):
+                continue  # attention DP is vLLM's layout for experts spread over the DP ranks
             if ep and tp == 1:
                 continue  # experts over one GPU: the same as no expert parallelism
             keys: list[tuple[str, Any]] = [("parallel.tensor_parallel_size", tp)]
             if pp != 1:
                 keys.append(("parallel.pipeline_parallel_size", pp))
+            if dp != 1:
+                keys.append(("parallel.data_parallel_size", dp))
             if model.is_moe:
                 keys.append(("parallel.enable_expert_parallel", bool(ep)))
             keys.append(("quantization.weights", wq))

@@ -8,7 +8,7 @@ from typing import Any, Optional
 from analysis.report import Section
 
 RANKED_HEADERS = ["#", "deployment", "GPUs", "replicas", "$/hour", "$/M output tok", "goodput/GPU req/s",
-                  "p99 TTFT ms", "p99 TPOT ms", "capacity req/s (CI)", "pricing (known error)"]
+                  "p99 TTFT ms", "p99 TPOT ms", "planning rate req/s (search CI)", "pricing (known error)"]
 
 
 def plan_section(rec: dict) -> Section:

@@ -221,13 +221,16 @@ def _does_not_fit_message(model: ModelSpec, hw: HardwareSpec, prec: Precision, u
         head = (f"{model.name} in {what} needs {weights / GB:.1f} GB of weights + "
                 f"{reserve / GB:.1f} GB activation reserve per GPU but {where}, leaving no "
                 f"KV cache")
-    hint = "a quantised dtype (weight_dtype int8, int4 or fp8)"
+    # Only formats smaller than the weights' own are advice (an FP8 checkpoint is told of 4-bit ones).
+    smaller = {"auto": "int8, int4 or fp8", "fp8": "int4 or nvfp4", "fp8_block": "int4 or nvfp4",
+               "int8": "int4 or nvfp4"}.get(prec.weight_dtype)
+    hint = f"a quantised dtype (quantization.weights {smaller})" if smaller else "more GPUs"
     for cand in (2, 4, 8, 16, 32, 64):
         if cand <= tp or model.num_heads % cand:
             continue
         w = weights_bytes_per_gpu(model, prec, cand, pp)
         r = activation_reserve_bytes(model, prec, cand, pp, max_tokens, max_seqs)
         if w + r + kv_bytes_per_token(model, prec, cand, pp) <= budget:
-            hint = f"tensor_parallel_size >= {cand} or {hint}"
+            hint = f"tensor_parallel_size >= {cand}" + (f" or {hint}" if smaller else "")
             break
     return f"{head}; use {hint}"

@@ -212,3 +212,15 @@ def test_ray_gives_the_same_plan(small_plan):
     other = plan(None, parse_slo(SLO_TEXT), 40.0, backend="ray", **SMALL)
     assert [(r.candidate, r.status, r.estimate_rate) for r in other.rows] == \
         [(r.candidate, r.status, r.estimate_rate) for r in small_plan.rows]
+
+
+def test_attention_data_parallelism_is_searched_for_experts_spread_over_the_ranks():
+    base = build_config(None, ["model=mixtral-8x7b"])
+    cands = list(candidates(base, ["h100-sxm"], {"tp": [2], "dp": [1, 2], "weights": ["none"],
+                                                  "kv_dtype": ["auto"]}, None))
+    labels = [c.label() for c in cands]
+    assert "h100-sxm tp=2 dp=2 ep=True w=none kv=auto" in labels
+    assert not any("dp=2 ep=False" in lb for lb in labels)  # DP only with the experts spread
+    row = Row(next(c for c in cands if "dp=2" in c.label()))
+    bound(row, base, parse_slo(SLO_TEXT), 10.0, {"h100-sxm": 3.0})
+    assert row.gpus_per_replica == 4  # TP2 x DP2

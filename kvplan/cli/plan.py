@@ -19,7 +19,7 @@ def plan(
     hardware: Optional[str] = typer.Option(None, "--hardware", help="GPUs to consider, comma-separated (default: every catalog GPU with measured operator tables installed)."),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="The most GPUs one replica may use (TP x PP)."),
     price: List[str] = typer.Option([], "--price", help="$/GPU-hour override, e.g. --price h100-sxm=2.5 (repeatable, or a YAML/JSON file)."),
-    search: List[str] = typer.Option([], "--search", help="Bound a knob: tp=1,2 pp=1,2 ep=false,true weights=none,fp8,nvfp4 kv_dtype=auto,fp8 max_num_batched_tokens=default,2048,8192 max_num_seqs=default,256 prefix_caching=true,false speculative=0,3; or `full` (batch limits too). Repeatable."),
+    search: List[str] = typer.Option([], "--search", help="Bound a knob: tp=1,2 pp=1,2 dp=1,2 (attention data parallelism, MoE with EP) ep=false,true weights=none,fp8,nvfp4 kv_dtype=auto,fp8 max_num_batched_tokens=default,2048,8192 max_num_seqs=default,256 prefix_caching=true,false speculative=0,3 pd=off,1:1,1:2 (P/D groups); or `full` (batch limits too). Repeatable."),
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),
     workers: int = typer.Option(0, "--workers", help="Processes for the screening runs and each full search (0: one per CPU, at most 4). The plan is the same for any number."),
     backend: str = typer.Option("local", "--backend", help="local (process pool) or ray (the screening runs as Ray tasks)."),
