@@ -94,6 +94,8 @@ def capture_sizes(max_num_seqs: int, engine: Optional[EngineRelease] = None) -> 
 #: CUTLASS FP8 per-tensor W8A8, DeepSeek-style 128x128 block FP8, NVFP4 W4A4 on Blackwell).
 #: MXFP4 and INT4 (AWQ/GPTQ) dense GEMMs have no rows under vLLM: the roofline prices them.
 GEMM_DTYPES: dict[str, str] = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
+#: The MLA projections inside AIConfigurator's MLA module rows (``_build_attention``).
+MLA_MODULE_GEMMS = ("q_a_proj", "q_b_proj", "q_proj", "kv_a_proj", "kv_b_proj", "o_proj")
 #: ``quantization.weights`` -> the fused-MoE table's ``moe_dtype`` (MXFP4 as W4A16, what vLLM
 #: runs gpt-oss with on Hopper and the default on Blackwell; INT4 as weight-only).
 MOE_DTYPES: dict[str, str] = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
@@ -334,6 +336,8 @@ class OperatorTableCostModel(StepPricer):
         self.max_capture = self.capture_sizes[-1] if self.capture_sizes else 0
         #: Every table read, ``op/table -> version folder`` (the summary's provenance).
         self.tables_read: dict[str, str] = {}
+        #: Whether the attention rows include the rotary embedding (MLA module rows).
+        self._rope_in_attention = False
 
         gemm_path, self.version = self._table("gemm", "gemm_perf")
         self._build_gemms(gemm_path)
@@ -428,12 +432,14 @@ class OperatorTableCostModel(StepPricer):
             # bf16 0.01 ms) carry the kernels' per-call host work, which CUDA graphs remove.
             return np.minimum(self._gemm_curve(cube, ms, ns, ks, n, k), bf16_curve(n, k))
 
+        # A row is the time of vLLM's whole linear layer, not of the GEMM kernel alone:
+        # AIConfigurator's collector (collector/vllm/collect_gemm.py) times
+        # ``RowParallelLinear.forward`` under ``Fp8Config(activation_scheme="dynamic")``, whose
+        # per-tensor FP8 path computes the activation scale and casts the input before the
+        # CUTLASS GEMM. AIConfigurator's own model prices per-tensor FP8 as the row alone and
+        # derives static FP8 by subtracting the ``quantize/`` tables from it (aic-core
+        # operators/gemm.rs, ``fp8_static``), so those tables are not added here.
         self._gemm_ms = {op: curve(op, n, k) for op, (n, k) in shapes.items()}
-        if dt == "fp8":
-            quant = self._act_quant_curve(ms, {op: k for op, (n, k) in shapes.items() if op != "router"},
-                                          layers)
-            if quant is not None:
-                self._gemm_ms["act_quant"] = quant
         if m.is_moe:
             self._gemm_ms["experts"] = self._moe_curve(ms)
             if self.expert_parallel_size > 1 and self.data_parallel_size > 1:
@@ -446,36 +452,6 @@ class OperatorTableCostModel(StepPricer):
             self._gemm_ms[op] = self._gemm_ms[op] * (count / m.num_layers)
         # LM head: vocab-parallel over TP, 16-bit (vLLM does not quantise it).
         self._head_ms = self._gemm_curve(bf, ms, ns, ks, -(-m.vocab_size // tp), m.hidden_size)
-
-    def _act_quant_curve(self, ms: np.ndarray, inputs: dict, layers: dict) -> Optional[np.ndarray]:
-        """Milliseconds per layer of quantising the FP8 GEMMs' activations at each row count:
-        vLLM's per-tensor FP8 linear (``--quantization fp8``: dynamic activation scales) runs
-        a scale computation and a scaled cast of its input before each GEMM, the quantize
-        tables' ``computescale`` and ``scale_matrix`` rows at (m, k), log-log in m, the nearest
-        measured k scaled in proportion. An upper bound where vLLM's compile passes fuse the
-        cast into the RMSNorm before QKV and gate_up. ``inputs``: each FP8 GEMM's k; ``layers``:
-        the ops that run in fewer than all layers. None when the GPU has no such table."""
-        try:
-            scale, _ = self._table("quantize", "scale_matrix_perf")
-            compute, _ = self._table("quantize", "computescale_perf")
-        except TableError:
-            return None
-        total = np.zeros_like(ms, dtype=float)
-        for path in (scale, compute):
-            c = read_columns(path, ("m", "k", "quant_dtype", "latency"))
-            sel = c["quant_dtype"] == "fp8"
-            mm, kk, lat = (c[x][sel].astype(float) for x in ("m", "k", "latency"))
-            measured_k = np.unique(kk)
-            if measured_k.size == 0:
-                return None
-            for op, k in inputs.items():
-                near = measured_k[np.argmin(np.abs(np.log(measured_k) - math.log(k)))]
-                row = kk == near
-                order = np.argsort(mm[row])
-                xs, ys = mm[row][order], lat[row][order] * (k / near)
-                share = layers.get(op, self.model.num_layers) / self.model.num_layers
-                total += share * np.array([_loglog(xs, ys, float(x)) for x in ms])
-        return np.maximum.accumulate(total)
 
     def _moe_curve(self, ms: np.ndarray) -> np.ndarray:
         """Milliseconds of one layer's experts (vLLM's fused MoE kernels: the experts' grouped
@@ -733,6 +709,15 @@ class OperatorTableCostModel(StepPricer):
             self._dec, _, dys = self._mla_grid(gen, "step", step_offset, kvd)
             self._pre, _, pys = self._mla_grid(ctx, "isl", 0.0, kvd)
             self._dec_bf = self._pre_bf = 1.0
+            if "module" in gen.name:
+                # A module row is the whole attention block: AIConfigurator's
+                # collector/vllm/collect_mla_module.py times ``DeepseekV2MLAAttention.forward``
+                # ("projections + attention + output": the q/kv down- and up-projections,
+                # their norms, rotary, the MLA kernel, o_proj). Its GEMMs and rotary are not
+                # priced again beside it.
+                for op in MLA_MODULE_GEMMS:
+                    self._gemm_ms.pop(op, None)
+                self._rope_in_attention = True
         else:
             gen, _ = self._table("attention", "generation_attention_perf")
             ctx, _ = self._table("attention", "context_attention_perf")
@@ -786,10 +771,14 @@ class OperatorTableCostModel(StepPricer):
 
     def _rows_part(self, rows: np.ndarray, gemm_ms: np.ndarray, ar_ms: np.ndarray) -> np.ndarray:
         """Seconds of everything that depends only on the row count: L x (GEMMs + bandwidth-
-        bound layer kernels + 2 all-reduces) + embedding + final norm."""
+        bound layer kernels + 2 all-reduces) + embedding + final norm. No KV-cache write: the
+        attention rows include it (AIConfigurator's collector/vllm/collect_attn.py times
+        ``impl.forward``, which wrote the cache itself before vLLM 0.16, after
+        ``impl.do_kv_cache_update`` where the backend splits it off)."""
         r, L = self._roof, self.model.num_layers
-        ew = np.array([sum(r.elementwise_time(op, float(x)) for op in
-                           ("input_norm", "post_attn_norm", "rope", "mlp_act", "kv_cache_write"))
+        kernels = ("input_norm", "post_attn_norm", "mlp_act") + (
+            () if self._rope_in_attention else ("rope",))
+        ew = np.array([sum(r.elementwise_time(op, float(x)) for op in kernels)
                        + r._elementwise["residual_add"] * float(x) for x in rows])
         per_layer = gemm_ms * 1e-3 + ew + 2 * ar_ms * 1e-3
         return L * per_layer + (r._embed_per_row + r._final_norm_per_row) * rows
