@@ -438,22 +438,57 @@ def _search_alone(base: dict, slo: SLO, sizing: RunSizing, base_dir, budget: int
     return ev.outcomes
 
 
+class _Prefetcher:
+    """``apply_async(fn, args).get(timeout)`` over a ``ProcessPoolExecutor``.
+
+    Why not ``multiprocessing.Pool``: its ``terminate()`` kills workers that may be writing a
+    result, and a worker killed while it holds the result queue's lock leaves ``terminate``
+    waiting on that lock for ever (seen once in the test suite, under load). The executor's
+    manager thread notices a killed worker and marks the pool broken instead of hanging."""
+
+    def __init__(self, n: int) -> None:
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.executor = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(_start_method()))
+
+    def apply_async(self, fn: Callable, args: tuple) -> "_Future":
+        return _Future(self.executor.submit(fn, *args))
+
+    def close(self) -> None:
+        """Drop what has not started and stop the workers now: a prefetched run nobody needs
+        must not hold up the answer."""
+        ex = self.executor
+        procs = list((getattr(ex, "_processes", None) or {}).values())
+        ex.shutdown(wait=False, cancel_futures=True)
+        for proc in procs:
+            if proc.is_alive():
+                proc.kill()
+        ex.shutdown(wait=True)
+
+
+class _Future:
+    def __init__(self, future: Any) -> None:
+        self.future = future
+
+    def get(self, timeout: Optional[float] = None) -> Any:
+        return self.future.result(timeout)
+
+
 @contextmanager
 def _pool(workers: int, tasks: int) -> Iterator[Any]:
     """Worker processes for prefetching (None when one process is asked for or all there is).
-    Forked where the platform can (workers start at once, with everything imported); killed on
+    Forked where the platform can (workers start at once, with everything imported); stopped on
     exit, so a prefetched run nobody needs does not hold up the answer."""
     n = min(os.cpu_count() or 1, 4) if workers <= 0 else workers
     n = min(n, max(tasks, 2))
     if n <= 1:
         yield None
         return
-    pool = multiprocessing.get_context(_start_method()).Pool(n)
+    pool = _Prefetcher(n)
     try:
         yield pool
     finally:
-        pool.terminate()
-        pool.join()
+        pool.close()
 
 
 def _start_method() -> str:
