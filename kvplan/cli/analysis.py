@@ -148,7 +148,7 @@ def dashboard(
     address: str = typer.Option("localhost", "--address", help="Address to bind (0.0.0.0 to share on a network)."),
     open_browser: bool = typer.Option(True, "--browser/--no-browser", help="Open a browser tab."),
 ) -> None:
-    """Start the what-if dashboard (streamlit run): What-if, A/B, Capacity, Sweep/Pareto, Validation."""
+    """Start the dashboard (streamlit run): Plan, What-if, A/B, Capacity, Sweep/Pareto, Cluster, Validation."""
     import subprocess
 
     from sim.errors import ConfigError

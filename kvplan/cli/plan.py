@@ -27,9 +27,12 @@ def plan(
     as_json: bool = typer.Option(False, "--json", help="Print the plan as JSON instead of tables."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show progress: candidates left, best so far."),
 ) -> None:
-    """The cheapest deployment (GPU, TP/PP/EP, quantisation, batch limits, prefix caching,
-    speculation) that serves --target-rate (or --concurrency clients) inside --slo: a ranked list with $/hour, GPUs,
-    goodput per GPU, p99 latencies, capacity interval and what priced it, and the Pareto frontier."""
+    """The cheapest deployment that serves --target-rate (or --concurrency clients) inside --slo.
+
+    It searches GPU, TP/PP/DP/EP, weight and KV quantisation, batch limits, prefix caching,
+    speculation and P/D groups, and prints a ranked list ($/hour, GPUs, goodput per GPU, p99
+    latencies, capacity interval, what priced it), why the runners-up lost, and the Pareto
+    frontier."""
     from analysis.plan import parse_search
     from analysis.plan import plan as run_plan
     from analysis.plan_report import plan_section
