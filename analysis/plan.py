@@ -274,6 +274,10 @@ def bound(row: Row, base: dict, slo: SLO, target: Optional[float], prices: Mappi
     from sim.scenario import Scenario
 
     sc = Scenario.from_dict(cfg)
+    if concurrency is not None and sc.disaggregation.enabled:
+        row.status = "infeasible"
+        row.reason = "closed-loop clients are not simulated with P/D groups yet (plan them for a --target-rate)"
+        return
     # One unit of the fleet: a replica, or a P/D group (its prefill and decode instances).
     instances = (sc.disaggregation.prefill_replicas + sc.disaggregation.decode_replicas
                  if sc.disaggregation.enabled else 1)
@@ -358,7 +362,15 @@ def _mean_lengths(cfg: dict) -> tuple[float, float]:
 
 
 def _screen_one(args: tuple) -> tuple[dict, int]:
-    """Rung 1 for one candidate (a process-pool task): a short single-seed capacity search."""
+    """Rung 1 for one candidate (a process-pool task): a short single-seed capacity search; a
+    user error of this candidate's config is its verdict, not the plan's."""
+    try:
+        return _screen_rate(args)
+    except KvplanError as exc:
+        return {"error": str(exc)}, 0
+
+
+def _screen_rate(args: tuple) -> tuple[dict, int]:
     base, overrides, slo, start, base_dir, screen_s = args
     res = find_capacity(base, slo, seeds=1, ci_target=0, rel_tol=0.1, start_rate=start,
                         sizing=RunSizing(duration_s=screen_s, confirm_s=0.0), overrides=overrides,
@@ -517,7 +529,9 @@ def plan(config: Union[dict, str, None], slo: SLO, target_rate: Optional[float] 
             for r, (out, n) in zip(todo, run_map(fn, args)):
                 sims += n
                 r.simulations += n
-                if concurrency is None:
+                if "error" in out:
+                    r.status, r.reason = "infeasible", out["error"]
+                elif concurrency is None:
                     _apply_screen(r, out, target_rate)
                 else:
                     _apply_client_screen(r, out, concurrency)
@@ -583,6 +597,13 @@ def _clients_run(base: dict, overrides: Sequence[str], slo: SLO, clients: int, r
 def _screen_clients(args: tuple) -> tuple[dict, int]:
     """Rung 1 in client mode (a process-pool task): the most clients one replica holds inside
     the SLO, by bisection between 1 and the bound's ceiling."""
+    try:
+        return _bisect_clients(args)
+    except KvplanError as exc:
+        return {"error": str(exc)}, 0
+
+
+def _bisect_clients(args: tuple) -> tuple[dict, int]:
     base, overrides, slo, hi, base_dir = args
     sims, best, best_m, misses = 0, 0, None, []
     lo_c, hi_c = 1, max(1, int(hi))

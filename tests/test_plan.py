@@ -224,3 +224,11 @@ def test_attention_data_parallelism_is_searched_for_experts_spread_over_the_rank
     row = Row(next(c for c in cands if "dp=2" in c.label()))
     bound(row, base, parse_slo(SLO_TEXT), 10.0, {"h100-sxm": 3.0})
     assert row.gpus_per_replica == 4  # TP2 x DP2
+
+
+def test_pd_groups_under_clients_are_a_verdict_not_a_crash():
+    res = plan(None, parse_slo(SLO_TEXT), concurrency=8, hardware=["a100-80gb"], max_gpus=1,
+               search=parse_search(["pd=off,1:1"]), workers=1)
+    pd = [r for r in res.rows if r.candidate.label().startswith("P/D")]
+    assert pd and all(r.status == "infeasible" and "not simulated with P/D" in r.reason for r in pd)
+    assert res.best is not None and not res.best.candidate.label().startswith("P/D")

@@ -79,6 +79,15 @@ quick = field(advanced, "quick", st.checkbox, "Quick runs (rough)", value=False,
                    "the long confirming run: minutes become seconds, the answer is rougher.")
 workers = field(advanced, "workers", st.number_input, "Workers (0 = one per CPU, at most 4)", min_value=0,
                 max_value=16, value=0, help="The plan is the same for any number.")
+clients = field(advanced, "clients", st.number_input, "Plan for concurrent clients instead (0 = the target rate)",
+                min_value=0, max_value=100000, value=0,
+                help="As `kvplan plan --concurrency N`: N closed-loop clients, each sending its next request "
+                     "when its last finishes; the target rate is then not used.")
+prices_text = field(advanced, "prices", st.text_input, "$/GPU-hour overrides", value="",
+                    help="As `--price`: gpu=usd, comma separated, e.g. h100-sxm=2.5,h200=3.2 (empty: the catalog's).")
+pd_text = field(advanced, "pd", st.text_input, "Also try P/D groups", value="",
+                help="As `--search pd=...`: prefill:decode instances per group, comma separated, e.g. 1:1,1:2 "
+                     "(empty: collocated replicas only).")
 
 slo: Optional[SLO] = None
 try:
@@ -87,13 +96,26 @@ except common.KvplanError as exc:
     f.error(str(exc), "slo")
 if not gpus:
     f.error("GPUs: choose at least one", "gpus")
+prices = [p.strip() for p in prices_text.split(",") if p.strip()]
+try:
+    price_table(prices)
+except common.KvplanError as exc:
+    f.error(str(exc), "prices")
+    prices = None
+search: Optional[dict] = None
+try:
+    items = (["full"] if batch else []) + ([f"pd=off,{pd_text}"] if pd_text.strip() else [])
+    search = parse_search(items) if items else None
+except common.KvplanError as exc:
+    f.error(str(exc), "pd")
+    pd_text = None
 run = st.button("Plan", type="primary", icon=":material/play_arrow:", key="pl.run")
-if cfg is None or slo is None or not gpus:
+if cfg is None or slo is None or not gpus or prices is None or pd_text is None:
     st.info("Fix the setting marked in red to plan.")
     st.stop()
 
 params = {"cfg": cfg, "slo": slo.to_dict(), "target": target, "gpus": gpus, "max_gpus": max_gpus,
-          "search": batch, "quick": quick}
+          "search": batch, "quick": quick, "clients": clients, "prices": prices, "pd": pd_text}
 params_key = json.dumps(params, sort_keys=True, default=str)
 
 
@@ -106,15 +128,16 @@ def _plan(progress: common.Progress) -> dict:
             text += f"; best so far {best['label']}, ${cost:,.2f}/hour"
         progress(lo + (hi - lo) * done / max(total, 1), text)
 
-    return plan(cfg, slo, target, hardware=gpus, max_gpus=max_gpus or None,
-                search=parse_search(["full"]) if batch else None, workers=int(workers), on_progress=hook,
+    return plan(cfg, slo, None if clients else target, concurrency=int(clients) or None, hardware=gpus,
+                max_gpus=max_gpus or None, prices=prices, search=search, workers=int(workers), on_progress=hook,
                 screen_s=QUICK_SCREEN_S if quick else 30.0, full_search=QUICK_FULL if quick else None).to_dict()
 
 
 def _error_field(message: str) -> Optional[str]:
     """The page field a plan error belongs to (the sidebar's, by their dotted key, otherwise)."""
-    for start, key in (("--hardware", "gpus"), ("--price", "gpus"), ("--max-gpus", "max_gpus"),
-                       ("plan: no candidate", "max_gpus"), ("--search", "search"), ("--target-rate", "target")):
+    for start, key in (("--hardware", "gpus"), ("--price", "prices"), ("--max-gpus", "max_gpus"),
+                       ("plan: no candidate", "max_gpus"), ("--search pd", "pd"), ("--search", "search"),
+                       ("--target-rate", "target"), ("--concurrency", "clients")):
         if message.startswith(start):
             return key
     return None
@@ -158,9 +181,13 @@ def open_in_what_if(row: dict) -> None:
             state[WHAT_IF_PREFIX + key] = value
         else:
             extra.append(f"{key}={json.dumps(value) if isinstance(value, bool) else value}")
-    rate = target / max(1, row.get("replicas") or 1)
     state[WHAT_IF_PREFIX + "parallel.num_replicas"] = 1
-    state[WHAT_IF_PREFIX + "workload.arrival.rate"] = min(10000.0, max(0.01, float(f"{rate:.3g}")))
+    if clients:  # a closed loop: this replica's share of the clients
+        share = max(1, -(-int(clients) // max(1, row.get("replicas") or 1)))
+        extra += ["workload.arrival.process=closed", f"workload.arrival.concurrency={share}"]
+    else:
+        rate = target / max(1, row.get("replicas") or 1)
+        state[WHAT_IF_PREFIX + "workload.arrival.rate"] = min(10000.0, max(0.01, float(f"{rate:.3g}")))
     state[WHAT_IF_PREFIX + "slo.ttft_ms"] = float(slo.ttft_ms or 0.0)
     state[WHAT_IF_PREFIX + "slo.tpot_ms"] = float(slo.tpot_ms or 0.0)
     typed = (state.get("pl.overrides") or "").rstrip()

@@ -118,3 +118,24 @@ def test_a_plan_that_nothing_meets_warns_with_the_closest_misses():
     assert at.warning[0].value.startswith("No deployment meets ttft_p99_ms<=0.001")
     assert list(at.dataframe[0].value.columns) == ["not chosen", "why"]
     assert "prefill alone takes" in at.dataframe[0].value.iloc[0]["why"]
+
+
+def test_clients_prices_and_pd_groups_from_the_advanced_fields():
+    """--concurrency, --price and --search pd from the page: a plan for 8 clients at a price of
+    $1 per A100-hour, with a 1:1 P/D group tried beside the collocated replicas; a bad price or
+    split is an error under its field."""
+    at = app()
+    at.number_input(key="pl.clients").set_value(8)
+    at.text_input(key="pl.prices").set_value("a100-80gb=1.0")
+    at.text_input(key="pl.pd").set_value("1:1")
+    tiny_plan(at, max_gpus=1)
+    assert at.success[0].value.startswith("Cheapest deployment for 8 concurrent clients")
+    ranked = at.dataframe[0].value
+    assert ranked.iloc[0]["$/hour"] == "$1.00"
+    labels = list(ranked["deployment"]) + list(at.dataframe[1].value["not chosen"])
+    assert any(lb.startswith("P/D ") for lb in labels)
+    at.text_input(key="pl.prices").set_value("a100-80gb=cheap").run()
+    assert any("--price" in e.value for e in at.main.error)
+    at.text_input(key="pl.prices").set_value("").run()
+    at.text_input(key="pl.pd").set_value("2").run()
+    assert any("prefill:decode" in e.value for e in at.main.error)
