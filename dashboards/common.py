@@ -210,13 +210,12 @@ def describe_cost_model(f: Fields, cfg: dict) -> bool:
             return False
         return True
     pricer, source = dep.cost_model, dep.cost_model_source
-    known = getattr(pricer, "known_error", None)
     lines = [f"Priced by: {pricer.describe()}"]
     cm = cfg.get("cost_model") or {}
     if cm.get("source", "auto") == "auto" and source == "roofline":
         why = _fallback_reason(cfg)
         lines.append("auto fell back to the roofline" + (f": {why}" if why else "") + ".")
-    lines.append(known_error_text(known() if callable(known) else None, source))
+    lines.append(known_error_text(pricer.known_error(), source))
     lines += [f"Warning: {w}" for w in pricer.warnings()]
     with f.cost_note.container():
         for line in lines:

@@ -345,9 +345,8 @@ def cost_model_summary(dep: Deployment) -> dict:
     docs/cost_model.md and calibration's own validation)."""
     from sim.pricing.adjusted import ScaledPricer
 
-    known = getattr(dep.cost_model, "known_error", None)
     out = {"source": dep.cost_model_source, "description": dep.cost_model.describe(),
-           "known_error": known() if callable(known) else None,
+           "known_error": dep.cost_model.known_error(),
            "step_scale": dep.cost_model.scale if isinstance(dep.cost_model, ScaledPricer) else 1.0,
            "request_overhead_ms": dep.request_overhead_s * 1000,
            "frontend": dep.frontend.summary()}

@@ -61,10 +61,7 @@ class ScaledPricer(StepPricer):
     def known_error(self) -> Any:
         """The error measured with the scale applied (a fitted profile's leave-one-model-out
         error) when given, else the base pricer's (measured unscaled)."""
-        if self._known is not None:
-            return self._known
-        known = getattr(self.base, "known_error", None)
-        return known() if callable(known) else None
+        return self._known if self._known is not None else self.base.known_error()
 
     def __repr__(self) -> str:
         return f"ScaledPricer({self.base!r}, x{self.scale:g})"
@@ -121,8 +118,7 @@ class FrontEndFloor(StepPricer):
         return self.base.warnings()
 
     def known_error(self) -> Any:
-        known = getattr(self.base, "known_error", None)
-        return known() if callable(known) else None
+        return self.base.known_error()
 
     def __repr__(self) -> str:
         return f"FrontEndFloor({self.base!r}, {self.stream_s * 1e6:g} us/chunk)"

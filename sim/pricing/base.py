@@ -85,6 +85,11 @@ class StepPricer(ABC):
         machine); empty when there are none."""
         return []
 
+    def known_error(self) -> Any:
+        """What is known of this pricer's error here (a mapping of measured error figures), or
+        None where nothing is: the summary's ``cost_model.known_error``."""
+        return None
+
     # Names the callers used before this interface; implementations alias them to ``price``
     # at class level, so the hot path pays no extra call.
     def step_time(self, shape: StepShape) -> float:
