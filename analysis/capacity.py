@@ -270,7 +270,7 @@ def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
     # The other seeds start from the first seed's answer, one bracket width at a time: being
     # independent of each other, they are searched side by side.
     plan_ = _SeedPlan(base["seed"], start, max(seeds, max_seeds) if target else seeds)
-    with _pool(workers, plan_.most - 1) as pool:
+    with worker_pool(workers, plan_.most - 1) as pool:
         evaluator.pool = pool
         searches = [first] + plan_.add(evaluator, seeds - 1, rel_tol, [first])
         sized = _size(evaluator, plan_, searches, rel_tol, confidence, target)
@@ -475,8 +475,9 @@ class _Future:
 
 
 @contextmanager
-def _pool(workers: int, tasks: int) -> Iterator[Any]:
-    """Worker processes for prefetching (None when one process is asked for or all there is).
+def worker_pool(workers: int, tasks: int) -> Iterator[Any]:
+    """Worker processes for prefetching (None when one process is asked for or all there is;
+    ``analysis.plan`` screens its candidates on them too).
     Forked where the platform can (workers start at once, with everything imported); stopped on
     exit, so a prefetched run nobody needs does not hold up the answer."""
     n = min(os.cpu_count() or 1, 4) if workers <= 0 else workers

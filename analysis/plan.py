@@ -33,11 +33,12 @@ from __future__ import annotations
 import itertools
 import math
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
 
 from sim import config as config_mod
-from analysis.capacity import RunSizing, find_capacity
+from analysis.capacity import RunSizing, find_capacity, worker_pool
 from analysis.pareto import pareto_mask
 from analysis.pricing import price_table, usd_per_gpu_hour
 from analysis.slo import SLO
@@ -251,14 +252,15 @@ def _pd_split(value: Any) -> Optional[tuple[int, int]]:
 
 
 def bound(row: Row, base: dict, slo: SLO, target: Optional[float], prices: Mapping[str, float],
-          concurrency: Optional[int] = None) -> None:
+          concurrency: Optional[int] = None, lengths: Optional[tuple[float, float]] = None) -> None:
     """Fill ``row``'s memory check, pricing provenance, analytic ceiling and cost floor (no
     simulation). The ceiling: a step computes at most ``max_num_batched_tokens`` tokens, and no
     step computes them faster than a step of prompt chunks alone at that budget (decode tokens
     also read their context); a request needs its uncached prompt tokens and its output tokens
     computed. So one replica serves at most budget / (that step's time x tokens per request)
     requests per second, whatever the scheduler does; the screen's simulations say how much
-    less."""
+    less. ``lengths``: the workload's mean prompt and output tokens (``mean_lengths``; computed
+    here when not given, once per plan otherwise: no candidate changes the workload)."""
     from sim.api import cost_model_summary, resolve_deployment
     from sim.policies.step import StepShape
 
@@ -286,7 +288,7 @@ def bound(row: Row, base: dict, slo: SLO, target: Optional[float], prices: Mappi
     cm = cost_model_summary(dep)
     row.pricing = {"source": _pricing_kind(cm["source"]), "cost_model": cm["source"],
                    "known_error": cm.get("known_error"), "description": cm.get("description")}
-    p, o = _mean_lengths(cfg)
+    p, o = lengths if lengths is not None else mean_lengths(cfg)
     price = dep.cost_model.price
     budget = int(sc.max_num_batched_tokens or 8192)
     prompt = max(1, int(round(p)))
@@ -346,7 +348,7 @@ def _shared_prefix_tokens(cfg: dict) -> float:
     return float(prefix.get("length") or 0.0)
 
 
-def _mean_lengths(cfg: dict) -> tuple[float, float]:
+def mean_lengths(cfg: dict) -> tuple[float, float]:
     """Mean prompt and output tokens of the workload (a sample of its first requests)."""
     from sim.api import build_workload
 
@@ -361,11 +363,12 @@ def _mean_lengths(cfg: dict) -> tuple[float, float]:
 # --- the rungs -----------------------------------------------------------------------------------
 
 
-def _screen_one(args: tuple) -> tuple[dict, int]:
-    """Rung 1 for one candidate (a process-pool task): a short single-seed capacity search; a
-    user error of this candidate's config is its verdict, not the plan's."""
+def _screen(args: tuple) -> tuple[dict, int]:
+    """Rung 1 for one candidate (a process-pool or Ray task): ``("rate", ...)`` a short
+    single-seed capacity search, ``("clients", ...)`` the most clients one replica holds. A user
+    error of this candidate's config is its verdict, not the plan's."""
     try:
-        return _screen_rate(args)
+        return (_screen_rate if args[0] == "rate" else _bisect_clients)(args[1:])
     except KvplanError as exc:
         return {"error": str(exc)}, 0
 
@@ -498,8 +501,9 @@ def plan(config: Union[dict, str, None], slo: SLO, target_rate: Optional[float] 
         if on_progress is not None:
             on_progress(stage, done, total, best.to_dict() if best else None)
 
+    lengths = mean_lengths(base)
     for i, row in enumerate(rows):
-        bound(row, base, slo, target_rate, table, concurrency)
+        bound(row, base, slo, target_rate, table, concurrency, lengths)
         progress("bound", i + 1, len(rows), None)
     live = sorted((r for r in rows if r.status == "bounded"), key=lambda r: (r.cost_floor, r.candidate.label()))
     if all(r.status == "does_not_fit" for r in rows):
@@ -511,22 +515,20 @@ def plan(config: Union[dict, str, None], slo: SLO, target_rate: Optional[float] 
     screened = 0
     with _mapper(workers, backend) as run_map:
         for start in range(0, len(live), SCREEN_BATCH):
-            batch = [r for r in live[start:start + SCREEN_BATCH]]
             todo = []
-            for r in batch:
+            for r in live[start:start + SCREEN_BATCH]:
                 if r.cost_floor >= best_estimate:  # at best a tie with what is already screened
                     r.status, r.reason = "pruned", (f"cost floor ${r.cost_floor:.2f}/h is not under the cheapest "
                                                    f"screened estimate ${best_estimate:.2f}/h")
                 else:
                     todo.append(r)
             if concurrency is None:
-                fn = _screen_one
-                args = [(base, r.candidate.overrides, slo, _start(r.bound_rate), base_dir, screen_s) for r in todo]
-            else:
-                fn = _screen_clients
-                args = [(base, r.candidate.overrides, slo, min(concurrency, r.max_clients or concurrency), base_dir)
+                args = [("rate", base, r.candidate.overrides, slo, _start(r.bound_rate), base_dir, screen_s)
                         for r in todo]
-            for r, (out, n) in zip(todo, run_map(fn, args)):
+            else:
+                args = [("clients", base, r.candidate.overrides, slo, min(concurrency, r.max_clients or concurrency),
+                         base_dir) for r in todo]
+            for r, (out, n) in zip(todo, run_map(_screen, args)):
                 sims += n
                 r.simulations += n
                 if "error" in out:
@@ -594,16 +596,9 @@ def _clients_run(base: dict, overrides: Sequence[str], slo: SLO, clients: int, r
     return ok, bad, m
 
 
-def _screen_clients(args: tuple) -> tuple[dict, int]:
-    """Rung 1 in client mode (a process-pool task): the most clients one replica holds inside
-    the SLO, by bisection between 1 and the bound's ceiling."""
-    try:
-        return _bisect_clients(args)
-    except KvplanError as exc:
-        return {"error": str(exc)}, 0
-
-
 def _bisect_clients(args: tuple) -> tuple[dict, int]:
+    """The most clients one replica holds inside the SLO, by bisection between 1 and the
+    bound's ceiling."""
     base, overrides, slo, hi, base_dir = args
     sims, best, best_m, misses = 0, 0, None, []
     lo_c, hi_c = 1, max(1, int(hi))
@@ -740,43 +735,30 @@ def _check_hardware(names: Sequence[str], prices: Mapping[str, float]) -> list[s
     return out
 
 
-class _mapper:
-    """``map`` over a process pool (``workers`` > 1), Ray (``backend='ray'``) or in process; the
-    results come back in the order of the arguments, so the plan is the same for any of them."""
+@contextmanager
+def _mapper(workers: int, backend: str) -> Iterator[Callable[[Callable, Sequence], list]]:
+    """``map`` over capacity's worker pool (``workers`` as ``kvplan capacity`` reads them), Ray
+    (``backend='ray'``) or in process; the results come back in the order of the arguments, so
+    the plan is the same for any of them."""
+    if backend == "ray":
+        try:
+            import ray
+        except ImportError:
+            raise ConfigError("--backend ray: ray is not installed (pip install 'kvplan[ray]')") from None
+        if not ray.is_initialized():
+            ray.init(include_dashboard=False, log_to_driver=False)
 
-    def __init__(self, workers: int, backend: str) -> None:
-        self.workers, self.backend = workers, backend
-        self._close: Callable[[], None] = lambda: None
+        def run(fn: Callable, args: Sequence) -> list:
+            task = ray.remote(fn)
+            return ray.get([task.remote(a) for a in args])
 
-    def __enter__(self) -> Callable:
-        if self.backend == "ray":
-            try:
-                import ray
-            except ImportError:
-                raise ConfigError("--backend ray: ray is not installed (pip install 'kvplan[ray]')") from None
-            if not ray.is_initialized():
-                ray.init(include_dashboard=False, log_to_driver=False)
-            def run(fn: Callable, args: Sequence) -> list:
-                task = ray.remote(fn)
-                return ray.get([task.remote(a) for a in args])  # in the order of the arguments
-
-            return run
-        import os
-
-        n = self.workers or min(4, os.cpu_count() or 1)
-        if n <= 1:
-            return lambda fn, args: [fn(a) for a in args]
-        from concurrent.futures import ProcessPoolExecutor
-
-        from analysis.capacity import _start_method
-        import multiprocessing
-
-        pool = ProcessPoolExecutor(n, mp_context=multiprocessing.get_context(_start_method()))
-        self._close = lambda: pool.shutdown(cancel_futures=True)
-        return lambda fn, args: list(pool.map(fn, args))
-
-    def __exit__(self, *exc: Any) -> None:
-        self._close()
+        yield run
+        return
+    with worker_pool(workers, SCREEN_BATCH) as pool:
+        if pool is None:
+            yield lambda fn, args: [fn(a) for a in args]
+        else:
+            yield lambda fn, args: [p.get() for p in [pool.apply_async(fn, (a,)) for a in args]]
 
 
 def _parse_value(text: str) -> Any:
