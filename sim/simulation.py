@@ -492,17 +492,14 @@ class Simulation:
 
     def _send_later(self, req: Request, sent: float):
         yield self.env.timeout(sent - self.env.now)
-        at = self._through_front_end(req, sent)
-        yield self.env.timeout(max(0.0, at - self.env.now))
-        self._delivered.add(req.request_id)
-        self._dispatch(req)
+        yield from self._deliver(req, self._through_front_end(req, sent))
 
     def _through_front_end(self, req: Request, sent: float) -> float:
         """When ``req``, sent at ``sent``, reaches the scheduler; it takes its place in the API
         server's queue (call once per request, in the order sent)."""
         if self._ingress is None:
             return sent + self.request_overhead
-        self._front_free = max(sent, self._front_free) + self._ingress(req.prompt_len)
+        self._front_free = self._front_done(req, sent)
         return self._front_free + self.request_overhead
 
     def _reach_bound(self, req: Request, sent: float) -> float:
@@ -510,7 +507,12 @@ class Simulation:
         unless another request enters the API server's queue before it."""
         if self._ingress is None:
             return sent + self.request_overhead
-        return max(sent, self._front_free) + self._ingress(req.prompt_len) + self.request_overhead
+        return self._front_done(req, sent) + self.request_overhead
+
+    def _front_done(self, req: Request, sent: float) -> float:
+        """When the API server would finish ``req`` sent at ``sent`` behind its queue as it is."""
+        assert self._ingress is not None
+        return max(sent, self._front_free) + self._ingress(req.prompt_len)
 
     def _min_ingress(self, after: float) -> float:
         """The earliest any request sent at ``after`` or later can reach the scheduler."""
