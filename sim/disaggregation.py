@@ -16,7 +16,6 @@ priced by its own ``resolve_deployment``. docs/cluster.md has the model and its 
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence
 
@@ -32,7 +31,7 @@ from sim.results import SimResult
 from sim.run_parts import (async_scheduling_of, build_workload, cost_model_summary, fresh_request,
                            replica_engines, resolve_deployment, router_options, scenario_summary,
                            session_links)
-from sim.simulation import Replica, StepLog
+from sim.simulation import ApiServerQueue, Replica, StepLog
 
 
 @dataclass
@@ -92,9 +91,9 @@ class DisaggSimulation:
         self.links = list(links)
         self.kv_bytes_per_token = kv_bytes_per_token
         self.request_overhead = request_overhead
-        #: The API server's time per request (``sim.simulation.Simulation``'s ``ingress``): one
-        #: queue in front of the prefill pool, requests served in arrival order.
-        self._ingress = ingress
+        #: The API server (``sim.simulation.ApiServerQueue``): one queue in front of the
+        #: prefill pool, requests served in arrival order.
+        self._front = ApiServerQueue(ingress, request_overhead)
         self.prefill_router = prefill_router or Router()
         self.decode_router = decode_router or Router()
         n_p = len(prefill)
@@ -125,13 +124,8 @@ class DisaggSimulation:
     # --- arrivals and prefill -----------------------------------------------------------------
     def _arrivals(self):
         env = self.env
-        front_free = -math.inf
         for req in self.requests:
-            if self._ingress is not None:
-                front_free = max(req.arrival_time, front_free) + self._ingress(req.prompt_len)
-                at = front_free + self.request_overhead
-            else:
-                at = req.arrival_time + self.request_overhead
+            at = self._front.take(req, req.arrival_time)
             if at > env.now:
                 yield env.timeout(at - env.now)
             reason = self.decode[0].scheduler.validate(req)

@@ -309,6 +309,44 @@ class _Gate:
         return self.next < self.ready
 
 
+class ApiServerQueue:
+    """The API server in front of the engines, as both simulators see it: one FIFO server that
+    spends ``ingress(prompt_len)`` seconds on each request, in the order they are sent
+    (``sim.catalog.frontends``; None: no front end), then ``overhead`` seconds more, unqueued.
+
+    ``take`` gives a request its place (once per request, in send order) and says when it
+    reaches the scheduler; ``reach_bound`` and ``earliest`` are lower bounds that change
+    nothing, for the decode windows (the queue's tail only moves later)."""
+
+    def __init__(self, ingress: Optional[Callable[[int], float]], overhead: float) -> None:
+        self.ingress = ingress
+        self.overhead = overhead
+        #: When the server is next free: the tail of its queue.
+        self.free = -math.inf
+
+    def take(self, req: Request, sent: float) -> float:
+        if self.ingress is None:
+            return sent + self.overhead
+        self.free = self._done(req, sent)
+        return self.free + self.overhead
+
+    def reach_bound(self, req: Request, sent: float) -> float:
+        """When ``req`` will reach the scheduler unless another request is queued before it."""
+        if self.ingress is None:
+            return sent + self.overhead
+        return self._done(req, sent) + self.overhead
+
+    def earliest(self, after: float) -> float:
+        """The earliest any request sent at ``after`` or later can reach the scheduler."""
+        if self.ingress is None:
+            return after + self.overhead
+        return max(after, self.free) + self.ingress(0) + self.overhead
+
+    def _done(self, req: Request, sent: float) -> float:
+        assert self.ingress is not None
+        return max(sent, self.free) + self.ingress(req.prompt_len)
+
+
 class Simulation:
     """Wires arrivals, a router and replicas into one simpy environment."""
 
@@ -354,9 +392,7 @@ class Simulation:
         #: Seconds between a request's arrival and its reaching the scheduler (work outside the
         #: engine: HTTP, tokenisation, IPC). TTFT and E2E still count from ``arrival_time``.
         self.request_overhead = request_overhead
-        self._ingress = ingress
-        #: When the API server is next free (its FIFO queue's tail); only ever grows.
-        self._front_free = -math.inf
+        self._front = ApiServerQueue(ingress, request_overhead)
         self.requests = requests
         self.router = router or Router()
         self.log = StepLog(sink=step_sink)
@@ -479,46 +515,20 @@ class Simulation:
         later. Conversations' next turns and gated clients' requests both come this way."""
         req.arrival_time = sent
         self._num_released += 1
-        if self._ingress is None or sent <= self.env.now:
-            at = self._through_front_end(req, sent)
+        if self._front.ingress is None or sent <= self.env.now:
+            at = self._front.take(req, sent)
             heappush(self._releases, (at, self._num_released, req.request_id))
             self.env.process(self._deliver(req, at))
             return
         # Sent later (a think time, a ramp-up): it joins the API server's queue when it is sent,
         # behind whatever was sent before it, however late that was released. Until then the
         # windows see a lower bound (the queue only grows).
-        heappush(self._releases, (self._reach_bound(req, sent), self._num_released, req.request_id))
+        heappush(self._releases, (self._front.reach_bound(req, sent), self._num_released, req.request_id))
         self.env.process(self._send_later(req, sent))
 
     def _send_later(self, req: Request, sent: float):
         yield self.env.timeout(sent - self.env.now)
-        yield from self._deliver(req, self._through_front_end(req, sent))
-
-    def _through_front_end(self, req: Request, sent: float) -> float:
-        """When ``req``, sent at ``sent``, reaches the scheduler; it takes its place in the API
-        server's queue (call once per request, in the order sent)."""
-        if self._ingress is None:
-            return sent + self.request_overhead
-        self._front_free = self._front_done(req, sent)
-        return self._front_free + self.request_overhead
-
-    def _reach_bound(self, req: Request, sent: float) -> float:
-        """The earliest ``req`` sent at ``sent`` can reach the scheduler: exactly when it will,
-        unless another request enters the API server's queue before it."""
-        if self._ingress is None:
-            return sent + self.request_overhead
-        return self._front_done(req, sent) + self.request_overhead
-
-    def _front_done(self, req: Request, sent: float) -> float:
-        """When the API server would finish ``req`` sent at ``sent`` behind its queue as it is."""
-        assert self._ingress is not None
-        return max(sent, self._front_free) + self._ingress(req.prompt_len)
-
-    def _min_ingress(self, after: float) -> float:
-        """The earliest any request sent at ``after`` or later can reach the scheduler."""
-        if self._ingress is None:
-            return after + self.request_overhead
-        return max(after, self._front_free) + self._ingress(0) + self.request_overhead
+        yield from self._deliver(req, self._front.take(req, sent))
 
     def _deliver(self, req: Request, at: float):
         yield self.env.timeout(max(0.0, at - self.env.now))
@@ -545,7 +555,7 @@ class Simulation:
         t = math.inf
         if self._next_index < len(self._stream):
             nxt = self._stream[self._next_index]
-            t = self._reach_bound(nxt, nxt.arrival_time)
+            t = self._front.reach_bound(nxt, nxt.arrival_time)
         if not self._next_turn and not self._gates:
             return t
         releases = self._releases
@@ -563,10 +573,10 @@ class Simulation:
         for gate in self._gates:
             if gate.waiting:
                 if gate.taken < gate.limit:  # a free slot about to be taken: now
-                    return min(t, self._min_ingress(self.env.now))
+                    return min(t, self._front.earliest(self.env.now))
                 think = min(think, gate.think_s)
         if think < math.inf:
-            t = min(t, self._min_ingress(self._finish_bound(replica) + think))
+            t = min(t, self._front.earliest(self._finish_bound(replica) + think))
         return t
 
     def _dispatch(self, req: Request) -> None:
@@ -580,7 +590,7 @@ class Simulation:
     def _arrivals(self):
         env = self.env
         requests = self._stream
-        queued = bool(self._next_turn) and self._ingress is not None
+        queued = bool(self._next_turn) and self._front.ingress is not None
         for index in range(len(requests)):  # by index: a lazy stream builds each request once
             req = requests[index]
             if queued:  # next turns share the API server's queue: each takes its place when sent
@@ -591,10 +601,10 @@ class Simulation:
                 continue
             # Alone in the API server's queue: its place is known ahead, so wait for the arrival
             # at the scheduler itself (one event per request).
-            at = self._reach_bound(req, req.arrival_time)
+            at = self._front.reach_bound(req, req.arrival_time)
             if at > env.now:
                 yield env.timeout(at - env.now)
-            self._through_front_end(req, req.arrival_time)
+            self._front.take(req, req.arrival_time)
             self._next_index = index + 1
             self._dispatch(req)
 
@@ -614,7 +624,7 @@ class Simulation:
             gate = gates[g] if g < len(gates) and gates[g].first <= index else None
             req = requests[index]
             if gate is None:
-                if self._ingress is not None:  # shares the API server's queue with the gated
+                if self._front.ingress is not None:  # shares the API server's queue with the gated
                     if req.arrival_time > env.now:
                         yield env.timeout(req.arrival_time - env.now)
                     index += 1
