@@ -54,7 +54,8 @@ def _prompt(tok, n: int) -> str:
     return tok.decode(ids)
 
 
-def _best_per_token(fn, tokens: int, repeats: int) -> float:
+def _per_token(fn, tokens: int, repeats: int) -> tuple[float, float]:
+    """Seconds per token of ``fn``: the best and the median of ``repeats`` runs."""
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
@@ -68,7 +69,7 @@ def measure_tokenise(tok) -> dict:
     for n in PROMPT_LENGTHS:
         text = _prompt(tok, n)
         count = len(tok.encode(text).ids)
-        best, median = _best_per_token(lambda: tok.encode(text), count, 30)
+        best, median = _per_token(lambda: tok.encode(text), count, 30)
         rows[str(n)] = {"tokens": count, "best_us_per_token": best * 1e6, "median_us_per_token": median * 1e6}
     return rows
 
@@ -104,7 +105,7 @@ def measure_stream(tok, num_tokens: int = 4000) -> dict:
                           choices=[Choice(index=0, text=piece)])
             (b"data: " + chunk.model_dump_json(exclude_unset=True).encode() + b"\n\n")
 
-    best, median = _best_per_token(run, len(ids), 7)
+    best, median = _per_token(run, len(ids), 7)
     return {"tokens": len(ids), "best_us_per_chunk": best * 1e6, "median_us_per_chunk": median * 1e6}
 
 
