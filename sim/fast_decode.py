@@ -52,7 +52,9 @@ class BulkDecode:
             # A decode without drafts under speculative decoding (one just admitted, or short of
             # budget) gets drafts in the next step: its batch does not repeat.
             return 1
-        limit = None
+        limit = self.scheduler.decode_window_limit()
+        if limit < 2:
+            return 1
         for s in plan.scheduled:
             if s.num_new_tokens != 1:
                 return 1
@@ -127,6 +129,8 @@ class BulkDecode:
         other step both calls are no-ops (the blocks held already cover the token, and the
         number of full blocks has not changed), so skipping them changes nothing, and the work
         per window is O(batch + steps x batch / block_size) instead of O(steps x batch)."""
+        # Steps 1..num_steps-1 of the window are schedule calls the policy never sees.
+        self.scheduler.skip_decode_schedules(num_steps - 1)
         alloc = self.scheduler.allocator
         reqs = [s.request for s in plan.scheduled]
         k = num_steps

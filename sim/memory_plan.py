@@ -167,9 +167,14 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
                 tensor_parallel_size: int = 1, pipeline_parallel_size: int = 1,
                 kv_cache_dtype: str = "auto", weight_dtype: Optional[str] = None,
                 max_num_batched_tokens: int = 2048, max_num_seqs: int = 256,
-                expert_parallel_size: int = 1) -> MemoryPlan:
+                expert_parallel_size: int = 1,
+                activation_reserve: Optional[float] = None) -> MemoryPlan:
     """Split one GPU's memory into weights, activation reserve and KV pool
     (``expert_parallel_size``: GPUs a MoE's routed experts are spread over whole).
+    ``activation_reserve``: bytes kept for activations, in place of vLLM's profiled peak
+    (``activation_reserve_bytes``); SGLang passes 0, its ``mem_fraction_static`` (the
+    ``gpu_memory_utilization`` here) already leaves the rest of the GPU to activations and
+    CUDA graphs.
 
     Raises DoesNotFitError (one line, with the numbers and what would fit) when weights and
     reserve leave no room for a KV cache.
@@ -191,8 +196,8 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
         raise ConfigError(f"parallel: {model.name}'s {model.num_experts} experts do not spread "
                           f"evenly over {ep} GPUs (data_parallel_size x tensor_parallel_size)")
     weights = weights_bytes_per_gpu(model, prec, tp, pp, ep)
-    reserve = activation_reserve_bytes(model, prec, tp, pp, max_num_batched_tokens,
-                                       max_num_seqs)
+    reserve = (activation_reserve_bytes(model, prec, tp, pp, max_num_batched_tokens, max_num_seqs)
+               if activation_reserve is None else float(activation_reserve))
     kv_token = kv_bytes_per_token(model, prec, tp, pp)
     pool = budget - weights - reserve
     if pool < kv_token:

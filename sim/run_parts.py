@@ -66,8 +66,11 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
     weight_dtype = sc.quantization.weight_dtype
     budget = step_token_budget(SCHEDULERS[sched.policy].chunked_prefill,
                                sc.max_num_batched_tokens, kv.max_model_len)
+    utilization, reserve = kv.gpu_memory_utilization, None
+    if sc.engine.name == "sglang":
+        utilization, reserve = sglang_memory_fraction(sc, hw), 0.0
     memory = plan_memory(
-        model, sc.hardware, sc.dtype, kv.gpu_memory_utilization,
+        model, sc.hardware, sc.dtype, utilization, activation_reserve=reserve,
         tensor_parallel_size=par.tensor_parallel_size,
         pipeline_parallel_size=par.pipeline_parallel_size,
         kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype,
@@ -82,6 +85,21 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
     cost, source, base, overhead_ms = _make_cost_model(sc, model, weight_dtype)
     return Deployment(model, hw, memory, cost, par.gpus_per_replica, source, base, overhead_ms / 1000,
                       sc.engine.front_end)
+
+
+def sglang_memory_fraction(sc: Scenario, hw: "HardwareSpec") -> float:
+    """SGLang's ``mem_fraction_static`` for the scenario: ``sglang.mem_fraction_static``, else
+    SGLang's rule for the GPU (``sim.catalog.engines.sglang_mem_fraction_static``); DP attention
+    is a data-parallel deployment of one replica."""
+    from sim.catalog.engines import sglang_mem_fraction_static
+
+    given = sc.sglang.mem_fraction_static
+    if given is not None:
+        return given
+    par = sc.parallel
+    return sglang_mem_fraction_static(hw, par.tensor_parallel_size, par.pipeline_parallel_size,
+                                      speculative=sc.speculative.num_tokens > 0,
+                                      dp_attention=par.data_parallel_size > 1)
 
 
 def _make_cost_model(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
@@ -198,13 +216,28 @@ def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swa
         )
         return make_scheduler(
             sched.policy, allocator, max_model_len=kv.max_model_len,
-            max_num_seqs=sc.max_num_seqs,
+            max_num_seqs=max_running_requests(sc, num_slots),
             max_num_batched_tokens=sc.max_num_batched_tokens,
             preemption=sched.preemption, queue_policy=sched.queue_policy,
             num_speculative_tokens=sc.speculative.num_tokens,
+            sglang=sc.sglang.scheduler_options() if sched.policy == "sglang" else None,
         )
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
+
+
+def max_running_requests(sc: Scenario, num_slots: int) -> int:
+    """Requests one engine (one DP rank) batches: ``Scenario.max_num_seqs`` for vLLM. SGLang:
+    ``sglang.max_running_requests`` (or ``scheduler.max_num_seqs``) split over the DP-attention
+    ranks, else its default from this rank's KV pool (``sglang_max_running_requests``)."""
+    from sim.catalog.engines import sglang_max_running_requests
+
+    if sc.engine.name != "sglang":
+        return sc.max_num_seqs
+    given = sc.sglang.max_running_requests or sc.scheduler.max_num_seqs
+    if given is not None:
+        return max(1, given // max(sc.parallel.data_parallel_size, 1))
+    return sglang_max_running_requests(num_slots, sc.kv_cache.max_model_len)
 
 
 def offload_tiers_of(scenario: Scenario, kv_bytes_per_token: float) -> Optional["OffloadTiers"]:
@@ -323,7 +356,7 @@ def scenario_summary(sc: Scenario, dep: Deployment) -> dict:
         "scheduler": sc.scheduler.policy,
         "allocator": kv.allocator,
         "reserve": kv.reserve if kv.allocator == "contiguous" else None,
-        "block_size": kv.block_size if kv.allocator == "paged" else None,
+        "block_size": kv.block_size if kv.allocator in ("paged", "radix") else None,
         "num_replicas": sc.parallel.num_replicas,
         "gpus_per_replica": dep.num_gpus_per_replica,
         "data_parallel_size": sc.parallel.data_parallel_size,

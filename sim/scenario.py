@@ -27,7 +27,8 @@ from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
 from sim.catalog.dtypes import DTYPES, KV_DTYPES, WEIGHT_QUANT
-from sim.catalog.engines import DEFAULT_VLLM_VERSION, ENGINE_NAMES, EngineRelease, get_engine
+from sim.catalog.engines import (DEFAULT_SGLANG_VERSION, DEFAULT_VLLM_VERSION, ENGINE_NAMES,
+                                 EngineRelease, get_engine)
 from sim.catalog.frontends import FRONTEND_NAMES, FrontEnd, get_frontend
 from sim.catalog.links import LINK_NAMES
 from sim.errors import ConfigError
@@ -35,7 +36,8 @@ from sim.policies.kv import ALLOCATORS, RESERVE_POLICIES, OffloadTier, OffloadTi
 from sim.policies.router import (DEFAULT_AFFINITY_ABS_THRESHOLD, DEFAULT_AFFINITY_REL_THRESHOLD,
                                   DEFAULT_KV_WEIGHT, DEFAULT_LOAD_WEIGHT, DEFAULT_PREFIX_WEIGHT,
                                   ROUTERS)
-from sim.policies.schedulers import PREEMPTION_MODES, QUEUE_POLICIES, SCHEDULERS
+from sim.policies.schedulers import (PREEMPTION_MODES, QUEUE_POLICIES, SCHEDULERS,
+                                     SGLANG_SCHEDULE_POLICIES)
 from sim.policies.speculative import ACCEPTANCE_MODES
 from sim.workload.config import WorkloadSpec, parse_workload
 
@@ -405,6 +407,10 @@ class EngineConfig(_Section):
         if isinstance(self.version, (int, float)) and not isinstance(self.version, bool):
             raise ConfigError(f"engine.version: got the number {self.version!r}; quote the version "
                               f"(YAML reads 0.20 as 0.2), e.g. '{DEFAULT_VLLM_VERSION}'")
+        if self.name == "sglang" and self.version == DEFAULT_VLLM_VERSION:
+            # The key's default is vLLM's release; SGLang has no 0.24, so an SGLang engine left
+            # at it takes SGLang's default release.
+            object.__setattr__(self, "version", DEFAULT_SGLANG_VERSION)
         super().__post_init__()
         get_engine(self.name, self.version)  # one-line ConfigError for a release not modelled
 
@@ -417,6 +423,43 @@ class EngineConfig(_Section):
         """The front end with any ``frontend_*`` overrides applied."""
         return get_frontend(self.frontend).with_overrides(
             self.frontend_request_ms, self.frontend_tokenize_us, self.frontend_stream_us)
+
+
+@dataclass(frozen=True)
+class SglangConfig(_Section):
+    """``sglang.*``: SGLang's own server arguments, under their SGLang names; read when
+    ``engine.name`` is ``sglang`` (``sim.policies.schedulers.sglang``, ``sim.policies.kv.radix``).
+    None: SGLang's default for the GPU and deployment (``sim.catalog.engines``)."""
+
+    KEY: ClassVar[str] = "sglang"
+    #: ``--schedule-policy``: fcfs (SGLang's default), lpm, dfs-weight, lof.
+    schedule_policy: str = choice("fcfs", SGLANG_SCHEDULE_POLICIES)
+    #: ``--chunked-prefill-size``: prompt tokens per extend batch, chunking longer prompts
+    #: (None: 2048 / 4096 / 8192 / 16384 by GPU memory).
+    chunked_prefill_size: Optional[int] = integer(None, 1, _MAX_TOKENS, optional=True)
+    #: ``--max-prefill-tokens``: prompt tokens per extend batch across requests.
+    max_prefill_tokens: int = integer(16384, 1, _MAX_TOKENS)
+    #: ``--max-running-requests`` for the whole server (None: half the KV pool's tokens, at
+    #: most the request pool's 2048-4096 rows); split over DP-attention ranks as SGLang does.
+    max_running_requests: Optional[int] = integer(None, 1, _MAX_SEQS, optional=True)
+    #: ``--schedule-conservativeness``: scales the initial ``new_token_ratio`` (0.7).
+    schedule_conservativeness: float = number(1.0, 0.0, 100.0, lo_open=True)
+    #: ``--mem-fraction-static``: the GPU memory for weights and KV pool (None: SGLang's rule
+    #: by GPU memory, TP x PP, speculative decoding and DP attention).
+    mem_fraction_static: Optional[float] = number(None, 0.0, 1.0, lo_open=True, optional=True)
+    #: ``--enable-mixed-chunk``: running decodes join the extend batch.
+    enable_mixed_chunk: bool = _field(False, _Check("bool"))
+    #: ``--page-size``: tokens per KV page; the radix cache matches whole pages.
+    page_size: int = integer(1, 1, 1024)
+    #: ``--disable-radix-cache``: no prefix cache.
+    disable_radix_cache: bool = _field(False, _Check("bool"))
+
+    def scheduler_options(self) -> dict:
+        """``SglangScheduler``'s keyword arguments."""
+        return {"schedule_policy": self.schedule_policy,
+                "schedule_conservativeness": self.schedule_conservativeness,
+                "enable_mixed_chunk": self.enable_mixed_chunk,
+                "max_prefill_tokens": self.max_prefill_tokens}
 
 
 @dataclass(frozen=True)
@@ -507,6 +550,7 @@ _SECTIONS: dict[str, type[_Section]] = {
     "quantization": QuantizationConfig,
     "cost_model": CostModelConfig,
     "engine": EngineConfig,
+    "sglang": SglangConfig,
     "speculative": SpeculativeConfig,
     "slo": SLOConfig,
     "disaggregation": DisaggregationConfig,
@@ -533,6 +577,7 @@ class Scenario:
     quantization: QuantizationConfig = field(default_factory=QuantizationConfig)
     cost_model: CostModelConfig = field(default_factory=CostModelConfig)
     engine: EngineConfig = field(default_factory=EngineConfig)
+    sglang: SglangConfig = field(default_factory=SglangConfig)
     speculative: SpeculativeConfig = field(default_factory=SpeculativeConfig)
     slo: SLOConfig = field(default_factory=SLOConfig)
     disaggregation: DisaggregationConfig = field(default_factory=DisaggregationConfig)
@@ -550,12 +595,42 @@ class Scenario:
             raise ConfigError(f"workload: expected a mapping, got {self.workload!r}")
         object.__setattr__(self, "workload", copy.deepcopy(dict(self.workload)))
         object.__setattr__(self, "workload_spec", parse_workload(self.workload, key="workload"))
+        self._apply_engine()
         self._check_combinations()
+
+    def _apply_engine(self) -> None:
+        """An SGLang engine schedules with SGLang's policy over its radix-cache token pool:
+        ``scheduler.policy`` becomes ``sglang`` (from its default ``chunked``) and the KV cache
+        the radix allocator with ``sglang.page_size`` pages, caching prefixes unless
+        ``sglang.disable_radix_cache``. Idempotent, so a scenario's ``to_dict`` builds it again."""
+        from dataclasses import replace
+
+        sched, kv = self.scheduler, self.kv_cache
+        if self.engine.name != "sglang":
+            if sched.policy == "sglang":
+                raise ConfigError("scheduler.policy: 'sglang' is SGLang's scheduler; set engine.name sglang")
+            if kv.allocator == "radix":
+                raise ConfigError("kv_cache.allocator: 'radix' is SGLang's radix cache; set engine.name sglang")
+            return
+        if sched.policy not in ("chunked", "sglang"):
+            raise ConfigError(f"scheduler.policy: {sched.policy!r} is not SGLang's scheduler; with "
+                              f"engine.name sglang leave it out (or 'sglang')")
+        if kv.allocator == "contiguous":
+            raise ConfigError("kv_cache.allocator: SGLang pages its KV cache (leave it out with engine.name sglang)")
+        if sched.preemption == "swap":
+            raise ConfigError("scheduler.preemption: SGLang retracts and recomputes; 'swap' is vLLM's")
+        if kv.offload_enabled:
+            raise ConfigError("kv_cache.cpu_offload_gb: KV offload tiers are modelled for vLLM only "
+                              "(SGLang's HiCache is not); set them to 0 with engine.name sglang")
+        sg = self.sglang
+        object.__setattr__(self, "scheduler", replace(sched, policy="sglang"))
+        object.__setattr__(self, "kv_cache", replace(kv, allocator="radix", block_size=sg.page_size,
+                                                     prefix_caching=not sg.disable_radix_cache))
 
     def _check_combinations(self) -> None:
         """Rules that involve more than one key (each error names the key to change)."""
         kv, sched = self.kv_cache, self.scheduler
-        if kv.prefix_caching and kv.allocator != "paged":
+        if kv.prefix_caching and kv.allocator not in ("paged", "radix"):
             raise ConfigError("kv_cache.prefix_caching: needs kv_cache.allocator 'paged'")
         if kv.offload_enabled and not kv.prefix_caching:
             key = "kv_cache.cpu_offload_gb" if kv.cpu_offload_gb > 0 else "kv_cache.ssd_offload_gb"
@@ -630,6 +705,8 @@ class Scenario:
         from sim.catalog.hardware import get_hardware
 
         given = self.scheduler.max_num_seqs
+        if self.engine.name == "sglang" and self.sglang.max_running_requests is not None:
+            given = self.sglang.max_running_requests
         return given if given is not None else \
             self.engine.release.default_max_num_seqs(get_hardware(self.hardware))
 
@@ -640,6 +717,8 @@ class Scenario:
         from sim.catalog.hardware import get_hardware
 
         given = self.scheduler.max_num_batched_tokens
+        if self.engine.name == "sglang" and self.sglang.chunked_prefill_size is not None:
+            given = self.sglang.chunked_prefill_size
         if given is not None or not SCHEDULERS[self.scheduler.policy].chunked_prefill:
             return given
         return self.engine.release.default_max_num_batched_tokens(get_hardware(self.hardware))

@@ -101,6 +101,15 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "engine.frontend_request_ms": (2.5, {}),
         "engine.frontend_tokenize_us": (0.5, {}),
         "engine.frontend_stream_us": (8.0, {}),
+        "sglang.schedule_policy": ("lpm", {}),
+        "sglang.chunked_prefill_size": (4096, {}),
+        "sglang.max_prefill_tokens": (8192, {}),
+        "sglang.max_running_requests": (128, {}),
+        "sglang.schedule_conservativeness": (0.5, {}),
+        "sglang.mem_fraction_static": (0.8, {}),
+        "sglang.enable_mixed_chunk": (True, {}),
+        "sglang.page_size": (16, {}),
+        "sglang.disable_radix_cache": (True, {}),
         "slo.ttft_ms": (250.5, {}),
         "slo.tpot_ms": (40, {}),
         "disaggregation.enabled": (True, {}),
@@ -124,7 +133,7 @@ def test_defaults_round_trip_and_are_the_documented_mapping():
     assert yaml.safe_dump(sc.to_dict(), sort_keys=False) == dump(DEFAULTS)
     assert build_config(None) == DEFAULTS and build_scenario(None) == sc
     assert list(DEFAULTS) == ["model", "hardware", "dtype", "seed", "kv_cache", "scheduler",
-                              "parallel", "quantization", "cost_model", "engine", "speculative", "slo",
+                              "parallel", "quantization", "cost_model", "engine", "sglang", "speculative", "slo",
                               "disaggregation", "workload"]
 
 

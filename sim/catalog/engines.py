@@ -22,8 +22,8 @@ from sim.errors import ConfigError
 if TYPE_CHECKING:
     from sim.catalog.hardware import HardwareSpec
 
-#: Engines kvplan models (``engine.name``). SGLang is a separate issue.
-ENGINE_NAMES: tuple[str, ...] = ("vllm",)
+#: Engines kvplan models (``engine.name``).
+ENGINE_NAMES: tuple[str, ...] = ("vllm", "sglang")
 
 #: The oldest and newest vLLM releases whose behaviour kvplan models. 0.11.0 made
 #: ``FULL_AND_PIECEWISE`` CUDA graphs the default (below); 0.24.0 is the newest release the
@@ -32,6 +32,18 @@ VLLM_OLDEST: tuple[int, int, int] = (0, 11, 0)
 VLLM_NEWEST: tuple[int, int, int] = (0, 24, 0)
 #: ``engine.version``'s default: the newest modelled release.
 DEFAULT_VLLM_VERSION = "0.24.0"
+
+#: The SGLang releases kvplan models: 0.5.0 (the overlap scheduler, page-1 radix cache and the
+#: GPU-memory defaults below are all in place) to 0.5.16, the newest release the SGLang tables
+#: of ``aiconfigurator-core`` 0.12 were collected under.
+SGLANG_OLDEST: tuple[int, int, int] = (0, 5, 0)
+SGLANG_NEWEST: tuple[int, int, int] = (0, 5, 16)
+#: SGLang's default release: 0.5.14, the newest with every table (GEMM, attention, MoE, MLA,
+#: all-reduce) measured on H100, H200, B200 and B300.
+DEFAULT_SGLANG_VERSION = "0.5.14"
+
+#: ``engine.version`` when the config leaves it out, per engine.
+DEFAULT_VERSIONS: dict[str, str] = {"vllm": DEFAULT_VLLM_VERSION, "sglang": DEFAULT_SGLANG_VERSION}
 
 GIB = 1 << 30
 
@@ -85,8 +97,16 @@ class EngineRelease:
     def label(self) -> str:
         return f"{self.name} {version_text(self.version)}"
 
-    def capture_sizes(self, max_num_seqs: int) -> list[int]:
-        """vLLM's default CUDA-graph capture sizes for ``max_num_seqs``."""
+    def capture_sizes(self, max_num_seqs: int, hw: Optional["HardwareSpec"] = None,
+                      tensor_parallel_size: int = 1) -> list[int]:
+        """The release's default CUDA-graph capture sizes. vLLM: ``[1, 2, 4] + range(8, 256, 8)
+        + range(256, max + 1, 16)`` with ``max = min(2 * max_num_seqs, 512)``. SGLang (decode
+        batches only): ``[1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, max + 1, 16)`` up to
+        ``cuda_graph_max_bs`` (``sglang_cuda_graph_max_bs``: by GPU memory and TP)."""
+        if self.name == "sglang":
+            top = sglang_cuda_graph_max_bs(hw, tensor_parallel_size)
+            sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, top + 1, 16))
+            return sorted(s for s in set(sizes) if s <= top) or [1]
         top = min(2 * max_num_seqs, 512)
         sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
         return sorted(s for s in set(sizes) if s <= top) or [1]
@@ -101,9 +121,17 @@ class EngineRelease:
         return hw.memory_bytes >= 70 * GIB and not hw.name.startswith("a100")
 
     def default_max_num_batched_tokens(self, hw: "HardwareSpec") -> int:
+        """vLLM's ``max_num_batched_tokens``; SGLang's ``chunked_prefill_size``."""
+        if self.name == "sglang":
+            return sglang_chunked_prefill_size(hw)
         return 8192 if self.large_gpu(hw) else 2048
 
     def default_max_num_seqs(self, hw: "HardwareSpec") -> int:
+        """vLLM's ``max_num_seqs``. SGLang sizes ``max_running_requests`` from its KV pool once
+        the memory plan is known (``sglang_max_running_requests``); before that, its ceiling:
+        the request-to-token pool's 4096 rows."""
+        if self.name == "sglang":
+            return SGLANG_MAX_REQ_POOL
         return 1024 if self.large_gpu(hw) else 256
 
     def to_dict(self) -> dict:
@@ -113,10 +141,12 @@ class EngineRelease:
 
 
 def get_engine(name: str = "vllm", version: Optional[str] = None) -> EngineRelease:
-    """The release ``name`` ``version`` (default: the newest modelled); ConfigError naming the
-    key for an engine or a release kvplan does not model."""
+    """The release ``name`` ``version`` (default: the engine's default release); ConfigError
+    naming the key for an engine or a release kvplan does not model."""
     if name not in ENGINE_NAMES:
         raise ConfigError(f"engine.name: unknown engine {name!r}; modelled: {', '.join(ENGINE_NAMES)}")
+    if name == "sglang":
+        return _sglang_release(version)
     v = parse_version(version if version is not None else DEFAULT_VLLM_VERSION)
     if not VLLM_OLDEST <= v <= VLLM_NEWEST[:2] + (10**6,):
         raise ConfigError(
@@ -130,5 +160,107 @@ def get_engine(name: str = "vllm", version: Optional[str] = None) -> EngineRelea
     )
 
 
-__all__ = ["ENGINE_NAMES", "DEFAULT_VLLM_VERSION", "EngineRelease", "get_engine", "parse_version",
-           "version_text"]
+# --- SGLang ------------------------------------------------------------------------------------
+# Defaults from SGLang's ``python/sglang/srt/server_args.py`` (0.5.x): ``_handle_gpu_memory_settings``
+# picks ``chunked_prefill_size`` and ``cuda_graph_max_bs`` by the GPU's memory, and
+# ``_handle_mem_fraction_static`` sets ``mem_fraction_static = (gpu_mem - reserved) / gpu_mem``
+# with a reserve that grows with the GPU class and ``tp_size x pp_size``. The KV pool is what that
+# fraction leaves after the weights (``ModelRunner.profile_max_num_token``); requests per batch
+# are ``min(max_total_num_tokens // 2, req_to_token pool)`` (``Scheduler.init_memory_pool_and_cache``).
+
+#: The request-to-token pool's rows: ``max(int(max_total_num_tokens / context_len * 512), 2048)``,
+#: at most 4096 (``ModelRunner.init_memory_pool``).
+SGLANG_MIN_REQ_POOL = 2048
+SGLANG_MAX_REQ_POOL = 4096
+MIB = 1 << 20
+
+
+def _gpu_mib(hw: Optional["HardwareSpec"]) -> Optional[float]:
+    """The GPU's memory in MiB, as ``get_device_memory_capacity`` reports it (None: unknown)."""
+    return None if hw is None else hw.memory_bytes / MIB
+
+
+def sglang_chunked_prefill_size(hw: Optional["HardwareSpec"]) -> int:
+    """SGLang's default ``chunked_prefill_size``: 2048 under 35 GiB, 4096 under 60, 8192 under
+    160 (H100, H200), 16384 above (B200, B300); 4096 when the memory is unknown."""
+    mib = _gpu_mib(hw)
+    if mib is None:
+        return 4096
+    if mib < 35 * 1024:
+        return 2048
+    if mib < 60 * 1024:
+        return 4096
+    if mib < 160 * 1024:
+        return 8192
+    return 16384
+
+
+def sglang_cuda_graph_max_bs(hw: Optional["HardwareSpec"], tensor_parallel_size: int = 1) -> int:
+    """SGLang's default ``cuda_graph_max_bs``: 8 under 20 GiB; 24 / 80 under 35 GiB (TP < 4 /
+    >= 4); 32 / 160 under 60; 256 / 512 under 160; 512 above."""
+    mib = _gpu_mib(hw)
+    small_tp = tensor_parallel_size < 4
+    if mib is None:
+        return 160
+    if mib < 20 * 1024:
+        return 8
+    if mib < 35 * 1024:
+        return 24 if small_tp else 80
+    if mib < 60 * 1024:
+        return 32 if small_tp else 160
+    if mib < 160 * 1024:
+        return 256 if small_tp else 512
+    return 512
+
+
+def sglang_mem_fraction_static(hw: Optional["HardwareSpec"], tensor_parallel_size: int = 1,
+                               pipeline_parallel_size: int = 1, speculative: bool = False,
+                               dp_attention: bool = False) -> float:
+    """SGLang's default ``mem_fraction_static``: ``(gpu_mem - reserved) / gpu_mem``, rounded to
+    3 places. Reserved (GiB), with ``n = tp x pp``: 2.8 + n/10 under 35 GiB, 9.5 + n/2 under
+    90 (H100), 12 + n/2 under 160 (H200), 32 above (B200); +2 with speculative decoding, +4 with
+    DP attention. 0.88 when the memory is unknown."""
+    mib = _gpu_mib(hw)
+    if mib is None:
+        return 0.88
+    n = tensor_parallel_size * pipeline_parallel_size
+    if mib < 35 * 1024:
+        reserved = 2.8 + n / 10
+    elif mib < 90 * 1024:
+        reserved = 9.5 + n / 2
+    elif mib < 160 * 1024:
+        reserved = 12 + n / 2
+    else:
+        reserved = 32.0
+    reserved += (2.0 if speculative else 0.0) + (4.0 if dp_attention else 0.0)
+    return round((mib - reserved * 1024) / mib, 3)
+
+
+def sglang_max_running_requests(max_total_num_tokens: int, context_len: int) -> int:
+    """SGLang's default ``max_running_requests``: half the KV pool's tokens, at most the
+    request-to-token pool's rows (``max(pool / context_len * 512, 2048)``, at most 4096)."""
+    rows = max(int(max_total_num_tokens / max(context_len, 1) * 512), SGLANG_MIN_REQ_POOL)
+    rows = min(rows, SGLANG_MAX_REQ_POOL)
+    return max(1, min(max_total_num_tokens // 2, rows))
+
+
+def _sglang_release(version: Optional[str]) -> EngineRelease:
+    """An SGLang release. The overlap scheduler (``--disable-overlap-schedule`` turns it off)
+    runs the CPU's scheduling of batch N+1 while the GPU runs batch N: kvplan's async
+    scheduling. With speculative decoding it is off in 0.5.x (``server_args``: "Overlap
+    scheduler is disabled when using speculative decoding" unless the experimental spec v2).
+    CUDA graphs cover decode batches only (``cudagraph_mode`` ``DECODE_ONLY``): extend
+    (prefill) batches run eagerly unless ``--enable-piecewise-cuda-graph``."""
+    v = parse_version(version if version is not None else DEFAULT_SGLANG_VERSION)
+    if not SGLANG_OLDEST <= v <= SGLANG_NEWEST[:2] + (10**6,):
+        raise ConfigError(
+            f"engine.version: SGLang {version_text(v)} is not modelled; kvplan models SGLang "
+            f"{version_text(SGLANG_OLDEST)} to {version_text(SGLANG_NEWEST[:2])}.x")
+    return EngineRelease(name="sglang", version=v, async_scheduling=True,
+                         async_with_speculative=False, cudagraph_mode="DECODE_ONLY",
+                         prefix_hash="radix")
+
+
+__all__ = ["ENGINE_NAMES", "DEFAULT_VLLM_VERSION", "DEFAULT_SGLANG_VERSION", "DEFAULT_VERSIONS", "EngineRelease", "get_engine", "parse_version",
+           "version_text", "sglang_chunked_prefill_size", "sglang_cuda_graph_max_bs",
+           "sglang_mem_fraction_static", "sglang_max_running_requests"]

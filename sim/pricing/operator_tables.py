@@ -83,11 +83,12 @@ class TablesNotCovering(ConfigError):
     falls back to the roofline, an explicit ``operator_tables`` says so in one line."""
 
 
-def capture_sizes(max_num_seqs: int, engine: Optional[EngineRelease] = None) -> list[int]:
+def capture_sizes(max_num_seqs: int, engine: Optional[EngineRelease] = None,
+                  hw: Optional[Any] = None, tensor_parallel_size: int = 1) -> list[int]:
     """The engine release's default CUDA-graph capture sizes (``EngineRelease.capture_sizes``:
     vLLM's ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``, ``max = min(2 *
-    max_num_seqs, 512)``)."""
-    return (engine or get_engine()).capture_sizes(max_num_seqs)
+    max_num_seqs, 512)``; SGLang's up to its ``cuda_graph_max_bs`` for the GPU and TP)."""
+    return (engine or get_engine()).capture_sizes(max_num_seqs, hw, tensor_parallel_size)
 
 
 #: ``quantization.weights`` -> the GEMM table's ``gemm_dtype`` measured for it (vLLM's kernels:
@@ -332,7 +333,9 @@ class OperatorTableCostModel(StepPricer):
         self._warnings: list[str] = []
         self.max_num_seqs = max_num_seqs
         self.cuda_graphs, self.async_scheduling = cuda_graphs, async_scheduling
-        self.capture_sizes = capture_sizes(max_num_seqs, engine) if cuda_graphs else []
+        self.capture_sizes = capture_sizes(max_num_seqs, engine, h, tp) if cuda_graphs else []
+        #: SGLang captures decode batches only: an extend (prefill) batch runs eagerly.
+        self._graphs_decode_only = engine.cudagraph_mode == "DECODE_ONLY"
         self.max_capture = self.capture_sizes[-1] if self.capture_sizes else 0
         #: Every table read, ``op/table -> version folder`` (the summary's provenance).
         self.tables_read: dict[str, str] = {}
@@ -837,6 +840,8 @@ class OperatorTableCostModel(StepPricer):
         rows = N + D + spec + s.num_padding_tokens
         graphable = (rows <= self.max_capture) * (rows > 0)
         decode_only = (N == 0)
+        if self._graphs_decode_only:
+            graphable = graphable * decode_only
         rows_cost = graph_at(rows) * graphable + rows_eager(rows) * (1 - graphable) * (rows > 0)
         # Attention: decode at (batch, mean KV length, ``_decode_attention``); prefill at
         # (batch, mean chunk) plus the cross term over cached tokens.

@@ -379,6 +379,17 @@ class Scheduler(ABC):
                     return req
         return None
 
+    def decode_window_limit(self) -> int:
+        """How many decode steps in a row the simulator's fast path may take between calls of
+        ``schedule`` as far as this policy's own state goes (memory and arrivals are the fast
+        path's to check). Unbounded here: a policy whose admissions change with every decode
+        step (SGLang's falling ``new_token_ratio``) says less."""
+        return 1 << 30
+
+    def skip_decode_schedules(self, num_steps: int) -> None:
+        """Apply to the policy's own state what ``num_steps`` decode-batch ``schedule`` calls,
+        skipped by the fast path, would have done (nothing here)."""
+
     def holders(self) -> list[Request]:
         """Requests holding device KV (for memory accounting)."""
         return self.running
