@@ -10,6 +10,7 @@ from sim.policies.kv.base import KVAllocator, KVUsage, PrefixHit
 from sim.policies.kv.contiguous import RESERVE_POLICIES, ContiguousAllocator
 from sim.policies.kv.offload import OffloadLoad, OffloadTier, OffloadTiers
 from sim.policies.kv.paged import PagedAllocator
+from sim.policies.kv.radix import RadixAllocator
 
 ALLOCATORS = ("paged", "contiguous")
 
@@ -48,5 +49,6 @@ __all__ = [
     "OffloadTiers",
     "PagedAllocator",
     "PrefixHit",
+    "RadixAllocator",
     "make_allocator",
 ]
