@@ -51,7 +51,7 @@ import yaml
 from sim.errors import KvplanError
 from sim.workload.shared_prefix import SharedPrefix, Stage
 
-FORMATS = ("inference-perf", "vllm-bench", "guidellm")
+FORMATS = ("inference-perf", "vllm-bench", "guidellm", "sglang-bench")
 #: Server settings a run can state (vLLM's names) and kvplan's config keys for them.
 SERVER_KEYS = {
     "tensor_parallel_size": "parallel.tensor_parallel_size",
@@ -108,6 +108,9 @@ class RealRun:
     #: The vLLM release that served the run ("0.15.1"), where the run records it
     #: (``engine_version_of``); None: not recorded.
     engine_version: Optional[str] = None
+    #: The serving engine ("sglang", "vllm", ...) where the run names it (SGLang's bench_serving
+    #: ``backend``); None: not stated (vLLM assumed).
+    engine_name: Optional[str] = None
 
 
 #: Fields that name the serving engine's release: ``vllm bench serve --metadata
@@ -161,10 +164,17 @@ def read_run(path: Union[str, Path]) -> RealRun:
             return read_json_run(jsons[0])
         if (p / "benchmarks.json").is_file():
             return read_json_run(p / "benchmarks.json")
+        jsonls = sorted(p.glob("*.jsonl"))
+        if not jsons and len(jsonls) == 1:  # SGLang bench_serving --output-file
+            return read_run(jsonls[0])
         what = f"{len(jsons)} JSON files" if jsons else "nothing kvplan reads"
         raise RealRunError(f"{p}: {what}; expected an inference-perf run folder (profile.yaml, "
                            f"results/stage_<i>_lifecycle_metrics.json), a vllm bench serve "
-                           f"--save-result JSON or a GuideLLM report JSON")
+                           f"--save-result JSON, a GuideLLM report JSON or an SGLang bench_serving JSONL")
+    from calibration.sglang_bench import is_sglang_bench, read_sglang_bench
+
+    if is_sglang_bench(p):
+        return read_sglang_bench(p)
     return read_json_run(p)
 
 

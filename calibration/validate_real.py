@@ -224,6 +224,13 @@ def build_config(run: RealRun, hardware: Optional[str] = None, model: Optional[s
             cfg.setdefault(section, {})[leaf] = run.server[key]
     if run.engine_version is not None:
         cfg["engine"] = {"name": "vllm", "version": modelled_version(run.engine_version, notes)}
+    if run.engine_name not in (None, "vllm"):
+        from sim.catalog.engines import ENGINE_NAMES
+
+        if run.engine_name in ENGINE_NAMES:
+            cfg["engine"] = {"name": run.engine_name}
+        else:
+            notes.append(f"the run was served by {run.engine_name}, which this kvplan does not model: priced as vLLM")
     extra = list(overrides)
     if cost_source not in (None, "auto"):
         if "source" not in DEFAULTS.get("cost_model", {}):
