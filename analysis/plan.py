@@ -49,7 +49,7 @@ from sim.errors import ConfigError, DoesNotFitError, KvplanError
 SCREEN_BATCH = 4
 #: The knobs ``--search`` may bound, with what each takes (``name=v1,v2``).
 KNOBS = ("tp", "pp", "dp", "ep", "weights", "kv_dtype", "max_num_batched_tokens", "max_num_seqs",
-         "prefix_caching", "speculative", "pd")
+         "prefix_caching", "speculative", "pd", "engine")
 #: ``--search full``: every knob over its usual values.
 FULL = {"max_num_batched_tokens": ["default", 2048, 8192, 16384], "max_num_seqs": ["default", 256, 1024]}
 
@@ -74,8 +74,8 @@ class Candidate:
                  "kv_cache.dtype": "kv", "scheduler.max_num_batched_tokens": "mnbt",
                  "scheduler.max_num_seqs": "seqs", "kv_cache.prefix_caching": "prefix",
                  "speculative.num_tokens": "spec", "disaggregation.prefill_replicas": "prefill",
-                 "disaggregation.decode_replicas": "decode"}
-        keys = [(k, v) for k, v in self.keys if k != "disaggregation.enabled"]
+                 "disaggregation.decode_replicas": "decode", "engine.name": "engine"}
+        keys = [(k, v) for k, v in self.keys if k not in ("disaggregation.enabled", "engine.version")]
         pd = "P/D " if dict(self.keys).get("disaggregation.enabled") else ""
         return pd + " ".join([self.hardware] + [f"{short.get(k, k)}={v}" for k, v in keys])
 
@@ -161,6 +161,11 @@ def parse_search(items: Sequence[str]) -> dict[str, list]:
     for v in out.get("pd", []):
         if v != "off" and v is not False and not _pd_split(v):
             raise ConfigError(f"--search pd={v}: expected off or prefill:decode instances per group, e.g. 1:2")
+    from sim.catalog.engines import ENGINE_NAMES
+
+    for v in out.get("engine", []):
+        if v not in ENGINE_NAMES:
+            raise ConfigError(f"--search engine={v}: expected one of {', '.join(ENGINE_NAMES)}")
     return out
 
 
@@ -173,6 +178,7 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
     parallelism on and off for a mixture of experts, prefix caching on and off when the workload
     shares prefixes, and speculative decoding on and off when the config gives an acceptance
     model."""
+    from sim.catalog.engines import DEFAULT_VERSIONS
     from sim.catalog.hardware import get_hardware
     from sim.catalog.models import get_model
 
@@ -180,6 +186,7 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
     w = base.get("workload") or {}
     base_weights = (base.get("quantization") or {}).get("weights", "none")
     spec_k = (base.get("speculative") or {}).get("num_tokens", 0) or 0
+    base_engine = (base.get("engine") or {}).get("name", "vllm")
     for hw_name in hardware:
         hw = get_hardware(hw_name)
         tps = search.get("tp") or [t for t in (1, 2, 4, 8) if t <= hw.gpus_per_node]
@@ -198,15 +205,23 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
         prefixes = search.get("prefix_caching") or ([True, False] if w.get("prefix") else [None])
         specs = search.get("speculative") or ([0, spec_k] if spec_k else [None])
         pds = search.get("pd") or ["off"]
-        for tp, pp, dp, wq, kvd, ep, mnbt, ns, pre, sp, pd in itertools.product(
-                tps, pps, dps, weights, kv, eps, mnbts, seqs, prefixes, specs, pds):
+        engines = search.get("engine") or [None]
+        for tp, pp, dp, wq, kvd, ep, mnbt, ns, pre, sp, pd, eng in itertools.product(
+                tps, pps, dps, weights, kv, eps, mnbts, seqs, prefixes, specs, pds, engines):
             if max_gpus is not None and tp * pp * dp > max_gpus:
                 continue
             if dp > 1 and not (model.is_moe and ep):
                 continue  # attention DP is vLLM's layout for experts spread over the DP ranks
             if ep and tp == 1:
                 continue  # experts over one GPU: the same as no expert parallelism
-            keys: list[tuple[str, Any]] = [("parallel.tensor_parallel_size", tp)]
+            if eng == "sglang" and (pre is False or _pd_split(pd)):
+                continue  # SGLang's radix cache is always on; P/D is searched for vLLM only
+            keys: list[tuple[str, Any]] = []
+            if eng is not None:
+                keys.append(("engine.name", eng))
+                if eng != base_engine:  # the base's release is the other engine's
+                    keys.append(("engine.version", DEFAULT_VERSIONS[eng]))
+            keys.append(("parallel.tensor_parallel_size", tp))
             if pp != 1:
                 keys.append(("parallel.pipeline_parallel_size", pp))
             if dp != 1:
@@ -219,7 +234,7 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
                 keys.append(("scheduler.max_num_batched_tokens", mnbt))
             if ns != "default":
                 keys.append(("scheduler.max_num_seqs", ns))
-            if pre is not None:
+            if pre is not None and eng != "sglang":
                 keys.append(("kv_cache.prefix_caching", bool(pre)))
             if sp is not None:
                 keys.append(("speculative.num_tokens", sp))

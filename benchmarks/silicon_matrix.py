@@ -62,7 +62,8 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.catalog.engines import DEFAULT_VLLM_VERSION, VLLM_NEWEST, VLLM_OLDEST, parse_version  # noqa: E402
+from sim.catalog.engines import (DEFAULT_SGLANG_VERSION, DEFAULT_VLLM_VERSION, SGLANG_NEWEST,  # noqa: E402
+                                 SGLANG_OLDEST, VLLM_NEWEST, VLLM_OLDEST, parse_version)
 from sim.catalog.package_models import package_root  # noqa: E402
 from sim.errors import ConfigError, DoesNotFitError, KvplanError  # noqa: E402
 
@@ -181,7 +182,10 @@ def engine_version(row: Mapping) -> tuple[str, Optional[str]]:
     """``engine.version`` for the row and a note when it is not the row's own release: a
     ``nightly-...`` build is priced as kvplan's default release; a row without a version that
     was measured before 2026 as 0.11.0 (before async scheduling became vLLM's default in 0.14;
-    kvplan prices 0.11-0.13 alike); one without a version or date as the default."""
+    kvplan prices 0.11-0.13 alike); one without a version or date as the default. SGLang rows:
+    ``sglang_version``."""
+    if _text(row, "backend") == "sglang":
+        return sglang_version(row)
     text = _text(row, "backend_version")
     when = measured_date(row)
     if text.startswith("nightly"):
@@ -201,6 +205,27 @@ def engine_version(row: Mapping) -> tuple[str, Optional[str]]:
     if not VLLM_OLDEST <= v <= VLLM_NEWEST[:2] + (10**6,):
         raise RowNotExpressible("engine release not modelled",
                                 f"vLLM {text} is outside kvplan's 0.11.0-0.24.x")
+    return text, None
+
+
+def sglang_version(row: Mapping) -> tuple[str, Optional[str]]:
+    """An SGLang row's ``engine.version``: its ``backend_version`` when kvplan models it (0.5.x);
+    a ``nightly-...`` build or a row without a version as kvplan's default SGLang release; a
+    custom build name (``glm5-hopper``) is not a release."""
+    text = _text(row, "backend_version")
+    when = measured_date(row)
+    if not text or text.startswith("nightly"):
+        what = f"SGLang {text}" if text else "no backend_version"
+        return DEFAULT_SGLANG_VERSION, (f"{what} (measured {when or 'on an unknown date'}): priced as "
+                                        f"kvplan's default SGLang release {DEFAULT_SGLANG_VERSION}")
+    try:
+        v = parse_version(text)
+    except ConfigError:
+        raise RowNotExpressible("engine release not modelled",
+                                f"backend_version {text!r} is not an SGLang release") from None
+    if not SGLANG_OLDEST <= v <= SGLANG_NEWEST[:2] + (10**6,):
+        raise RowNotExpressible("engine release not modelled",
+                                f"SGLang {text} is outside kvplan's 0.5.x")
     return text, None
 
 
@@ -378,7 +403,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         "hardware": hardware,
         "dtype": "bfloat16",
         "quantization": {"weights": weights},
-        "engine": {"name": "vllm", "version": version},
+        "engine": {"name": _text(row, "backend") or "vllm", "version": version},
         "parallel": parallel,
         "kv_cache": {"max_model_len": isl + longest, "dtype": "auto"},
         "workload": {
@@ -780,10 +805,21 @@ ASSUMPTIONS = {
 }
 
 
+#: What differs for ``--backend sglang`` rows.
+SGLANG_ASSUMPTIONS = {
+    "server": "SGLang defaults of the release (engine.name sglang): prefill-first extend batches, "
+              "chunked_prefill_size and cuda_graph_max_bs by GPU memory, mem_fraction_static by GPU "
+              "memory and TP, max_running_requests from the KV pool, radix cache with page size 1, "
+              "the overlap scheduler, fcfs; KV cache in bf16, context length = isl + osl",
+    "engine_version": f"the row's backend_version (0.5.x); nightly-* or missing -> kvplan's default "
+                      f"SGLang {DEFAULT_SGLANG_VERSION}; custom builds (glm5-hopper) skipped",
+}
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--backend", default="vllm", choices=("vllm",),
-                    help="the CSV's backend (sglang: not modelled yet)")
+    ap.add_argument("--backend", default="vllm", choices=("vllm", "sglang"),
+                    help="the CSV's backend: vllm (default) or sglang (replayed with engine.name sglang)")
     ap.add_argument("--csv", type=Path, default=None, help="default: the installed package's silicon_sample.csv")
     ap.add_argument("--limit", type=int, default=None, help="only the first N rows (after --sample)")
     ap.add_argument("--sample", type=int, default=None, help="a stratified sample of N rows (GPU x model x precision)")
@@ -841,7 +877,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                                else "first rows" if args.limit is not None else "all rows")},
         "command": " ".join([".venv/bin/python", "benchmarks/silicon_matrix.py", *(argv if argv is not None else sys.argv[1:])]),
         "machine": machine(), "workers": args.workers, "elapsed_s": elapsed,
-        "assumptions": {**ASSUMPTIONS, "requests_per_client": args.requests_per_client,
+        "assumptions": {**ASSUMPTIONS, **(SGLANG_ASSUMPTIONS if args.backend == "sglang" else {}),
+                        "requests_per_client": args.requests_per_client,
                         "warmup_per_client": args.warmup_per_client, "output_cv": args.output_cv,
                         "phases": args.phases},
         "summary": {**summarize(results, all_rows), "mapping_all_rows": mapping_coverage(all_rows, opts)},

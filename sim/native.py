@@ -45,11 +45,13 @@ MODULES = (
     "sim.policies.kv.block_pool",
     "sim.policies.kv.paged",
     "sim.policies.kv.contiguous",
+    "sim.policies.kv.radix",
     "sim.policies.schedulers.base",
     "sim.policies.schedulers.chunked",
     "sim.policies.schedulers.orca",
     "sim.policies.schedulers.static",
     "sim.policies.schedulers.vllm_v0",
+    "sim.policies.schedulers.sglang",
     "sim.fast_decode",
     "sim.simulation",
 )

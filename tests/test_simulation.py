@@ -127,7 +127,7 @@ def test_bad_draft_availability_is_a_config_error(bad):
 
 # --- the bulk-decode fast path against step by step, on random scenarios ---------------------
 
-ALLOCATOR_KINDS = ["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle"]
+ALLOCATOR_KINDS = ["paged", "contiguous-max", "contiguous-pow2", "contiguous-oracle", "radix"]
 
 
 def _toy_step_time(shape: StepShape) -> float:
@@ -163,7 +163,7 @@ def _run(params: dict, fast: bool):
     schedulers = []
     for _ in range(params["replicas"]):
         alloc = make_allocator(kind, num_slots=params["num_slots"], block_size=params["block_size"],
-                               prefix_caching=params["prefix_caching"] and kind == "paged",
+                               prefix_caching=params["prefix_caching"] and kind in ("paged", "radix"),
                                reserve=reserve or "max", max_model_len=params["max_model_len"],
                                swap_slots=params["swap_slots"])
         schedulers.append(make_scheduler(
@@ -232,7 +232,7 @@ def test_bulk_decode_equals_step_by_step_on_random_scenarios(params):
     ids or trace hashes, speculative decoding, several replicas: the fast path changes nothing."""
     if params["policy"] == "static":
         params["preemption"] = "recompute"  # static batching never swaps
-    if params["policy"] != "chunked":
+    if params["policy"] not in ("chunked", "sglang"):
         params["budget"] = None  # a non-chunked budget must hold a whole prompt
     if params["num_slots"] < params["max_model_len"] and params["allocator"] != "paged":
         params["num_slots"] = params["max_model_len"]
@@ -287,12 +287,17 @@ def test_bulk_decode_takes_windows_and_saves_plans():
 
 def test_bulk_decode_is_not_part_of_the_shared_scheduler():
     """The runtime drives schedulers through their public surface only; that surface has no
-    bulk-decode methods, and no runtime module imports the simulator's fast path."""
-    for name in ("decode_window_limit", "reserve_decode_window", "advance_decode_window"):
+    bulk-decode methods, and no runtime module imports the simulator's fast path. A policy
+    only says what it knows of its own state: how many decode batches in a row its own rules
+    keep the same (``decode_window_limit``) and what skipped decode-batch calls do to its state
+    (``skip_decode_schedules``: SGLang's falling new_token_ratio); the runtime never asks."""
+    for name in ("reserve_decode_window", "advance_decode_window"):
         assert not hasattr(Scheduler, name)
     root = Path(__file__).resolve().parents[1]
     for path in sorted((root / "runtime").rglob("*.py")):
-        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        text = path.read_text()
+        assert "decode_window_limit" not in text and "skip_decode_schedules" not in text, path
+        for node in ast.walk(ast.parse(text, str(path))):
             if isinstance(node, ast.ImportFrom):
                 assert node.module not in ("sim.fast_decode", "sim.simulation"), path
             elif isinstance(node, ast.Import):

@@ -19,7 +19,8 @@ def plan(
     hardware: Optional[str] = typer.Option(None, "--hardware", help="GPUs to consider, comma-separated (default: every catalog GPU with measured operator tables installed)."),
     max_gpus: Optional[int] = typer.Option(None, "--max-gpus", help="The most GPUs one replica may use (TP x PP)."),
     price: List[str] = typer.Option([], "--price", help="$/GPU-hour override, e.g. --price h100-sxm=2.5 (repeatable, or a YAML/JSON file)."),
-    search: List[str] = typer.Option([], "--search", help="Bound a knob: tp=1,2 pp=1,2 dp=1,2 (attention data parallelism, MoE with EP) ep=false,true weights=none,fp8,nvfp4 kv_dtype=auto,fp8 max_num_batched_tokens=default,2048,8192 max_num_seqs=default,256 prefix_caching=true,false speculative=0,3 pd=off,1:1,1:2 (P/D groups); or `full` (batch limits too). Repeatable."),
+    engines: Optional[str] = typer.Option(None, "--engines", help="Serving engines to put against each other, comma-separated: vllm,sglang (the same as --search engine=vllm,sglang; default: the config's engine.name)."),
+    search: List[str] = typer.Option([], "--search", help="Bound a knob: engine=vllm,sglang tp=1,2 pp=1,2 dp=1,2 (attention data parallelism, MoE with EP) ep=false,true weights=none,fp8,nvfp4 kv_dtype=auto,fp8 max_num_batched_tokens=default,2048,8192 max_num_seqs=default,256 prefix_caching=true,false speculative=0,3 pd=off,1:1,1:2 (P/D groups); or `full` (batch limits too). Repeatable."),
     set_: List[str] = typer.Option([], "--set", help=SET_HELP),
     workers: int = typer.Option(0, "--workers", help="Processes for the screening runs and each full search (0: one per CPU, at most 4). The plan is the same for any number."),
     backend: str = typer.Option("local", "--backend", help="local (process pool) or ray (the screening runs as Ray tasks)."),
@@ -29,8 +30,8 @@ def plan(
 ) -> None:
     """The cheapest deployment that serves --target-rate (or --concurrency clients) inside --slo.
 
-    It searches GPU, TP/PP/DP/EP, weight and KV quantisation, batch limits, prefix caching,
-    speculation and P/D groups, and prints a ranked list ($/hour, GPUs, goodput per GPU, p99
+    It searches GPU, serving engine (--engines vllm,sglang), TP/PP/DP/EP, weight and KV
+    quantisation, batch limits, prefix caching, speculation and P/D groups, and prints a ranked list ($/hour, GPUs, goodput per GPU, p99
     latencies, capacity interval, what priced it), why the runners-up lost, and the Pareto
     frontier."""
     from analysis.plan import parse_search
@@ -40,7 +41,7 @@ def plan(
 
     check_out_file(out)
     spec = parse_slo(slo)
-    knobs = parse_search(search)
+    knobs = parse_search(list(search) + ([f"engine={engines}"] if engines else []))
     gpus = [h.strip() for h in hardware.split(",") if h.strip()] if hardware else None
     with Bar("plan", "step", enabled=progress and not as_json) as bar:
         def on_progress(stage: str, done: int, total: int, best: Optional[dict]) -> None:

@@ -12,7 +12,8 @@ from sim.policies.kv.offload import OffloadLoad, OffloadTier, OffloadTiers
 from sim.policies.kv.paged import PagedAllocator
 from sim.policies.kv.radix import RadixAllocator
 
-ALLOCATORS = ("paged", "contiguous")
+#: ``radix`` is SGLang's token pool with its radix prefix cache (``engine.name: sglang``).
+ALLOCATORS = ("paged", "contiguous", "radix")
 
 
 def make_allocator(kind: str = "paged", num_slots: int = 0, block_size: int = 16,
@@ -29,6 +30,10 @@ def make_allocator(kind: str = "paged", num_slots: int = 0, block_size: int = 16
                               offload=offload)
     if offload is not None:
         raise ValueError("KV offload tiers need the paged allocator with prefix caching")
+    if kind == "radix":
+        if window[0]:
+            raise ValueError("sliding-window layers (a hybrid model) are modelled for vLLM's paged allocator only")
+        return RadixAllocator(num_slots, block_size=block_size, prefix_caching=prefix_caching)
     if window[0]:
         raise ValueError("sliding-window layers (a hybrid model) need the paged allocator")
     if kind == "contiguous":

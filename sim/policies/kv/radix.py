@@ -284,7 +284,9 @@ class RadixAllocator(KVAllocator):
             if child is None:
                 break
             end = child.end
-            m = _common(child.content, content, depth, end if end < limit else limit)
+            cc = child.content
+            assert cc is not None  # only the root has no content
+            m = _common(cc, content, depth, end if end < limit else limit)
             if page > 1:
                 m = depth + (m - depth) // page * page
             if m <= depth:
@@ -355,7 +357,9 @@ class RadixAllocator(KVAllocator):
                 depth = length
                 break
             end = child.end
-            m = _common(child.content, content, depth, end if end < length else length)
+            cc = child.content
+            assert cc is not None  # only the root has no content
+            m = _common(cc, content, depth, end if end < length else length)
             if page > 1:
                 m = depth + (m - depth) // page * page
             if m <= depth:  # the key matched a whole first page, so at least that agrees
@@ -574,10 +578,11 @@ class RadixAllocator(KVAllocator):
         total = req.num_computed_tokens + prefix.num_tokens + num_new_tokens
         need = -(-total // page) - len(prefix.block_ids)
         root = self.root
-        while node is not root:  # locking the hit takes its unlocked pages out of the room
-            if node.lock_ref == 0:
-                room -= len(node.pages)
-            node = node.parent  # type: ignore[assignment]
+        walk: Optional[_Node] = node
+        while walk is not None and walk is not root:  # locking the hit takes its unlocked pages out of the room
+            if walk.lock_ref == 0:
+                room -= len(walk.pages)
+            walk = walk.parent
         return need <= room
 
     def allocate(self, req: Request, num_new_tokens: int,

@@ -102,7 +102,23 @@ class SglangScheduler(Scheduler):
         self.batch_is_full = False
         #: A running request finished since the last decode batch (the batch will be smaller).
         self._shrunk = False
+        #: Whether the last plan was an extend batch (a one-token prompt's looks like a decode).
+        self._extend = False
         self.num_retractions = 0
+
+    def validate(self, req: Request) -> Optional[str]:
+        """The base rules, and SGLang's admission rule on an empty server: the prompt plus
+        ``min(max_new_tokens, 4096)`` must be under the whole pool, or the request would wait
+        for ever (``PrefillAdder`` refuses it however idle the server is)."""
+        reason = super().validate(req)
+        if reason is not None:
+            return reason
+        need = req.prompt_len + min(req.max_output_tokens, CLIP_MAX_NEW_TOKENS)
+        if need >= self.allocator.num_slots:
+            return (f"prompt ({req.prompt_len}) + max new tokens ({min(req.max_output_tokens, CLIP_MAX_NEW_TOKENS)}) "
+                    f"= {need} does not fit under the KV pool's {self.allocator.num_slots} slots "
+                    f"(SGLang's admission rule)")
+        return None
 
     # --- one iteration ----------------------------------------------------------------------
     def schedule(self, now: float) -> StepPlan:
@@ -113,9 +129,13 @@ class SglangScheduler(Scheduler):
             return self._finalize(plan)
         if self.chunked_req is None and len(self.running) == 0:
             self.batch_is_full = False  # ``update_running_batch`` on an empty batch
-        if self._build_extend_batch(plan, now):
-            return self._finalize(plan)
-        self._build_decode_batch(plan)
+        self._extend = self._build_extend_batch(plan, now)
+        if not self._extend:
+            self._build_decode_batch(plan)
+            if not plan.scheduled and plan.preempted:
+                # Everyone was retracted (kvplan's rule where SGLang would run out of memory):
+                # the freed pool takes an extend batch in this same iteration.
+                self._extend = self._build_extend_batch(plan, now)
         return self._finalize(plan)
 
     def _decode_batch(self) -> list[Request]:
@@ -262,11 +282,7 @@ class SglangScheduler(Scheduler):
         if self._shrunk:
             self.batch_is_full = False
             self._shrunk = False
-        alloc = self.allocator
-        need = 0
-        for r in batch:
-            need += alloc.growth_slots(r, r.num_computed_tokens + 1 + self._spec_of(r))
-        if need > alloc.num_free_slots:
+        if self._next_tokens_needed(batch) > self.allocator.num_free_slots:
             batch = self._retract(batch, plan)
         else:
             self.new_token_ratio = max(self.new_token_ratio - self.new_token_ratio_decay,
@@ -297,12 +313,29 @@ class SglangScheduler(Scheduler):
             first = False
             victim = keep.pop()
             self._retract_one(victim, plan)
+        # Where SGLang would stop with an out-of-memory error (the last request still cannot
+        # get its next tokens, typically because the chunked request holds the pool), kvplan
+        # retracts the chunked request, then the last ones, so the run goes on.
+        if self._next_tokens_needed(keep) > alloc.num_free_slots and self.chunked_req is not None:
+            chunked = self.chunked_req
+            self.chunked_req = None
+            self._retract_one(chunked, plan)
+        while keep and self._next_tokens_needed(keep) > alloc.num_free_slots:
+            self._retract_one(keep.pop(), plan)
         decoded = sum(r.num_output_tokens for r in keep)
         max_new = sum(r.max_output_tokens for r in keep)
         self.new_token_ratio = min(1.0, (decoded + RETRACT_DECODE_STEPS * len(keep)) / max(max_new, 1))
         self.batch_is_full = False
         keep_ids = {id(r) for r in keep}
         return [r for r in batch if id(r) in keep_ids]
+
+    def _next_tokens_needed(self, batch: list[Request]) -> int:
+        """Slots the batch's next decode step takes (speculative tokens included)."""
+        alloc = self.allocator
+        need = 0
+        for r in batch:
+            need += alloc.growth_slots(r, r.num_computed_tokens + 1 + self._spec_of(r))
+        return need
 
     def _room_needed(self, keep: list[Request]) -> int:
         alloc = self.allocator
@@ -339,8 +372,9 @@ class SglangScheduler(Scheduler):
         """Decode steps in a row the simulator's fast path may take without calling
         ``schedule``: any number when nobody waits (nothing to admit; the ratio only matters for
         admission), else one (``new_token_ratio`` falls every decode batch, so a waiting
-        request may be admitted without anybody finishing)."""
-        if self.waiting or self.swapped or self.chunked_req is not None:
+        request may be admitted without anybody finishing). An extend batch never repeats,
+        even one of one-token prompts that prices like a decode."""
+        if self._extend or self.waiting or self.swapped or self.chunked_req is not None:
             return 1
         return 1 << 30
 
