@@ -263,6 +263,9 @@ def weights_quantization(gemm_mode: str, moe_mode: str, checkpoint: Optional[Map
             return "mxfp4", None
         return "mxfp4", (f"row says gemm {gemm_mode or '-'} / moe {moe_mode or '-'}; the checkpoint "
                          f"is MXFP4 (quant_method mxfp4), priced as mxfp4")
+    block_fp8 = method == "fp8" and bool(checkpoint and checkpoint.get("weight_block_size"))
+    if block_fp8:  # one checkpoint format: rows label its dense GEMMs fp8 and its experts fp8_block
+        gemm_mode, moe_mode = (("fp8_block" if m == "fp8" else m) for m in (gemm_mode, moe_mode))
     modes = {m for m in (gemm_mode, moe_mode) if m}
     if not modes:
         if method == "fp8" and checkpoint and checkpoint.get("weight_block_size"):

@@ -154,7 +154,28 @@ def _make_cost_model(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[st
 
 
 def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], kind: str):
-    """The ``kind`` pricer (operator_tables or roofline) for the scenario."""
+    """The ``kind`` pricer (operator_tables or roofline) for the scenario. SGLang's tables,
+    where they do not cover the deployment, give way to vLLM's of the same GPU (the same
+    kernel libraries, FlashInfer / FlashAttention / cuBLAS / DeepGEMM, measured under vLLM)
+    before the roofline; the pricer's warnings say so."""
+    from sim.pricing.operator_tables import TablesNotCovering
+
+    try:
+        return _pricer_of(sc, model, weight_dtype, kind)
+    except TablesNotCovering as exc:
+        if kind != "operator_tables" or sc.engine.name == "vllm":
+            raise
+        from sim.catalog.engines import get_engine
+
+        pricer = _pricer_of(sc, model, weight_dtype, kind, table_engine=get_engine("vllm"))
+        pricer._warnings.insert(0, f"operator tables: {sc.engine.release.label}'s do not cover this "
+                                   f"deployment ({exc}); priced from vLLM's tables of the GPU with "
+                                   f"{sc.engine.name}'s scheduling and CUDA graphs")
+        return pricer
+
+
+def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], kind: str,
+               table_engine: Any = None):
     from sim.pricing import make_pricer
 
     par, kv = sc.parallel, sc.kv_cache
@@ -171,7 +192,8 @@ def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], 
                            async_scheduling=(None if sc.scheduler.async_scheduling == "auto"
                                              else bool(sc.scheduler.async_scheduling)),
                            expert_parallel_size=par.expert_shards,
-                           data_parallel_size=par.data_parallel_size, **common)
+                           data_parallel_size=par.data_parallel_size, table_engine=table_engine,
+                           **common)
     return make_pricer("roofline", model, sc.hardware,
                        expert_parallel_size=par.expert_shards,
                        data_parallel_size=par.data_parallel_size, **common)

@@ -281,12 +281,17 @@ class OperatorTableCostModel(StepPricer):
                  max_num_seqs: int = 256, cuda_graphs: bool = True,
                  async_scheduling: Optional[bool] = None, moe_routing: str = "balanced",
                  engine: Optional[EngineRelease] = None, speculative: bool = False,
-                 expert_parallel_size: int = 1, data_parallel_size: int = 1) -> None:
+                 expert_parallel_size: int = 1, data_parallel_size: int = 1,
+                 table_engine: Optional[EngineRelease] = None) -> None:
         self.model = m = get_model(model)
         #: The engine release priced: its backend folder, the version folder nearest it, its
         #: capture sizes and (``async_scheduling`` None) its async-scheduling default.
         self.engine = engine = engine or get_engine()
-        self.backend = engine.name
+        #: Whose kernels the tables hold: the engine's own, or (``table_engine``) another
+        #: engine's, when the engine's tables do not cover the deployment (SGLang's MLA rows
+        #: lack some head counts vLLM's have): the engine's scheduling, the other's kernels.
+        self.table_engine = table_engine or engine
+        self.backend = self.table_engine.name
         if async_scheduling is None:
             async_scheduling = engine.async_default(speculative)
         #: Routing skew of the MoE table rows used (``cost_model.moe_routing``).
@@ -352,7 +357,7 @@ class OperatorTableCostModel(StepPricer):
     def _table(self, op: str, table: str) -> tuple[Path, str]:
         """``table`` of operation ``op`` under this engine's backend folder, the version
         nearest the engine release (``table_data.table_file``); recorded in ``tables_read``."""
-        path, version = table_file(self.gpu_dir / op / self.backend, table, self.engine.version)
+        path, version = table_file(self.gpu_dir / op / self.backend, table, self.table_engine.version)
         self.tables_read[f"{op}/{table}"] = version
         return path, version
 
@@ -478,7 +483,7 @@ class OperatorTableCostModel(StepPricer):
         # Qwen3-235B's experts), block rows vLLM's own Fp8MoEMethod (Triton, FlashInfer, TRT-LLM),
         # which also runs per-tensor FP8.
         family = {"fp8": ("fp8", "fp8_block"), "fp8_block": ("fp8", "fp8_block")}.get(want, (want,))
-        files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.engine.version)
+        files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.table_engine.version)
         kernel = default_moe_kernel(self.precision.weight_dtype, self.gpu_dir.name)
         found = None
         # vLLM's default kernel for the format (any version folder), then the version-nearest
@@ -956,7 +961,7 @@ class OperatorTableCostModel(StepPricer):
         runs where ``benchmarks/results/operator_tables_step_error.json`` has it."""
         out = {"gpu": self.gpu_dir.name,
                **interpolation_error(str(self.tables), self.gpu_dir.name, self.backend,
-                                     self.engine.version, self.gemm_dtype)}
+                                     self.table_engine.version, self.gemm_dtype)}
         step = _step_error(self.gpu_dir.name)
         out["step_vs_real"] = step
         return out
@@ -984,7 +989,8 @@ class OperatorTableCostModel(StepPricer):
 
     def __repr__(self) -> str:
         return (f"OperatorTableCostModel({self.model.name}, {self.hardware.name}, "
-                f"{self.precision.dtype}, tp={self.tensor_parallel_size}, vllm {self.version})")
+                f"{self.precision.dtype}, tp={self.tensor_parallel_size}, {self.engine.label}, "
+                f"{self.backend} {self.version} tables)")
 
 
 def full_attention_rows(c: dict) -> np.ndarray:

@@ -1,0 +1,197 @@
+"""``engine.name: sglang`` as a user sets it: SGLang's defaults by GPU (server_args), its memory
+plan (``mem_fraction_static``), its CUDA graphs and overlap scheduler in the step price, its
+tables with their fallback, and whole runs (every request accounted for, the radix cache's
+token-granular hits, DP attention with EP)."""
+
+from __future__ import annotations
+
+import pytest
+
+from sim.api import resolve_deployment, simulate
+from sim.catalog.engines import (DEFAULT_SGLANG_VERSION, get_engine, sglang_chunked_prefill_size,
+                                 sglang_cuda_graph_max_bs, sglang_max_running_requests,
+                                 sglang_mem_fraction_static)
+from sim.catalog.hardware import get_hardware
+from sim.errors import ConfigError
+from sim.policies.step import StepShape
+from sim.pricing import table_data
+from sim.scenario import Scenario
+
+SG = {"engine": {"name": "sglang"}}
+
+
+PACKAGE = table_data.package_tables_root()
+tables = pytest.mark.skipif(PACKAGE is None, reason="aiconfigurator-core is not installed")
+
+
+@pytest.fixture
+def package_tables(monkeypatch):
+    """The installed package's tables (the suite prices with the roofline by default)."""
+    monkeypatch.delenv(table_data.ENV_TABLES, raising=False)
+
+
+# --- defaults from server_args ---------------------------------------------------------------
+
+@pytest.mark.parametrize("gpu, chunk, graph_bs_tp1, graph_bs_tp4", [
+    ("l4", 2048, 24, 80),          # 24 GiB
+    ("l40s", 4096, 32, 160),       # 48 GiB
+    ("h100-sxm", 8192, 256, 512),  # 80 GiB
+    ("h200", 8192, 256, 512),      # 141 GiB
+    ("b200", 16384, 512, 512),     # 180 GiB
+])
+def test_gpu_memory_defaults(gpu, chunk, graph_bs_tp1, graph_bs_tp4):
+    hw = get_hardware(gpu)
+    assert sglang_chunked_prefill_size(hw) == chunk
+    assert sglang_cuda_graph_max_bs(hw, 1) == graph_bs_tp1
+    assert sglang_cuda_graph_max_bs(hw, 4) == graph_bs_tp4
+    assert get_engine("sglang").default_max_num_batched_tokens(hw) == chunk
+    sizes = get_engine("sglang").capture_sizes(0, hw, 1)
+    assert sizes[:6] == [1, 2, 4, 8, 12, 16] and sizes[-1] == graph_bs_tp1
+
+
+def test_mem_fraction_static_by_hand():
+    h100 = get_hardware("h100-sxm")  # 81920 MiB: reserved 9.5 + tp x pp / 2 GiB
+    assert sglang_mem_fraction_static(h100, 1) == round((81920 - 10.0 * 1024) / 81920, 3) == 0.875
+    assert sglang_mem_fraction_static(h100, 8) == round((81920 - 13.5 * 1024) / 81920, 3)
+    assert sglang_mem_fraction_static(h100, 1, speculative=True) == round((81920 - 12.0 * 1024) / 81920, 3)
+    assert sglang_mem_fraction_static(h100, 2, dp_attention=True) == round((81920 - 14.5 * 1024) / 81920, 3)
+    b200 = get_hardware("b200")  # above 160 GiB: 32 GiB reserved whatever the TP
+    assert sglang_mem_fraction_static(b200, 8) == round((180 * 1024 - 32 * 1024) / (180 * 1024), 3)
+
+
+def test_max_running_requests_default():
+    # Half the pool, at most the request pool's rows: max(pool / context x 512, 2048) <= 4096.
+    assert sglang_max_running_requests(100_000, 4096) == 4096   # rows 12500 -> 4096; pool/2 50000
+    assert sglang_max_running_requests(10_000, 4096) == 2048    # rows 1250 -> 2048; pool/2 5000
+    assert sglang_max_running_requests(3_000, 4096) == 1500     # rows 2048; pool/2 1500
+
+
+def test_version_default_and_refusals():
+    sc = Scenario.from_dict(SG)
+    assert sc.engine.version == DEFAULT_SGLANG_VERSION
+    assert sc.scheduler.policy == "sglang" and sc.kv_cache.allocator == "radix"
+    assert sc.kv_cache.block_size == 1 and sc.kv_cache.prefix_caching
+    assert Scenario.from_dict(sc.to_dict()) == sc   # the rewrite is idempotent
+    assert Scenario.from_dict({"engine": {"name": "sglang", "version": "0.5.9"}}).engine.release.version == (0, 5, 9)
+    with pytest.raises(ConfigError, match="engine.version: SGLang 0.4.0 is not modelled"):
+        Scenario.from_dict({"engine": {"name": "sglang", "version": "0.4.0"}})
+    with pytest.raises(ConfigError, match="scheduler.policy"):
+        Scenario.from_dict({"engine": {"name": "sglang"}, "scheduler": {"policy": "vllm_v0"}})
+    with pytest.raises(ConfigError, match="engine.name sglang"):
+        Scenario.from_dict({"scheduler": {"policy": "sglang"}})
+    with pytest.raises(ConfigError, match="engine.name sglang"):
+        Scenario.from_dict({"kv_cache": {"allocator": "radix"}})
+    with pytest.raises(ConfigError, match="sglang.schedule_policy"):
+        Scenario.from_dict({"engine": {"name": "sglang"}, "sglang": {"schedule_policy": "sjf"}})
+    off = Scenario.from_dict({"engine": {"name": "sglang"}, "sglang": {"disable_radix_cache": True, "page_size": 16}})
+    assert not off.kv_cache.prefix_caching and off.kv_cache.block_size == 16
+
+
+def test_overlap_scheduler_and_decode_only_graphs():
+    rel = get_engine("sglang")
+    assert rel.async_default(False) and not rel.async_default(True)   # off with speculation
+    assert rel.cudagraph_mode == "DECODE_ONLY"
+
+
+# --- memory plan and price -------------------------------------------------------------------
+
+def test_memory_plan_is_mem_fraction_static_minus_weights():
+    dep = resolve_deployment({**SG, "model": "llama-3.1-8b", "hardware": "h100-sxm", "dtype": "bfloat16",
+                              "cost_model": {"source": "roofline"}})
+    m = dep.memory
+    assert m.gpu_memory_utilization == 0.875 and m.activation_reserve_bytes == 0
+    assert m.kv_pool_bytes == pytest.approx(0.875 * 80 * 2**30 - m.weights_bytes)
+    assert m.num_kv_slots == int(m.kv_pool_bytes // m.kv_bytes_per_token)
+    given = resolve_deployment({**SG, "model": "llama-3.1-8b", "hardware": "h100-sxm", "dtype": "bfloat16",
+                                "sglang": {"mem_fraction_static": 0.7}, "cost_model": {"source": "roofline"}})
+    assert given.memory.kv_pool_bytes == pytest.approx(0.7 * 80 * 2**30 - m.weights_bytes)
+
+
+@tables
+def test_extend_batches_run_eagerly_decodes_replay_graphs(package_tables):
+    base = {"model": "llama-3.1-8b", "hardware": "h100-sxm", "dtype": "bfloat16",
+            "cost_model": {"source": "operator_tables"}}
+    sg = resolve_deployment({**base, **SG}).cost_model
+    vl = resolve_deployment(base).cost_model
+    assert sg.capture_sizes[-1] == 256 and vl.capture_sizes[-1] == 512
+    # A small prompt chunk: vLLM runs piecewise graphs, SGLang launches every kernel eagerly,
+    # so the step costs at least the eager launch floor.
+    shape = StepShape(num_prefill_tokens=8, num_prefill_seqs=1, prefill_attention_work=36)
+    assert sg.price(shape) >= sg._eager_launch
+    assert sg.price(shape) > vl.price(shape)
+
+
+@tables
+def test_tables_fall_back_to_vllms_with_a_warning(package_tables):
+    dep = resolve_deployment({**SG, "model": "deepseek-ai/DeepSeek-R1", "hardware": "h200",
+                              "parallel": {"tensor_parallel_size": 8},
+                              "quantization": {"weights": "fp8_block"}, "kv_cache": {"max_model_len": 8192},
+                              "cost_model": {"source": "operator_tables"}})
+    assert dep.cost_model.backend == "vllm" and dep.cost_model.engine.name == "sglang"
+    assert any("priced from vLLM's tables" in w for w in dep.cost_model.warnings())
+    own = resolve_deployment({**SG, "model": "llama-3.1-8b", "hardware": "h100-sxm", "dtype": "bfloat16",
+                              "cost_model": {"source": "operator_tables"}})
+    assert own.cost_model.backend == "sglang"
+    assert set(own.cost_model.tables_read.values()) == {"0.5.14"}
+
+
+# --- whole runs --------------------------------------------------------------------------------
+
+def _workload(n: int = 80, rate: float = 30.0, **extra) -> dict:
+    return {"num_requests": n, "arrival": {"process": "poisson", "rate": rate},
+            "input_len": {"dist": "lognormal", "mean": 600, "cv": 0.5, "min": 16, "max": 2000},
+            "output_len": {"dist": "lognormal", "mean": 120, "cv": 0.5, "min": 4, "max": 400}, **extra}
+
+
+def test_a_run_accounts_for_every_request_and_leaks_no_slot():
+    res = simulate({**SG, "model": "llama-3.1-8b", "hardware": "a100-80gb", "workload": _workload(),
+                    "kv_cache": {"num_gpu_blocks": 6000}, "cost_model": {"source": "roofline"}})
+    s = res.summary
+    assert s["completed"] + s.get("rejected", 0) == 80
+    assert all(r.finish_time is not None for r in res.requests)
+    assert s["scenario"]["scheduler"] == "sglang" and s["scenario"]["allocator"] == "radix"
+
+
+def test_retraction_under_memory_pressure_loses_nobody():
+    # A pool of 6000 tokens under 80 requests of ~720 tokens: admission overcommits as the
+    # ratio falls, the decode batch runs out, requests are retracted and come back.
+    res = simulate({**SG, "model": "llama-3.1-8b", "hardware": "a100-80gb",
+                    "workload": _workload(rate=200.0), "kv_cache": {"num_gpu_blocks": 6000},
+                    "cost_model": {"source": "roofline"}})
+    assert res.summary["completed"] == 80
+    assert sum(r.num_preemptions for r in res.requests) > 0
+
+
+def test_radix_cache_hits_at_token_granularity_where_vllm_hits_whole_blocks():
+    # A 1000-token system prompt (not a multiple of vLLM's 16-token blocks) shared by all.
+    wl = _workload(n=60, rate=5.0, prefix={"num_prefixes": 1, "length": 1000, "hash_block_size": 1})
+    common = {"model": "llama-3.1-8b", "hardware": "a100-80gb", "workload": wl,
+              "cost_model": {"source": "roofline"}}
+    sg = simulate({**common, **SG}).summary
+    vl = simulate({**common, "kv_cache": {"prefix_caching": True}}).summary
+    sg_rate, vl_rate = sg["kv_cache"]["prefix_cache_hit_rate"], vl["kv_cache"]["prefix_cache_hit_rate"]
+    assert vl_rate > 0.5
+    # Every request but the first hits the whole 1000-token prefix in the radix cache; vLLM
+    # hits its 62 full 16-token blocks (992 tokens).
+    assert sg_rate > vl_rate
+
+
+def test_dp_attention_with_expert_parallelism():
+    res = simulate({**SG, "model": "qwen3-30b-a3b", "hardware": "h100-sxm", "dtype": "bfloat16",
+                    "parallel": {"tensor_parallel_size": 2, "data_parallel_size": 2,
+                                 "enable_expert_parallel": True},
+                    "sglang": {"max_running_requests": 64},
+                    "workload": _workload(n=40), "cost_model": {"source": "roofline"}})
+    assert res.summary["completed"] == 40
+    dep = resolve_deployment({**SG, "model": "qwen3-30b-a3b", "hardware": "h100-sxm", "dtype": "bfloat16",
+                              "parallel": {"tensor_parallel_size": 2, "data_parallel_size": 2,
+                                           "enable_expert_parallel": True},
+                              "cost_model": {"source": "roofline"}})
+    # DP attention reserves 4 GiB more: (81920 - (9.5 + 1 + 4) x 1024) / 81920.
+    assert dep.memory.gpu_memory_utilization == round((81920 - 14.5 * 1024) / 81920, 3)
+
+
+def test_same_seed_same_result():
+    cfg = {**SG, "model": "llama-3.1-8b", "hardware": "a100-80gb", "workload": _workload(n=40),
+           "cost_model": {"source": "roofline"}}
+    assert simulate(cfg, seed=3).summary == simulate(cfg, seed=3).summary
