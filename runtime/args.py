@@ -70,6 +70,11 @@ class EngineArgs:
     num_speculative_tokens: int = 0
     prompt_lookup_max: int = 3
     prompt_lookup_min: int = 1
+    #: The KV allocator: ``paged`` (vLLM's block pool) or ``radix`` (SGLang's token pool and
+    #: radix cache, ``sim.policies.kv.radix``; ``block_size`` is its page size).
+    kv_allocator: str = "paged"
+    #: The ``sglang`` scheduling policy's own knobs (``SglangScheduler``'s keyword arguments).
+    sglang_options: Optional[dict] = None
 
     @classmethod
     def from_kwargs(cls, model: Optional[str], kwargs: dict[str, Any]) -> "EngineArgs":
@@ -107,6 +112,8 @@ class EngineArgs:
         scheduler.max_num_batched_tokens max_num_batched_tokens
         scheduler.preemption            preemption_mode
         speculative.num_tokens          num_speculative_tokens (n-gram proposer)
+        engine.name sglang              kv_allocator radix, scheduling_policy sglang,
+                                        sglang_options (``sglang.*``), block_size = page size
         ==============================  ==========================
 
         Refused with a ``ConfigError`` naming the key, because the runtime does not implement
@@ -118,8 +125,9 @@ class EngineArgs:
         measures these), the offload tiers' bandwidths (measured too), ``slo`` and ``workload``.
         """
         kv, sched, par = scenario.kv_cache, scenario.scheduler, scenario.parallel
+        sglang = scenario.engine.name == "sglang"
         unsupported = [
-            ("kv_cache.allocator", kv.allocator, "paged"),
+            ("kv_cache.allocator", kv.allocator, "radix" if sglang else "paged"),
             ("kv_cache.dtype", kv.dtype, "auto"),
             ("quantization.weights", scenario.quantization.weights, "none"),
             ("scheduler.queue_policy", sched.queue_policy, "fcfs"),
@@ -150,6 +158,8 @@ class EngineArgs:
             # simulated server's GPU-class defaults do not apply to it).
             "max_num_seqs": sched.max_num_seqs if sched.max_num_seqs is not None else 256,
             "max_num_batched_tokens": sched.max_num_batched_tokens,
+            "kv_allocator": kv.allocator,
+            "sglang_options": scenario.sglang.scheduler_options() if sglang else None,
             "preemption_mode": sched.preemption,
             "num_speculative_tokens": scenario.speculative.num_tokens,
         }
@@ -186,6 +196,11 @@ class EngineArgs:
         if self.scheduling_policy is not None and self.scheduling_policy not in SCHEDULERS:
             raise ConfigError(f"scheduling_policy must be one of {', '.join(SCHEDULERS)}, "
                               f"got {self.scheduling_policy!r}")
+        if self.kv_allocator not in ("paged", "radix"):
+            raise ConfigError(f"kv_allocator must be paged or radix, got {self.kv_allocator!r}")
+        if self.kv_allocator == "radix" and (self.kv_offload_cpu_gb or self.kv_offload_ssd_gb
+                                             or self.preemption_mode == "swap"):
+            raise ConfigError("kv_allocator radix (SGLang's) has no KV offload tiers and no swap")
         if self.preemption_mode not in PREEMPTION_MODES:
             raise ConfigError(f"preemption_mode must be one of {', '.join(PREEMPTION_MODES)}, "
                               f"got {self.preemption_mode!r}")

@@ -111,16 +111,21 @@ class LLMEngine:
             per_block = block_bytes(self.config, a.block_size, self.dtype)
             # GiB -> whole blocks, by the function the simulator uses (sim.scenario)
             swap_slots = swap_space_blocks(a.swap_space, per_block) * a.block_size
-        allocator = make_allocator("paged", num_slots=num_blocks * a.block_size, block_size=a.block_size,
-                                   prefix_caching=a.enable_prefix_caching, max_model_len=self.max_model_len,
-                                   swap_slots=swap_slots, offload=self._offload_tiers())
+        if a.kv_allocator == "radix":  # SGLang's token pool and radix cache: pages of block_size
+            allocator = make_allocator("radix", num_slots=num_blocks * a.block_size, block_size=a.block_size,
+                                       prefix_caching=a.enable_prefix_caching)
+        else:
+            allocator = make_allocator("paged", num_slots=num_blocks * a.block_size, block_size=a.block_size,
+                                       prefix_caching=a.enable_prefix_caching, max_model_len=self.max_model_len,
+                                       swap_slots=swap_slots, offload=self._offload_tiers())
         try:
             scheduler = make_scheduler(a.policy(), allocator, max_model_len=self.max_model_len,
                                        max_num_seqs=a.max_num_seqs,
                                        max_num_batched_tokens=a.max_num_batched_tokens,
                                        preemption=a.preemption_mode,
                                        num_speculative_tokens=a.num_speculative_tokens,
-                                       emit_block_tables=True)  # the model runner reads them
+                                       emit_block_tables=True,  # the model runner reads them
+                                       sglang=a.sglang_options)
         except ValueError as e:
             raise ConfigError(str(e)) from None
         return allocator, scheduler
