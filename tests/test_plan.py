@@ -232,3 +232,30 @@ def test_pd_groups_under_clients_are_a_verdict_not_a_crash():
     pd = [r for r in res.rows if r.candidate.label().startswith("P/D")]
     assert pd and all(r.status == "infeasible" and "not simulated with P/D" in r.reason for r in pd)
     assert res.best is not None and not res.best.candidate.label().startswith("P/D")
+
+
+def test_engines_are_a_knob_and_both_are_planned():
+    """``--engines vllm,sglang``: every deployment once per engine (SGLang's with its own release,
+    its radix cache always on, no P/D groups), and the plan ranks both on the same requests."""
+    base = build_config(None)
+    cs = list(candidates(base, ["a100-80gb"], {"tp": [1], "engine": ["vllm", "sglang"],
+                                               "pd": ["off", "1:1"]}, None))
+    engines = [dict(c.keys).get("engine.name") for c in cs]
+    assert engines.count("vllm") == 2 and engines.count("sglang") == 1   # no P/D for SGLang
+    sg = next(c for c in cs if dict(c.keys).get("engine.name") == "sglang")
+    assert dict(sg.keys)["engine.version"] == "0.5.14" and "engine=sglang" in sg.label()
+    with pytest.raises(ConfigError, match="engine=trtllm"):
+        parse_search(["engine=vllm,trtllm"])
+    result = plan(None, parse_slo(SLO_TEXT), 20.0, workers=1, hardware=["a100-80gb"],
+                  search={"tp": [1], "engine": ["vllm", "sglang"]}, screen_s=10.0, full_search=FULL)
+    screened = {dict(r.candidate.keys)["engine.name"]: r for r in result.rows}
+    assert set(screened) == {"vllm", "sglang"}
+    assert result.best is not None and result.best.meets_slo
+
+
+def test_cli_plan_engines_option(tmp_path):
+    proc = kvplan("plan", "--slo", "tpot_p99_ms=1", "--target-rate", "5", "--hardware", "a100-80gb",
+                  "--search", "tp=1", "--engines", "vllm,sglang", "--no-progress", "--json")
+    assert proc.returncode == 0, proc.stderr
+    rows = json.loads(proc.stdout)["rows"]
+    assert {r["config"].get("engine.name") for r in rows} == {"vllm", "sglang"}

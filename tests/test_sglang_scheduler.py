@@ -207,3 +207,76 @@ def test_ratio_resets_when_idle():
     assert s.new_token_ratio == pytest.approx(s.init_new_token_ratio - 3 * _decay())
     step(s)
     assert s.new_token_ratio == s.init_new_token_ratio
+
+
+# --- cache-aware queue orders over the radix cache -------------------------------------------
+
+def _radix_sched(policy: str) -> SglangScheduler:
+    from sim.policies.kv import RadixAllocator
+
+    alloc = RadixAllocator(10_000, block_size=1, prefix_caching=True)
+    cfg = SchedulerConfig(max_model_len=4096, max_num_seqs=64, max_num_batched_tokens=4096)
+    return SglangScheduler(alloc, cfg, schedule_policy=policy)
+
+
+def _ids(prefix: list[int], n: int, seed: int) -> list[int]:
+    import random as _r
+
+    rng = _r.Random(seed)
+    return prefix + [rng.randrange(1000, 2000) for _ in range(n)]
+
+
+def _cache(s: SglangScheduler, rid: str, tokens: list[int]) -> None:
+    """Serve one request to completion so its tokens sit in the tree."""
+    s.add_request(Request(rid, 0.0, len(tokens), 1, prompt_token_ids=tokens), 0.0)
+    while s.has_unfinished():
+        step(s)
+
+
+def test_lpm_puts_the_longest_cached_prefix_first():
+    s = _radix_sched("lpm")
+    a, b = list(range(1, 41)), list(range(100, 111))
+    _cache(s, "warm-a", _ids(a, 5, 1))     # 40 tokens of prefix a cached
+    _cache(s, "warm-b", _ids(b, 5, 2))     # 11 tokens of prefix b cached
+    waiting = [Request("none", 0.0, 30, 4, prompt_token_ids=_ids([], 30, 3)),
+               Request("b", 0.0, 31, 4, prompt_token_ids=_ids(b, 20, 4)),
+               Request("a", 0.0, 50, 4, prompt_token_ids=_ids(a, 10, 5))]
+    for r in waiting:
+        s.add_request(r, 0.0)
+    # By hand: matches a 40, b 11, none 0 -> a, b, none (FCFS would keep none, b, a).
+    assert [r.request_id for r in s._ordered_waiting()] == ["a", "b", "none"]
+    plan = s.schedule(0.0)
+    assert [(x.request.request_id, x.num_new_tokens) for x in plan.scheduled] == [("a", 10), ("b", 20), ("none", 30)]
+
+
+def test_lpm_is_fcfs_above_128_waiting():
+    s = _radix_sched("lpm")
+    prefix = list(range(1, 21))
+    _cache(s, "warm", _ids(prefix, 2, 0))
+    for i in range(129):
+        ids = _ids(prefix if i == 128 else [], 10, 100 + i)
+        s.add_request(Request(f"q{i}", 0.0, len(ids), 2, prompt_token_ids=ids), 0.0)
+    assert s._ordered_waiting()[0].request_id == "q0"   # the cached one (q128) is not moved up
+
+
+def test_dfs_weight_walks_the_heavier_subtree_first():
+    s = _radix_sched("dfs-weight")
+    x, y = list(range(1, 21)), list(range(300, 320))
+    _cache(s, "warm-x", _ids(x, 3, 1))
+    _cache(s, "warm-y", _ids(y, 3, 2))
+    # One waiting request under x, two under y, one matching nothing: y's subtree weighs 2.
+    for rid, ids in (("x1", _ids(x, 8, 3)), ("none", _ids([], 8, 4)), ("y1", _ids(y, 8, 5)),
+                     ("y2", _ids(y, 9, 6))):
+        s.add_request(Request(rid, 0.0, len(ids), 2, prompt_token_ids=ids), 0.0)
+    order = [r.request_id for r in s._ordered_waiting()]
+    assert order[:2] in (["y1", "y2"], ["y2", "y1"]) and order[2:] == ["x1", "none"]
+
+
+def test_chunked_prefill_size_and_conservativeness_reach_the_policy():
+    s = make(budget=24, schedule_conservativeness=0.5)
+    assert s.budget == 24
+    assert s.new_token_ratio == pytest.approx(INIT_NEW_TOKEN_RATIO * 0.5)
+    assert s.min_new_token_ratio == pytest.approx(INIT_NEW_TOKEN_RATIO * 0.5 * MIN_NEW_TOKEN_RATIO_FACTOR)
+    s.add_request(req(0, 60, 2), 0.0)
+    assert shape(step(s)[0]) == [("r0", 24)]
+    assert make(schedule_conservativeness=5.0).init_new_token_ratio == 1.0   # capped at 1
