@@ -19,6 +19,7 @@ from typing import Any, Callable, Optional
 import streamlit as st
 
 from sim.catalog import list_hardware, list_models
+from sim.catalog.engines import ENGINE_NAMES
 from sim.config import (ALLOCATORS, DEFAULTS, KV_DTYPES, POLICIES, PREEMPTIONS, QUEUE_POLICIES,
                         RESERVES, ROUTERS, WEIGHT_QUANT, build_config, parse_override)
 from sim.errors import KvplanError
@@ -250,6 +251,11 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
             f.add("parallel.pipeline_parallel_size", st.selectbox, "Pipeline parallel (stages)", [1, 2, 4, 8])
             f.add("parallel.num_replicas", st.number_input, "Replicas", min_value=1, max_value=64, value=1)
             f.add("parallel.router", st.selectbox, "Router (between replicas)", list(ROUTERS))
+            f.add("engine.name", st.selectbox, "Serving engine", list(ENGINE_NAMES),
+                  index=pick("engine.name", list(ENGINE_NAMES), "vllm"),
+                  help="vllm: vLLM V1 (chunked prefill, paged blocks); sglang: SGLang 0.5 "
+                       "(prefill-first extend batches, radix cache, mem_fraction_static); "
+                       "docs/engines.md")
             cost_model_field(f)
     if "kv" in sections:
         with st.expander("KV cache", expanded="kv" in expanded):

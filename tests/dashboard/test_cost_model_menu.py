@@ -130,3 +130,12 @@ def test_cluster_page_has_the_same_menu(tables):
     assert not at.exception, [e.value for e in at.exception]
     assert at.sidebar.selectbox(key="cl.cost_model.profile").options[:3] == [COST_AUTO, "operator tables", "roofline"]
     assert any("a10g" in e.value for e in at.sidebar.error)
+
+
+def test_the_serving_engine_is_a_choice_on_the_what_if_page():
+    sglang = what_if(**{"engine.name": "sglang"})
+    assert sglang.sidebar.selectbox(key="wi.engine.name").options == ["vllm", "sglang"]
+    assert not sglang.error, [e.value for e in sglang.error]
+    vllm = what_if()
+    tiles = lambda at: [(m.label, m.value) for m in at.metric]  # noqa: E731
+    assert tiles(sglang) and tiles(sglang) != tiles(vllm)   # another scheduler served the requests
