@@ -9,6 +9,7 @@ top level; it imports none of them, so they form no import cycle (tests/test_lay
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
@@ -168,8 +169,9 @@ def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], 
         from sim.catalog.engines import get_engine
 
         pricer = _pricer_of(sc, model, weight_dtype, kind, table_engine=get_engine("vllm"))
+        why = re.sub(r"\S*/systems/data/", "", str(exc))  # the table, not the install path
         pricer._warnings.insert(0, f"operator tables: {sc.engine.release.label}'s do not cover this "
-                                   f"deployment ({exc}); priced from vLLM's tables of the GPU with "
+                                   f"deployment ({why}); priced from vLLM's tables of the GPU with "
                                    f"{sc.engine.name}'s scheduling and CUDA graphs")
         return pricer
 
