@@ -343,6 +343,17 @@ def client_concurrency(row: Mapping, dp: int) -> int:
     return _int(row, "batch_size", 0) * max(dp, 1)
 
 
+def _model_error(model: str) -> Optional[tuple[str, str]]:
+    """(skip kind, message) when kvplan cannot resolve ``model``, else None."""
+    from sim.catalog.models import get_model
+
+    try:
+        get_model(model)
+    except KvplanError as exc:
+        return skip_kind(exc), _short(exc)
+    return None
+
+
 def _is_moe(model: str) -> Optional[bool]:
     """Whether kvplan's spec of ``model`` is a mixture of experts (None: kvplan does not know
     the model; the simulation then reports the unknown model as the skip reason)."""
@@ -376,6 +387,9 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     model = CHECKPOINT_ALIASES.get(model_path, model_path)
     if model != model_path:
         notes.append(f"model {model_path} simulated as {model} (same architecture)")
+    moe = is_moe(model)
+    if moe is None:  # kvplan cannot resolve the model: say so first, the rest means nothing
+        raise RowNotExpressible(*(_model_error(model) or ("unknown model", f"model {model}")))
     weights, note = weights_quantization(_text(row, "gemm_quant_mode"), _text(row, "moe_quant_mode"),
                                          checkpoint_quant(model_path))
     if note:
@@ -383,7 +397,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     version, note = engine_version(row)
     if note:
         notes.append(note)
-    parallel = parallel_layout(row, is_moe(model))
+    parallel = parallel_layout(row, moe)
     clients = client_concurrency(row, parallel["data_parallel_size"])
     isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
     if clients < 1 or isl < 1 or osl < 2:

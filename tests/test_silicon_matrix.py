@@ -230,3 +230,26 @@ def test_the_package_csv_is_found_when_installed():
     assert path is not None and path.name == "silicon_sample.csv"
     rows = sm.read_rows(path, "vllm")
     assert rows and all(r["backend"] == "vllm" and r["mode"] == "agg" for r in rows)
+
+
+def test_sglang_rows_replay_with_engine_sglang():
+    r = row(backend="sglang", backend_version="0.5.9", model_path="deepseek-ai/DeepSeek-R1",
+            system="h200_sxm", gemm_quant_mode="fp8", moe_quant_mode="fp8_block", tp_size="8",
+            moe_tp_size="8", moe_ep_size="1")
+    p = point(r, quant=BLOCK_FP8, moe=True)
+    assert p.config["engine"] == {"name": "sglang", "version": "0.5.9"}
+    # A block-FP8 checkpoint: its dense GEMMs labelled fp8 and its experts fp8_block are one format.
+    assert p.config["quantization"] == {"weights": "fp8_block"}
+    nightly = point(row(backend="sglang", backend_version="nightly-dev-20260216-d3bae71e"), moe=False)
+    assert nightly.config["engine"]["version"] == sm.DEFAULT_SGLANG_VERSION
+    assert any("SGLang" in n and "default" in n for n in nightly.notes)
+    with pytest.raises(sm.RowNotExpressible) as e:
+        point(row(backend="sglang", backend_version="glm5-hopper"), moe=False)
+    assert e.value.kind == "engine release not modelled"
+    with pytest.raises(sm.RowNotExpressible) as e:
+        point(row(backend="sglang", backend_version="0.4.6"), moe=False)
+    assert e.value.kind == "engine release not modelled"
+    # A model kvplan cannot resolve is said first, before its quantisation or layout.
+    with pytest.raises(sm.RowNotExpressible) as e:
+        point(row(backend="sglang", gemm_quant_mode="fp8", moe_quant_mode="fp8_block"), moe=None)
+    assert e.value.kind in ("unknown model", "model not modelled")
