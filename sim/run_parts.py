@@ -170,9 +170,9 @@ def _base_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], 
 
         pricer = _pricer_of(sc, model, weight_dtype, kind, table_engine=get_engine("vllm"))
         why = re.sub(r"\S*/systems/data/", "", str(exc))  # the table, not the install path
-        pricer._warnings.insert(0, f"operator tables: {sc.engine.release.label}'s do not cover this "
-                                   f"deployment ({why}); priced from vLLM's tables of the GPU with "
-                                   f"{sc.engine.name}'s scheduling and CUDA graphs")
+        pricer.warn_first(f"operator tables: {sc.engine.release.label}'s do not cover this "
+                          f"deployment ({why}); priced from vLLM's tables of the GPU with "
+                          f"{sc.engine.name}'s scheduling and CUDA graphs")
         return pricer
 
 

@@ -955,6 +955,11 @@ class OperatorTableCostModel(StepPricer):
     def warnings(self) -> list[str]:
         return list(dict.fromkeys(self._warnings))
 
+    def warn_first(self, text: str) -> None:
+        """Put ``text`` before the pricer's own warnings (what its caller chose for it, such
+        as another engine's tables)."""
+        self._warnings.insert(0, text)
+
     def known_error(self) -> dict:
         """This pricer's known error on this GPU: leave-one-point-out interpolation error on
         the GPU's own GEMM and decode-attention tables, and the whole-step error against real
