@@ -56,7 +56,10 @@ class BulkDecode:
         if limit < 2:
             return 1
         for s in plan.scheduled:
-            if s.num_new_tokens != 1:
+            if s.num_new_tokens != 1 or s.is_prefill:
+                # A prompt's last token computed as a one-token step prices like a decode, but
+                # the step ends its prompt: publishing it may change what the request holds
+                # (the radix cache gives back a slot the tree already holds).
                 return 1
             req = s.request
             left = req.max_output_tokens - req.num_output_tokens  # steps to its last token
