@@ -280,3 +280,14 @@ def test_chunked_prefill_size_and_conservativeness_reach_the_policy():
     s.add_request(req(0, 60, 2), 0.0)
     assert shape(step(s)[0]) == [("r0", 24)]
     assert make(schedule_conservativeness=5.0).init_new_token_ratio == 1.0   # capped at 1
+
+
+def test_lpm_holds_back_a_request_sharing_an_uncached_prefix_with_one_ahead():
+    """SGLang's in-batch prefix caching: A and B share 40 uncached tokens (>= 32), so B waits
+    behind C until A has put them in the cache; with 20 shared tokens (< 32) nothing moves."""
+    for shared, expected in ((40, ["A", "C", "B"]), (20, ["A", "B", "C"])):
+        s = _radix_sched("lpm")
+        common = list(range(500, 500 + shared))
+        for rid, ids in (("A", _ids(common, 10, 1)), ("B", _ids(common, 12, 2)), ("C", _ids([], 30, 3))):
+            s.add_request(Request(rid, 0.0, len(ids), 2, prompt_token_ids=ids), 0.0)
+        assert [r.request_id for r in s._ordered_waiting()] == expected, shared

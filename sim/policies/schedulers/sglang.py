@@ -30,8 +30,8 @@ What differs from vLLM V1's chunked scheduler (``sim.policies.schedulers.chunked
   tokens each; their KV is released (the prompt stays in the radix cache while nobody evicts
   it) and they go back to the end of the waiting queue to be prefilled again.
 - **Queue order** (``SchedulePolicy.calc_priority``): ``fcfs`` (the default: arrival order,
-  retracted requests at the end), ``lpm`` (longest cached prefix first; FCFS when more than
-  128 wait), ``dfs-weight`` (the waiting requests' matched tree nodes walked depth first,
+  retracted requests at the end), ``lpm`` (longest cached prefix first, a request sharing an
+  uncached prefix with one ahead of it held back; FCFS when more than 128 wait), ``dfs-weight`` (the waiting requests' matched tree nodes walked depth first,
   heavier subtrees first), ``lof`` (longest output first).
 - **Limits**: ``max_running_requests`` (``max_num_seqs`` here; SGLang's default is half the KV
   pool's tokens, at most the request-to-token pool's 2048-4096 rows,
@@ -63,6 +63,8 @@ NEW_TOKEN_RATIO_DECAY_STEPS = 600
 RETRACT_DECODE_STEPS = 20
 #: ``lpm`` falls back to FCFS above this many waiting requests (``_determine_active_policy``).
 LPM_MAX_QUEUE = 128
+#: ``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD`` and ``..._DEPRIORITIZE_THRESHOLD`` (both 32).
+IN_BATCH_THRESHOLD = 32
 #: ``max_prefill_tokens``' default: prompt tokens per extend batch.
 DEFAULT_MAX_PREFILL_TOKENS = 16384
 
@@ -238,9 +240,36 @@ class SglangScheduler(Scheduler):
         if policy == "lpm":
             if len(queue) > LPM_MAX_QUEUE:
                 return queue
-            cached = self.allocator.cached_prefix_blocks
-            return sorted(queue, key=lambda r: -cached(r))
+            return self._lpm_order(queue)
         return self._dfs_weight_order(queue)
+
+    def _lpm_order(self, queue: list[Request]) -> list[Request]:
+        """``_sort_by_longest_prefix`` after ``_compute_prefix_matches``: longest cached prefix
+        first, except the in-batch rule. A request whose cached match is at most 32 tokens
+        (``IN_BATCH_PREFIX_CACHING_CHECK_THRESHOLD``) is matched against the waiting requests
+        before it (a radix tree of their prompts); if it shares at least 32 tokens with one
+        (``..._DEPRIORITIZE_THRESHOLD``) it goes last for now, so that one of them is prefilled
+        first and the others then hit the cache; otherwise its prompt joins that tree."""
+        alloc = self.allocator
+        page = alloc.slots_for_tokens(1)
+        cached = {id(r): alloc.cached_prefix_blocks(r) for r in queue}
+        units = IN_BATCH_THRESHOLD // page + 1  # enough units to see a match of 32 tokens
+        seen: set[int] = set()
+        held_back: set[int] = set()
+        for r in queue:
+            if cached[id(r)] * page > IN_BATCH_THRESHOLD:
+                continue
+            chain = request_block_hashes(r, units, page)
+            shared = 0
+            for h in chain:  # a chain hash names the whole prefix up to it
+                if h not in seen:
+                    break
+                shared += 1
+            if shared * page >= IN_BATCH_THRESHOLD:
+                held_back.add(id(r))
+            else:
+                seen.update(chain)
+        return sorted(queue, key=lambda r: (id(r) in held_back, -cached[id(r)]))
 
     def _dfs_weight_order(self, queue: list[Request]) -> list[Request]:
         """``_sort_by_dfs_weight``: group the waiting requests by the cached prefix they match,
