@@ -151,8 +151,11 @@ def run_ab(config_a: ConfigLike, config_b: ConfigLike, *, seeds: int = 3,
            confidence: float = 0.95, num_bootstrap: int = 1000,
            labels: tuple[str, str] = ("A", "B"),
            base_dirs: tuple[Optional[Path], Optional[Path]] = (None, None),
-           on_run: Optional[Callable[[int, int], None]] = None) -> ABResult:
+           on_run: Optional[Callable[[int, int], None]] = None,
+           overrides_a: Sequence[str] = (), overrides_b: Sequence[str] = ()) -> ABResult:
     """Simulate both arms on the same request stream for ``seeds`` seeds and compare them.
+    ``overrides`` set keys in both arms, then ``overrides_a`` / ``overrides_b`` in one arm each
+    (one config against itself with ``engine.name=sglang`` on B compares the two engines).
 
     Both arms run A's workload (an A/B compares serving configs, not workloads; a note says so
     when B's workload section differs) and A's SLO (so attainment means the same in both).
@@ -167,8 +170,8 @@ def run_ab(config_a: ConfigLike, config_b: ConfigLike, *, seeds: int = 3,
     if num_requests is not None and not 1 <= num_requests <= MAX_REQUESTS:
         raise ConfigError(f"--num-requests: expected 1 to {MAX_REQUESTS:,}, got {num_requests}")
     extra = list(overrides) + ([f"workload.num_requests={int(num_requests)}"] if num_requests else [])
-    cfg_a = config_mod.build_config(config_a, extra)
-    cfg_b = config_mod.build_config(config_b, extra)
+    cfg_a = config_mod.build_config(config_a, extra + list(overrides_a))
+    cfg_b = config_mod.build_config(config_b, extra + list(overrides_b))
     notes = _notes(cfg_a, cfg_b)
     slo = cfg_a["slo"]
     cfg_b = copy.deepcopy(cfg_b)

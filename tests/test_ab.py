@@ -206,3 +206,26 @@ def test_a_huge_effect_does_not_flatten_the_small_ones():
     assert [a.text for a in fig.layout.annotations] == ["+2,000%"]  # the true value, beside the arrow
     unclipped = _forest(small)
     assert not unclipped.layout.annotations and unclipped.layout.xaxis.range[1] >= 9
+
+
+def test_one_config_against_itself_with_one_arm_changed_compares_the_engines(tmp_path):
+    """``--set-b engine.name=sglang``: the same config, SGLang on B; the diff names the engine,
+    both arms serve the same requests, and prefill-first SGLang's TPOT comes out higher."""
+    r = run_ab(PAGED, PAGED, seeds=2, overrides=LOAD, num_bootstrap=200,
+               overrides_b=["engine.name=sglang"])
+    assert {d["key"] for d in r.differences} >= {"engine.name"}
+    assert r.verdict("mean_tpot_ms") == "B worse"
+    for a, b in zip(r.summaries["A"], r.summaries["B"]):
+        assert a["total_input_tokens"] == b["total_input_tokens"]
+    f = tmp_path / "c.yaml"
+    f.write_text(yaml.safe_dump(PAGED))
+    app = typer.Typer()
+    app.command()(cli_analysis.ab)
+    args = [str(f), str(f), "--seeds", "1", "--bootstrap", "100", "--no-progress", "--json",
+            "--set-b", "engine.name=sglang", "--set-a", "engine.version=0.15.1"]
+    for item in LOAD:
+        args += ["--set", item]
+    res = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    keys = {d["key"] for d in __import__("json").loads(res.output)["differences"]}
+    assert {"engine.name", "engine.version"} <= keys

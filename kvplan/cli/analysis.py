@@ -108,22 +108,31 @@ def ab(
     confidence: float = typer.Option(0.95, "--confidence", help="Confidence level of the intervals."),
     bootstrap: int = typer.Option(1000, "--bootstrap", help="Bootstrap resamples."),
     set_: List[str] = typer.Option([], "--set", help="Override a key in both configs (repeatable)."),
+    set_a: List[str] = typer.Option([], "--set-a", help="Override a key in config A only (repeatable), after --set."),
+    set_b: List[str] = typer.Option([], "--set-b", help="Override a key in config B only (repeatable), after --set: e.g. `kvplan ab c.yaml c.yaml --set-b engine.name=sglang`."),
     out: Optional[Path] = typer.Option(None, "--out", help="Write the result as JSON (input for `kvplan report`)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
 ) -> None:
-    """Compare two configs on identical request streams: per-metric B - A with bootstrap intervals."""
+    """Compare two configs on identical request streams: per-metric B - A with bootstrap intervals.
+    One config against itself with --set-b changes one thing (the engine, a knob)."""
     from analysis.ab import run_ab
     from analysis.report import ab_section
 
     check_out_file(out)
     with Bar("A/B", "sim", enabled=progress and not as_json) as bar:
         result = run_ab(config_a, config_b, seeds=seeds, num_requests=num_requests, overrides=set_,
+                        overrides_a=set_a, overrides_b=set_b,
                         confidence=confidence, num_bootstrap=bootstrap,
-                        labels=(config_a.stem, config_b.stem),
+                        labels=(_arm_label(config_a, set_a), _arm_label(config_b, set_b)),
                         base_dirs=(config_a.parent, config_b.parent),
                         on_run=lambda done, total: bar.set(done, total=total))
     finish(result.to_dict(), ab_section, out, as_json)
+
+
+def _arm_label(config: Path, overrides: List[str]) -> str:
+    """An A/B arm's name: its config's stem, with its own overrides when it has any."""
+    return f"{config.stem} ({', '.join(overrides)})" if overrides else config.stem
 
 
 def report(
