@@ -63,8 +63,8 @@ class BulkDecode:
                 return 1
             req = s.request
             left = req.max_output_tokens - req.num_output_tokens  # steps to its last token
-            limit = left if limit is None or left < limit else limit
-        if limit is None or limit < 2:
+            limit = left if left < limit else limit
+        if limit < 2:
             return 1
         alloc = self.scheduler.allocator
         free = alloc.num_free_slots

@@ -284,11 +284,7 @@ class RadixAllocator(KVAllocator):
             if child is None:
                 break
             end = child.end
-            cc = child.content
-            assert cc is not None  # only the root has no content
-            m = _common(cc, content, depth, end if end < limit else limit)
-            if page > 1:
-                m = depth + (m - depth) // page * page
+            m = self._agrees_to(child, content, depth, limit)
             if m <= depth:
                 break
             if not touch:
@@ -308,6 +304,16 @@ class RadixAllocator(KVAllocator):
         if touch and node is not self.root:
             self._push_if_evictable(node)
         return node, depth, pages
+
+    def _agrees_to(self, child: _Node, content: _Content, depth: int, limit: int) -> int:
+        """How deep ``content`` agrees with ``child``'s edge from ``depth`` (at most ``limit``
+        and the edge's end), in whole pages."""
+        cc = child.content
+        assert cc is not None  # only the root has no content
+        end = child.end
+        m = _common(cc, content, depth, end if end < limit else limit)
+        page = self.block_size
+        return m if page == 1 else depth + (m - depth) // page * page
 
     def _split(self, child: _Node, depth: int) -> _Node:
         """Cut ``child``'s edge at ``depth``: a new node takes the upper part and keeps
@@ -357,11 +363,7 @@ class RadixAllocator(KVAllocator):
                 depth = length
                 break
             end = child.end
-            cc = child.content
-            assert cc is not None  # only the root has no content
-            m = _common(cc, content, depth, end if end < length else length)
-            if page > 1:
-                m = depth + (m - depth) // page * page
+            m = self._agrees_to(child, content, depth, length)
             if m <= depth:  # the key matched a whole first page, so at least that agrees
                 raise AssertionError(f"radix tree child key matched but content did not at {depth}")
             if m < end:
