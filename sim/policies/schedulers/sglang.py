@@ -69,6 +69,12 @@ IN_BATCH_THRESHOLD = 32
 DEFAULT_MAX_PREFILL_TOKENS = 16384
 
 
+def _future_tokens(req: Request) -> int:
+    """The output tokens ``req`` may still produce, as admission counts them: at most
+    ``CLIP_MAX_NEW_TOKENS``."""
+    return min(req.max_output_tokens - req.num_output_tokens, CLIP_MAX_NEW_TOKENS)
+
+
 class SglangScheduler(Scheduler):
     name: ClassVar[str] = "sglang"
     chunked_prefill: ClassVar[bool] = True
@@ -115,9 +121,10 @@ class SglangScheduler(Scheduler):
         reason = super().validate(req)
         if reason is not None:
             return reason
-        need = req.prompt_len + min(req.max_output_tokens, CLIP_MAX_NEW_TOKENS)
+        new = _future_tokens(req)  # a request at intake has produced nothing
+        need = req.prompt_len + new
         if need >= self.allocator.num_slots:
-            return (f"prompt ({req.prompt_len}) + max new tokens ({min(req.max_output_tokens, CLIP_MAX_NEW_TOKENS)}) "
+            return (f"prompt ({req.prompt_len}) + max new tokens ({new}) "
                     f"= {need} does not fit under the KV pool's {self.allocator.num_slots} slots "
                     f"(SGLang's admission rule)")
         return None
@@ -151,7 +158,7 @@ class SglangScheduler(Scheduler):
         ratio = self.new_token_ratio
         total = 0.0
         for r in batch:
-            left = min(r.max_output_tokens - r.num_output_tokens, CLIP_MAX_NEW_TOKENS)
+            left = _future_tokens(r)
             if left > 0:
                 total += left * ratio
         return total
@@ -184,8 +191,7 @@ class SglangScheduler(Scheduler):
                 rem_input -= n
                 if n == left:
                     self.chunked_req = None
-                    rem_total -= n + min(chunked.max_output_tokens - chunked.num_output_tokens,
-                                         CLIP_MAX_NEW_TOKENS)
+                    rem_total -= n + _future_tokens(chunked)
                 else:
                     rem_total -= n
         admitted = 0
@@ -197,7 +203,7 @@ class SglangScheduler(Scheduler):
                 break
             hit = alloc.lookup_prefix(req) if req.num_computed_tokens == 0 else PrefixHit()
             extend = req.num_tokens - req.num_computed_tokens - hit.num_tokens
-            max_new = min(req.max_output_tokens - req.num_output_tokens, CLIP_MAX_NEW_TOKENS)
+            max_new = _future_tokens(req)
             if extend + max_new >= rem_total:
                 self.batch_is_full = True  # AddReqResult.NO_TOKEN
                 break
@@ -311,12 +317,16 @@ class SglangScheduler(Scheduler):
         if self._shrunk:
             self.batch_is_full = False
             self._shrunk = False
-        if self._next_tokens_needed(batch) > self.allocator.num_free_slots:
+        if self._slots_needed(batch) > self.allocator.num_free_slots:
             batch = self._retract(batch, plan)
         else:
-            self.new_token_ratio = max(self.new_token_ratio - self.new_token_ratio_decay,
-                                       self.min_new_token_ratio)
+            self._decay_ratio()
         self._add_decodes(plan, batch)
+
+    def _decay_ratio(self) -> None:
+        """One decode batch's fall of ``new_token_ratio``, down to its floor."""
+        self.new_token_ratio = max(self.new_token_ratio - self.new_token_ratio_decay,
+                                   self.min_new_token_ratio)
 
     def _spec_of(self, req: Request) -> int:
         return self._decode_tokens(req)[1]
@@ -337,7 +347,7 @@ class SglangScheduler(Scheduler):
         keep = sorted(batch, key=lambda r: (r.num_output_tokens, -r.prompt_len), reverse=True)
         first = True
         while len(keep) > 1:
-            if not first and alloc.num_free_slots >= self._room_needed(keep):
+            if not first and alloc.num_free_slots >= self._slots_needed(keep, RETRACT_DECODE_STEPS):
                 break
             first = False
             victim = keep.pop()
@@ -345,11 +355,11 @@ class SglangScheduler(Scheduler):
         # Where SGLang would stop with an out-of-memory error (the last request still cannot
         # get its next tokens, typically because the chunked request holds the pool), kvplan
         # retracts the chunked request, then the last ones, so the run goes on.
-        if self._next_tokens_needed(keep) > alloc.num_free_slots and self.chunked_req is not None:
+        if self._slots_needed(keep) > alloc.num_free_slots and self.chunked_req is not None:
             chunked = self.chunked_req
             self.chunked_req = None
             self._retract_one(chunked, plan)
-        while keep and self._next_tokens_needed(keep) > alloc.num_free_slots:
+        while keep and self._slots_needed(keep) > alloc.num_free_slots:
             self._retract_one(keep.pop(), plan)
         decoded = sum(r.num_output_tokens for r in keep)
         max_new = sum(r.max_output_tokens for r in keep)
@@ -358,19 +368,13 @@ class SglangScheduler(Scheduler):
         keep_ids = {id(r) for r in keep}
         return [r for r in batch if id(r) in keep_ids]
 
-    def _next_tokens_needed(self, batch: list[Request]) -> int:
-        """Slots the batch's next decode step takes (speculative tokens included)."""
+    def _slots_needed(self, batch: list[Request], ahead: int = 0) -> int:
+        """Slots the batch takes for ``ahead`` more tokens each, or (0) for its next decode
+        step, speculative tokens included."""
         alloc = self.allocator
         need = 0
         for r in batch:
-            need += alloc.growth_slots(r, r.num_computed_tokens + 1 + self._spec_of(r))
-        return need
-
-    def _room_needed(self, keep: list[Request]) -> int:
-        alloc = self.allocator
-        need = 0
-        for r in keep:
-            need += alloc.growth_slots(r, r.num_computed_tokens + RETRACT_DECODE_STEPS)
+            need += alloc.growth_slots(r, r.num_computed_tokens + (ahead or 1 + self._spec_of(r)))
         return need
 
     def _retract_one(self, victim: Request, plan: StepPlan) -> None:
@@ -411,5 +415,4 @@ class SglangScheduler(Scheduler):
         """What ``num_steps`` decode iterations skipped by the fast path would have done to the
         scheduler's own state: the ratio's decay, once per decode batch."""
         for _ in range(num_steps):
-            self.new_token_ratio = max(self.new_token_ratio - self.new_token_ratio_decay,
-                                       self.min_new_token_ratio)
+            self._decay_ratio()
