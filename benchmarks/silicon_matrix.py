@@ -62,8 +62,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from sim.catalog.engines import (DEFAULT_SGLANG_VERSION, DEFAULT_VLLM_VERSION, SGLANG_NEWEST,  # noqa: E402
-                                 SGLANG_OLDEST, VLLM_NEWEST, VLLM_OLDEST, parse_version)
+from sim.catalog.engines import DEFAULT_SGLANG_VERSION, DEFAULT_VLLM_VERSION, get_engine  # noqa: E402
 from sim.catalog.package_models import package_root  # noqa: E402
 from sim.errors import ConfigError, DoesNotFitError, KvplanError  # noqa: E402
 
@@ -197,15 +196,7 @@ def engine_version(row: Mapping) -> tuple[str, Optional[str]]:
                                        f"priced as {PRE_ASYNC_RELEASE}")
         return DEFAULT_VLLM_VERSION, (f"no backend_version (measured {when or 'on an unknown date'}): "
                                       f"priced as kvplan's default release {DEFAULT_VLLM_VERSION}")
-    try:
-        v = parse_version(text)
-    except ConfigError:
-        raise RowNotExpressible("engine release not modelled",
-                                f"backend_version {text!r} is not a vLLM version") from None
-    if not VLLM_OLDEST <= v <= VLLM_NEWEST[:2] + (10**6,):
-        raise RowNotExpressible("engine release not modelled",
-                                f"vLLM {text} is outside kvplan's 0.11.0-0.24.x")
-    return text, None
+    return _modelled_release("vllm", text), None
 
 
 def sglang_version(row: Mapping) -> tuple[str, Optional[str]]:
@@ -218,15 +209,17 @@ def sglang_version(row: Mapping) -> tuple[str, Optional[str]]:
         what = f"SGLang {text}" if text else "no backend_version"
         return DEFAULT_SGLANG_VERSION, (f"{what} (measured {when or 'on an unknown date'}): priced as "
                                         f"kvplan's default SGLang release {DEFAULT_SGLANG_VERSION}")
+    return _modelled_release("sglang", text), None
+
+
+def _modelled_release(engine: str, text: str) -> str:
+    """``text`` when kvplan models that release of ``engine`` (``sim.catalog.engines.get_engine``
+    decides); RowNotExpressible with its one-line reason otherwise."""
     try:
-        v = parse_version(text)
-    except ConfigError:
-        raise RowNotExpressible("engine release not modelled",
-                                f"backend_version {text!r} is not an SGLang release") from None
-    if not SGLANG_OLDEST <= v <= SGLANG_NEWEST[:2] + (10**6,):
-        raise RowNotExpressible("engine release not modelled",
-                                f"SGLang {text} is outside kvplan's 0.5.x")
-    return text, None
+        get_engine(engine, text)
+    except ConfigError as exc:
+        raise RowNotExpressible("engine release not modelled", f"backend_version {text!r}: {exc}") from None
+    return text
 
 
 def checkpoint_quantization(model_path: str) -> Optional[dict]:

@@ -44,6 +44,10 @@ DEFAULT_SGLANG_VERSION = "0.5.14"
 
 #: ``engine.version`` when the config leaves it out, per engine.
 DEFAULT_VERSIONS: dict[str, str] = {"vllm": DEFAULT_VLLM_VERSION, "sglang": DEFAULT_SGLANG_VERSION}
+#: Per engine: its name in messages, and the oldest and newest releases modelled (any patch
+#: release of the newest minor is accepted).
+_MODELLED: dict[str, tuple[str, tuple[int, int, int], tuple[int, int, int]]] = {
+    "vllm": ("vLLM", VLLM_OLDEST, VLLM_NEWEST), "sglang": ("SGLang", SGLANG_OLDEST, SGLANG_NEWEST)}
 
 GIB = 1 << 30
 
@@ -106,9 +110,9 @@ class EngineRelease:
         if self.name == "sglang":
             top = sglang_cuda_graph_max_bs(hw, tensor_parallel_size)
             sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, top + 1, 16))
-            return sorted(s for s in set(sizes) if s <= top) or [1]
-        top = min(2 * max_num_seqs, 512)
-        sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
+        else:
+            top = min(2 * max_num_seqs, 512)
+            sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
         return sorted(s for s in set(sizes) if s <= top) or [1]
 
     def async_default(self, speculative: bool) -> bool:
@@ -145,13 +149,14 @@ def get_engine(name: str = "vllm", version: Optional[str] = None) -> EngineRelea
     naming the key for an engine or a release kvplan does not model."""
     if name not in ENGINE_NAMES:
         raise ConfigError(f"engine.name: unknown engine {name!r}; modelled: {', '.join(ENGINE_NAMES)}")
-    if name == "sglang":
-        return _sglang_release(version)
-    v = parse_version(version if version is not None else DEFAULT_VLLM_VERSION)
-    if not VLLM_OLDEST <= v <= VLLM_NEWEST[:2] + (10**6,):
+    label, oldest, newest = _MODELLED[name]
+    v = parse_version(version if version is not None else DEFAULT_VERSIONS[name])
+    if not oldest <= v <= newest[:2] + (10**6,):
         raise ConfigError(
-            f"engine.version: vLLM {version_text(v)} is not modelled; kvplan models vLLM "
-            f"{version_text(VLLM_OLDEST)} to {version_text(VLLM_NEWEST[:2])}.x")
+            f"engine.version: {label} {version_text(v)} is not modelled; kvplan models {label} "
+            f"{version_text(oldest)} to {version_text(newest[:2])}.x")
+    if name == "sglang":
+        return _sglang_release(v)
     return EngineRelease(
         name=name, version=v,
         async_scheduling=v >= (0, 14, 0),
@@ -244,18 +249,13 @@ def sglang_max_running_requests(max_total_num_tokens: int, context_len: int) -> 
     return max(1, min(max_total_num_tokens // 2, rows))
 
 
-def _sglang_release(version: Optional[str]) -> EngineRelease:
+def _sglang_release(v: tuple[int, int, int]) -> EngineRelease:
     """An SGLang release. The overlap scheduler (``--disable-overlap-schedule`` turns it off)
     runs the CPU's scheduling of batch N+1 while the GPU runs batch N: kvplan's async
     scheduling. With speculative decoding it is off in 0.5.x (``server_args``: "Overlap
     scheduler is disabled when using speculative decoding" unless the experimental spec v2).
     CUDA graphs cover decode batches only (``cudagraph_mode`` ``DECODE_ONLY``): extend
     (prefill) batches run eagerly unless ``--enable-piecewise-cuda-graph``."""
-    v = parse_version(version if version is not None else DEFAULT_SGLANG_VERSION)
-    if not SGLANG_OLDEST <= v <= SGLANG_NEWEST[:2] + (10**6,):
-        raise ConfigError(
-            f"engine.version: SGLang {version_text(v)} is not modelled; kvplan models SGLang "
-            f"{version_text(SGLANG_OLDEST)} to {version_text(SGLANG_NEWEST[:2])}.x")
     return EngineRelease(name="sglang", version=v, async_scheduling=True,
                          async_with_speculative=False, cudagraph_mode="DECODE_ONLY",
                          prefix_hash="radix")
