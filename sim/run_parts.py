@@ -258,7 +258,7 @@ def max_running_requests(sc: Scenario, num_slots: int) -> int:
 
     if sc.engine.name != "sglang":
         return sc.max_num_seqs
-    given = sc.sglang.max_running_requests or sc.scheduler.max_num_seqs
+    given = sc.max_num_seqs_given
     if given is not None:
         return max(1, given // max(sc.parallel.data_parallel_size, 1))
     return sglang_max_running_requests(num_slots, sc.kv_cache.max_model_len)

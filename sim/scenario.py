@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
@@ -603,8 +603,6 @@ class Scenario:
         ``scheduler.policy`` becomes ``sglang`` (from its default ``chunked``) and the KV cache
         the radix allocator with ``sglang.page_size`` pages, caching prefixes unless
         ``sglang.disable_radix_cache``. Idempotent, so a scenario's ``to_dict`` builds it again."""
-        from dataclasses import replace
-
         sched, kv = self.scheduler, self.kv_cache
         if self.engine.name != "sglang":
             if sched.policy == "sglang":
@@ -701,14 +699,20 @@ class Scenario:
 
     @property
     def max_num_seqs(self) -> int:
-        """``scheduler.max_num_seqs``, or the engine release's default on this GPU."""
+        """``max_num_seqs_given``, or the engine release's default on this GPU."""
         from sim.catalog.hardware import get_hardware
 
-        given = self.scheduler.max_num_seqs
-        if self.engine.name == "sglang" and self.sglang.max_running_requests is not None:
-            given = self.sglang.max_running_requests
+        given = self.max_num_seqs_given
         return given if given is not None else \
             self.engine.release.default_max_num_seqs(get_hardware(self.hardware))
+
+    @property
+    def max_num_seqs_given(self) -> Optional[int]:
+        """The batch's request limit the config sets: ``scheduler.max_num_seqs``, under SGLang
+        ``sglang.max_running_requests`` first; None when neither is set."""
+        if self.engine.name == "sglang" and self.sglang.max_running_requests is not None:
+            return self.sglang.max_running_requests
+        return self.scheduler.max_num_seqs
 
     @property
     def max_num_batched_tokens(self) -> Optional[int]:
