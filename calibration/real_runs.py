@@ -563,13 +563,18 @@ def _tpot(e2e: dict, ttft: dict, output_len: Optional[float]) -> Optional[float]
     return (e2e["mean"] - ttft["mean"]) / (output_len - 1)
 
 
-def _load_json(path: Path) -> Any:
+def read_bytes(path: Path) -> bytes:
+    """``path``'s bytes; a one-line ``RealRunError`` naming it when it cannot be read."""
     try:
-        text = path.read_bytes()
+        return path.read_bytes()
     except FileNotFoundError:
         raise RealRunError(f"{path}: file not found") from None
     except OSError as exc:
         raise RealRunError(f"{path}: {exc.strerror or exc}") from None
+
+
+def _load_json(path: Path) -> Any:
+    text = read_bytes(path)
     try:
         return json.loads(text)
     except (ValueError, UnicodeDecodeError) as exc:

@@ -60,7 +60,7 @@ from typing import Any, Optional
 
 import numpy as np
 
-from calibration.real_runs import RealRun, RealRunError, engine_version_of, read_vllm_bench
+from calibration.real_runs import RealRun, RealRunError, engine_version_of, read_bytes, read_vllm_bench
 
 FORMAT = "sglang-bench"
 #: Keys SGLang's result has and vllm bench serve's does not: with ``backend``, what marks a line.
@@ -245,13 +245,9 @@ def _is_count(v: Any) -> bool:
 def read_sglang_bench(path: Path) -> RealRun:
     """Every non-blank line of ``path`` one load stage, in order (module docstring)."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise RealRunError(f"{path}: file not found") from None
+        text = read_bytes(path).decode("utf-8")
     except UnicodeDecodeError:
         raise RealRunError(f"{path}: not UTF-8 text") from None
-    except OSError as exc:
-        raise RealRunError(f"{path}: {exc.strerror or exc}") from None
     lines = []  # (line number, record, one-stage run, notes)
     for number, line in enumerate(text.splitlines(), 1):
         if not line.strip():
