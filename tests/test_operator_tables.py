@@ -416,3 +416,22 @@ def test_an_explicit_async_scheduling_reaches_the_table_pricer(tables):
     parts = resolve_deployment({**base, "scheduler": {"async_scheduling": False}}).cost_model.breakdown(shape)
     # Synchronous: the CPU's work adds to the step instead of hiding under the GPU's.
     assert 0 < prices[False] - prices[True] <= parts["cpu"] * (1 + 1e-9)
+
+
+def test_the_engine_cores_cpu_is_v1s_not_the_rooflines_v0_figure(tables):
+    """Every modelled vLLM release runs the V1 engine core: its CPU time per step is 0.5 ms +
+    20 us per sequence (the V1 loop's 5-6 ms gap at 256 sequences, vllm-project/vllm#10634),
+    not Vidur's V0 1 ms + 40 us that the roofline keeps. A 0.11 release schedules
+    synchronously, so the whole term adds to a 64-sequence decode step: 0.5 + 64 x 0.02 =
+    1.78 ms (it was 1 + 64 x 0.04 = 3.56 ms)."""
+    release = get_engine("vllm", "0.11.0")
+    assert (release.cpu_step_s, release.cpu_per_seq_s) == (0.5e-3, 20e-6)
+    assert release.to_dict()["cpu_per_seq_us"] == pytest.approx(20.0)
+    dep = resolve_deployment({"model": "llama-2-7b", "hardware": "h100-sxm", "dtype": "float16",
+                              "engine": {"name": "vllm", "version": "0.11.0"},
+                              "cost_model": {"source": "operator_tables", "tables": str(tables)}})
+    assert dep.cost_model.async_scheduling is False
+    shape = StepShape(num_decode_seqs=64, decode_context_tokens=64 * 512)
+    parts = dep.cost_model.breakdown(shape)
+    assert parts["cpu"] == pytest.approx(1.78e-3)
+    assert dep.cost_model.price(shape) == pytest.approx(parts["gpu"] + parts["lm_head"] + parts["swap"] + 1.78e-3)

@@ -67,6 +67,11 @@ def version_text(v: tuple[int, ...]) -> str:
     return ".".join(str(x) for x in v)
 
 
+#: vLLM V1's engine-core CPU time per step and per sequence (see ``EngineRelease``).
+V1_CPU_STEP_S = 0.5e-3
+V1_CPU_PER_SEQ_S = 20e-6
+
+
 @dataclass(frozen=True)
 class EngineRelease:
     """What one engine release does by default, as kvplan prices and schedules it.
@@ -88,6 +93,16 @@ class EngineRelease:
       (``CacheConfig.prefix_caching_hash_algo``; ``xxhash`` and the CBOR variants are options,
       vllm/utils/hashing.py). Recorded, not priced: a few microseconds per block on the engine
       core's CPU at admission, under 0.5 ms for a 2k-token prompt.
+    - ``cpu_step_s`` + ``cpu_per_seq_s`` x sequences: the engine core's CPU time per step
+      (schedule, prepare inputs, sample bookkeeping, update from the output), which the GPU
+      waits for unless scheduling is asynchronous. Every modelled release runs vLLM's V1 engine
+      core (persistent batch, outputs processed in the API server's process): the V1 loop's gap
+      between two decode steps was measured at 5-6 ms with 256 sequences (Llama-2-7B, TP1;
+      vllm-project/vllm#10634, the baseline of #11133), so 0.5 ms + 20 us per sequence. The
+      roofline keeps Vidur's V0 constants (1 ms + 40 us per sequence, ``A100_EFFICIENCY``),
+      which doubled the serial CPU term of a 0.11-0.13 release's 64-sequence step. SGLang's
+      Python scheduler loop is taken as the same (no per-sequence measurement of it found);
+      with its overlap scheduler on it is hidden behind the GPU in most steps.
     """
 
     name: str
@@ -96,6 +111,8 @@ class EngineRelease:
     async_with_speculative: bool
     cudagraph_mode: str
     prefix_hash: str = "sha256"
+    cpu_step_s: float = V1_CPU_STEP_S
+    cpu_per_seq_s: float = V1_CPU_PER_SEQ_S
 
     @property
     def label(self) -> str:
@@ -141,7 +158,8 @@ class EngineRelease:
     def to_dict(self) -> dict:
         return {"name": self.name, "version": version_text(self.version),
                 "async_scheduling_default": self.async_scheduling,
-                "cudagraph_mode": self.cudagraph_mode, "prefix_hash": self.prefix_hash}
+                "cudagraph_mode": self.cudagraph_mode, "prefix_hash": self.prefix_hash,
+                "cpu_step_ms": self.cpu_step_s * 1e3, "cpu_per_seq_us": self.cpu_per_seq_s * 1e6}
 
 
 def get_engine(name: str = "vllm", version: Optional[str] = None) -> EngineRelease:

@@ -813,8 +813,8 @@ class OperatorTableCostModel(StepPricer):
         tp = self.tensor_parallel_size
         self._eager_launch = L * (KERNELS_PER_LAYER + (2 if tp > 1 else 0)) * KERNEL_LAUNCH_S
         self._piece_launch = (L + 1) * GRAPH_LAUNCH_S + L * KERNEL_LAUNCH_S
-        e = r.efficiency
-        self._cpu_step, self._cpu_seq = e.cpu_step_s, e.cpu_per_seq_s
+        # The engine core's CPU per step is the release's (V1), not the roofline's V0 figure.
+        self._cpu_step, self._cpu_seq = self.engine.cpu_step_s, self.engine.cpu_per_seq_s
 
     # -- the step price, written once -----------------------------------------------------------
     # Split in two so that a decode window re-evaluates only what its growing context changes
