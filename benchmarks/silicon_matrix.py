@@ -27,18 +27,22 @@ Assumptions about the measurement (the CSV does not record the client's settings
   no prefix (random tokens), as AIConfigurator's own evaluation runs genai-perf
   (``aiconfigurator/eval/benchmarks/genai_perf_runner.py``: ``--concurrency N --request-count
   10N --warmup-request-count 2N --max-threads 256``, ignore_eos, min = max tokens = osl).
-  Default here: ``2N`` warm-up requests then ``10N`` measured (``--warmup-per-client``,
-  ``--requests-per-client``); TTFT and TPOT are the means over the measured requests (the
-  warm-up requests, the first ``2N`` sent, are dropped; the drain at the end is kept, as the
-  tools keep it). The summary's all-request means are reported beside them.
+  Default here (``--phases burst``): the profiling phase alone, as those tools run it: the
+  warm-up phase drains before profiling starts (aiperf waits for every warm-up response), so
+  the ``10N`` profiled requests begin on an idle server with all N clients sending at once, and
+  all of them count (the first wave and the drain at the end included). ``--phases spread`` /
+  ``together`` simulate ``2N`` warm-up requests and drop them (``--warmup-per-client``,
+  ``--requests-per-client``). The summary's all-request means are reported beside them.
 - Server: vLLM's defaults for the release (``engine.version``: chunked prefill, its batch
   limits by GPU class, CUDA graphs, async scheduling from 0.14), ``gpu_memory_utilization``
   0.9, KV cache in the model dtype (``kv_cache.dtype: auto``), prefix caching irrelevant
   (no shared prefixes), ``max_model_len = isl + osl``.
 
-``--output-cv`` is a sensitivity check, not the measurement: N clients with identical lengths
-stay in lock-step forever in a deterministic simulation (every wave prefills together), while a
-real server drifts apart; a 2% CV on output lengths is enough to break the lock-step.
+After the first wave the real clients drift apart, though their lengths are fixed: their mean
+TTFTs are those of one burst averaged over ten waves plus a desynchronised loop's, where N
+identical clients kept in step (as a deterministic simulation keeps them, ``--phases together``)
+give 2-3 times that. What drifts them is not modelled; ``--phases burst`` spreads output lengths
+by 1% (CV) to stand in for it. ``--output-cv`` is a sensitivity check of that spread.
 """
 
 from __future__ import annotations
@@ -91,6 +95,10 @@ PRE_ASYNC_BEFORE = "2026-01-01"
 
 DEFAULT_REQUESTS_PER_CLIENT = 10
 DEFAULT_WARMUP_PER_CLIENT = 2
+#: ``--phases burst``: the output-length CV that stands in for whatever drifts real clients apart
+#: after the first wave (the measured lengths are fixed; see ``row_to_point``).
+BURST_DESYNC_CV = 0.01
+PHASES = ("burst", "spread", "together")
 
 
 class RowNotExpressible(Exception):
@@ -114,9 +122,10 @@ class ReplayPoint:
     silicon_ttft_ms: float
     silicon_tpot_ms: float
     notes: list[str] = field(default_factory=list)
-    #: ``spread``: the clients start one by one over one request's lifetime (``ramp_up``);
-    #: ``together``: all at t=0.
-    phases: str = "spread"
+    #: ``burst``: the profiling phase alone, all clients at t=0 on an idle server, phases drifting
+    #: apart after it; ``spread``: the clients start one by one over one request's lifetime
+    #: (``ramp_up``), warm-up dropped; ``together``: all at t=0, in lock-step, warm-up dropped.
+    phases: str = "burst"
 
 
 # --- the CSV ------------------------------------------------------------------------------------
@@ -360,7 +369,7 @@ def _is_moe(model: str) -> Optional[bool]:
 
 def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
                  warmup_per_client: int = DEFAULT_WARMUP_PER_CLIENT, output_cv: float = 0.0,
-                 phases: str = "spread",
+                 phases: str = "burst",
                  checkpoint_quant: Optional[Callable[[str], Optional[dict]]] = None,
                  is_moe: Optional[Callable[[str], Optional[bool]]] = None) -> ReplayPoint:
     """One CSV row -> the kvplan scenario that replays it (``RowNotExpressible`` when kvplan's
@@ -368,7 +377,19 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     (``checkpoint_quant`` and ``is_moe`` replace those look-ups in tests). ``output_cv`` > 0 is
     a sensitivity check, not the measurement: output lengths lognormal around ``osl`` with that
     CV (clipped to osl x (1 +- 6 CV)), which breaks the lock-step of N clients with identical
-    lengths that a deterministic simulation otherwise keeps forever."""
+    lengths that a deterministic simulation otherwise keeps forever.
+
+    ``phases`` ``burst`` (the default) replays the profiling phase as genai-perf / aiperf run it:
+    the warm-up phase ends when its last response arrives ("AIPerf waits ... for all warmup
+    responses before starting profiling", aiperf docs/tutorials/warmup.md), so profiling starts
+    on an idle server with all N clients sending at once, and every profiled request counts (no
+    warm-up is simulated or dropped). After that first wave the real clients drift apart: their
+    mean TTFTs are a first wave's queue (about N x prefill / 2 for its requests) averaged over
+    ten waves plus a desynchronised loop's; identical clients kept in lock-step would give 2-3
+    times that. What drifts them (send and API-server jitter) is not modelled; a 1% output-length
+    spread (``BURST_DESYNC_CV``, unless ``output_cv`` is given) stands in for it: it moves a
+    request's last token by about 10 of 1024 steps, enough to break the lock-step, and changes
+    TPOT by under 1%."""
     checkpoint_quant = checkpoint_quant or checkpoint_quantization
     is_moe = is_moe or _is_moe
     notes: list[str] = []
@@ -400,14 +421,22 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
                      f"so fewer requests may have been in flight and TTFT may include time queued in the client")
     if "silicon_concurrency=" not in _text(row, "silicon_data_source"):
         notes.append(f"no silicon_concurrency recorded: N = batch_size x attention DP = {clients}")
-    warmup = warmup_per_client * clients
+    if phases == "burst":
+        warmup = 0
+        if output_cv <= 0:
+            output_cv = BURST_DESYNC_CV
+            notes.append(f"profiling phase from an idle server, all {clients} clients at t=0; output "
+                         f"lengths spread {output_cv:.0%} (CV) to stand in for the clients' drift")
+    else:
+        warmup = warmup_per_client * clients
     out_len: dict = {"dist": "fixed", "mean": osl, "min": osl, "max": osl}
     longest = osl
     if output_cv > 0:
         longest = int(math.ceil(osl * (1 + 6 * output_cv)))
         out_len = {"dist": "lognormal", "mean": osl, "cv": output_cv,
                    "min": max(2, int(osl * (1 - 6 * output_cv))), "max": longest}
-        notes.append(f"sensitivity: output lengths lognormal, mean {osl}, CV {output_cv} (not the measurement's)")
+        if phases != "burst" or output_cv != BURST_DESYNC_CV:
+            notes.append(f"sensitivity: output lengths lognormal, mean {osl}, CV {output_cv} (not the measurement's)")
     config = {
         "model": model,
         "hardware": hardware,
@@ -701,6 +730,26 @@ def _pricers(d: Mapping) -> str:
     return ", ".join(f"{k} {v}" for k, v in sorted(d.items(), key=lambda kv: -kv[1]))
 
 
+def _client_line(a: Mapping) -> str:
+    """The report's one-line summary of the client the replay assumed."""
+    n, w = a["requests_per_client"], a["warmup_per_client"]
+    phases, cv = a.get("phases", "spread"), a.get("output_cv") or 0
+    head = "N = silicon_concurrency clients (batch_size x attention DP), fixed isl/osl, no think time, "
+    if phases == "burst":
+        line = (f"the profiling phase alone: {n}N requests, all counted, the N clients sending at once on an "
+                f"idle server ({w}N warm-up requests drained before it), output lengths spread "
+                f"{(cv or BURST_DESYNC_CV):.0%} (CV) so the clients drift apart after the first wave "
+                f"(`--phases burst`)")
+    else:
+        line = (f"{w}N warm-up requests dropped, {n}N measured, "
+                + ("clients started one by one over one request's lifetime (`--phases spread`)"
+                   if phases == "spread" else "**all clients started at t=0, kept in step (`--phases together`)**"))
+    if cv and not (phases == "burst" and cv == BURST_DESYNC_CV):
+        line += (f". **Sensitivity run: output lengths lognormal with CV {cv:g}, not the measurement's "
+                 f"fixed osl**")
+    return head + line
+
+
 def markdown(report: dict) -> str:
     s, cov = report["summary"], report["summary"]["coverage"]
     sel = report["selection"]
@@ -715,12 +764,7 @@ def markdown(report: dict) -> str:
              f"- Machine: {report['machine']['platform']}, {report['machine']['cpu']}, "
              f"{report['machine']['cpus']} CPUs (load average at start {report['machine']['load_average_at_start']}), "
              f"Python {report['machine']['python']}, {report['workers']} worker process(es)",
-             f"- Client assumed: N = silicon_concurrency clients (batch_size x attention DP), {report['assumptions']['warmup_per_client']}N warm-up "
-             f"requests dropped, {report['assumptions']['requests_per_client']}N measured, fixed isl/osl, no think time, "
-             + ("clients started one by one over one request's lifetime (phases spread; `--phases together` for all at t=0)"
-                if report["assumptions"].get("phases", "spread") == "spread" else "**all clients started at t=0 (`--phases together`)**")
-             + (f". **Sensitivity run: output lengths lognormal with CV {report['assumptions']['output_cv']:g}, "
-                f"not the measurement's fixed osl**" if report["assumptions"].get("output_cv") else ""),
+             "- Client assumed: " + _client_line(report["assumptions"]),
              "", "## Coverage", "",
              f"{cov['replayed']} of {cov['attempted']} rows replayed ({_pct(cov['replayed_share'])}); "
              f"{cov['skipped']} skipped:", "", "| skip reason | rows | example |", "|---|---:|---|"]
@@ -788,14 +832,19 @@ ASSUMPTIONS = {
     "client": "genai-perf / aiperf style closed loop: N = silicon_concurrency clients (else batch_size x "
               "attention_dp_size: batch_size is per DP rank), no think time, fixed isl/osl "
               "(ignore_eos), random prompts (no shared prefix); the CSV records none of the client's settings",
-    "phases": "the N clients start one by one over one request's lifetime priced on an idle server (prefill + "
-              "(osl - 1) decode steps at N): their phases spread over a cycle, as the measured TTFTs say the real "
-              "clients' were (at c4 with 8k prompts, 1.0-1.3 prefills, where clients started together and kept in "
-              "step by fixed lengths give 2.5-4); --phases together starts them all at t=0",
-    "warmup": "the first warmup_per_client x N requests sent are dropped; the drain at the end is kept "
-              "(AIConfigurator's own runner, aiconfigurator/eval/benchmarks/genai_perf_runner.py: genai-perf "
-              "--concurrency N --request-count 10N --warmup-request-count 2N --max-threads 256, chat endpoint, "
-              "ignore_eos, min_tokens = max_tokens = osl)",
+    "phases": "burst (default): the profiling phase starts on an idle server with all N clients sending at "
+              "once, because genai-perf / aiperf wait for every warm-up response before profiling (aiperf "
+              "docs/tutorials/warmup.md); after the first wave the clients drift apart, which a 1% (CV) spread "
+              "of output lengths stands in for (the measured lengths are fixed; clients kept in lock-step give "
+              "TTFTs 2-3 times the measured ones). spread: clients started one by one over one request's "
+              "lifetime priced on an idle server (the old default: no first wave); together: all at t=0 and "
+              "kept in step",
+    "warmup": "burst: the warm-up phase is not simulated (it drains before profiling; the simulator has no "
+              "cold start) and all 10N profiled requests count, the drain at the end included; spread and "
+              "together: the first warmup_per_client x N requests sent are dropped (AIConfigurator's own "
+              "runner, aiconfigurator/eval/benchmarks/genai_perf_runner.py: genai-perf --concurrency N "
+              "--request-count 10N --warmup-request-count 2N --max-threads 256, chat endpoint, ignore_eos, "
+              "min_tokens = max_tokens = osl)",
     "server": "vLLM defaults of the release: chunked prefill, batch limits by GPU class, CUDA graphs, "
               "async scheduling from 0.14, gpu_memory_utilization 0.9, bf16 activations, KV cache in bf16 "
               "(kv_cache.dtype auto), max_model_len = isl + osl",
@@ -840,9 +889,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--output-cv", type=float, default=0.0,
                     help="sensitivity check, not the measurement: output lengths lognormal with this CV "
                          "around osl (breaks the clients' lock-step); default 0 (fixed, as measured)")
-    ap.add_argument("--phases", default="spread", choices=("spread", "together"),
-                    help="the clients' phases: spread (default; they start one by one over one request's "
-                         "lifetime) or together (all at t=0, as a deterministic simulation then keeps them)")
+    ap.add_argument("--phases", default="burst", choices=PHASES,
+                    help="burst (default): the profiling phase alone, all clients at t=0 on an idle server "
+                         "(the warm-up drained before it), output lengths spread 1%% so the clients drift "
+                         "apart after the first wave; spread: clients started one by one over one "
+                         "request's lifetime, warm-up dropped; together: all at t=0 in lock-step, warm-up dropped")
     ap.add_argument("--out", type=Path, default=None,
                     help="output stem (default benchmarks/results/silicon_matrix_<backend>): .json and .md")
     args = ap.parse_args(argv)
@@ -877,7 +928,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     elapsed = time.perf_counter() - t0
     stem = args.out or RESULTS / (f"silicon_matrix_{args.backend}"
                                   + (f"_output_cv{args.output_cv:g}" if args.output_cv else "")
-                                  + ("_phases_together" if args.phases == "together" else ""))
+                                  + (f"_phases_{args.phases}" if args.phases != "burst" else ""))
     report = {
         "benchmark": "benchmarks/silicon_matrix.py", "backend": args.backend, "mode": "agg",
         "source_csv": str(path), "source_csv_name": f"aiconfigurator_core/systems/{path.name}",

@@ -43,7 +43,7 @@ def point(r: dict, quant=None, moe=None, **kw):
 
 
 def test_dense_fp8_on_h100():
-    p = point(row(), quant=None, moe=False)
+    p = point(row(), quant=None, moe=False, phases="spread")
     c = p.config
     assert c["model"] == "meta-llama/Llama-3.1-70B" and c["hardware"] == "h100-sxm"
     assert c["quantization"] == {"weights": "fp8"}  # a bf16 checkpoint under --quantization fp8
@@ -60,7 +60,7 @@ def test_dense_fp8_on_h100():
     assert p.partition == ("h100_sxm", "meta-llama/Llama-3.1-70B", "fp8")
     assert p.silicon_ttft_ms == 100.0 and p.silicon_tpot_ms == 10.0
     assert p.notes == ["no silicon_concurrency recorded: N = batch_size x attention DP = 8"]
-    q = point(row(), moe=False, requests_per_client=3, warmup_per_client=1)
+    q = point(row(), moe=False, requests_per_client=3, warmup_per_client=1, phases="spread")
     assert q.warmup == 8 and q.config["workload"]["num_requests"] == 32
 
 
@@ -102,7 +102,7 @@ def test_dp_attention_with_expert_parallel():
             moe_tp_size=1, moe_ep_size=16, batch_size=128, backend_version="0.19.0",
             silicon_data_source="db-dump/2026-04-27; config_id=734; silicon_concurrency=512; "
                                 "measured=2026-04-17T00:00:00.000Z; vllm/vllm-openai:v0.19.0-cu130")
-    p = point(r, quant=BLOCK_FP8, moe=True)
+    p = point(r, quant=BLOCK_FP8, moe=True, phases="spread")
     assert p.config["parallel"] == {"tensor_parallel_size": 4, "pipeline_parallel_size": 1,
                                     "data_parallel_size": 4, "enable_expert_parallel": True}
     assert p.config["workload"]["arrival"]["concurrency"] == 512
@@ -211,7 +211,8 @@ def test_tiny_end_to_end(tmp_path, monkeypatch):
     assert cov["skip_reasons"] == {"unknown model": 1}
     by_id = {r["id"]: r for r in rep["rows"]}
     d = by_id["dense"]
-    assert d["status"] == "replayed" and d["pricer"] == "roofline" and d["completed"] == 6
+    # --phases burst (the default): the profiling phase alone, 2N requests, all of them counted.
+    assert d["status"] == "replayed" and d["pricer"] == "roofline" and d["completed"] == 4
     assert d["measured_requests"] == 4 and d["sim_ttft_ms"] > 0 and d["sim_tpot_ms"] > 0
     assert d["ttft_err"] == pytest.approx(d["sim_ttft_ms"] / 30.0 - 1)
     assert by_id["fp8tp2"]["config"]["engine"]["version"] == sm.DEFAULT_VLLM_VERSION
@@ -221,6 +222,29 @@ def test_tiny_end_to_end(tmp_path, monkeypatch):
     assert rep["machine"]["cpus"] >= 1 and "silicon_matrix.py" in rep["command"]
     md = Path(f"{stem}.md").read_text()
     assert "unknown model" in md and "TTFT MAPE" in md
+
+
+def test_burst_replays_the_profiling_phase_from_an_idle_server():
+    """The default ``--phases burst``: genai-perf / aiperf drain the warm-up before profiling, so
+    the replay is the 10N profiled requests alone (none dropped), every client sending at t=0 (no
+    ramp), output lengths spread by BURST_DESYNC_CV around osl (bounded, mean osl) so the clients
+    drift apart after the first wave; an explicit --output-cv replaces the spread."""
+    p = point(row(), quant=None, moe=False)
+    assert p.phases == "burst" and p.warmup == 0
+    w = p.config["workload"]
+    assert w["num_requests"] == 80 and "ramp_up_s" not in w["arrival"]
+    assert w["output_len"] == {"dist": "lognormal", "mean": 128, "cv": sm.BURST_DESYNC_CV,
+                               "min": 120, "max": 136}
+    assert p.config["kv_cache"]["max_model_len"] == 1024 + 136
+    assert any("idle server" in n for n in p.notes) and not any("sensitivity" in n for n in p.notes)
+    q = point(row(), quant=None, moe=False, output_cv=0.05)
+    assert q.config["workload"]["output_len"]["cv"] == 0.05 and any("sensitivity" in n for n in q.notes)
+    # The first wave queues: its mean TTFT over all requests exceeds a spread loop's.
+    dense = row(model_path="meta-llama/Llama-3.1-8B", precision="", gemm_quant_mode="", moe_quant_mode="",
+                tp_size=1, moe_tp_size=1, batch_size=16, isl=2048, osl=32)
+    ttft = {ph: sm.replay(point(dense, moe=False, phases=ph, requests_per_client=3))["sim_ttft_ms"]
+            for ph in ("burst", "spread")}
+    assert ttft["burst"] > 1.25 * ttft["spread"]
 
 
 def test_the_package_csv_is_found_when_installed():
