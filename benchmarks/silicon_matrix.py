@@ -289,6 +289,50 @@ def weights_quantization(gemm_mode: str, moe_mode: str, checkpoint: Optional[Map
                             f"quant mode {mode!r} has no kvplan quantization.weights")
 
 
+#: The first vLLM release whose ``--kv-cache-dtype auto`` takes a ModelOpt checkpoint's declared
+#: KV-cache quantisation (vllm-project/vllm#30785, merged the week of 2025-12-19 after #29980 was
+#: reverted; 0.13.0 had branched): before it the cache stayed in the model dtype.
+CHECKPOINT_KV_FROM = (0, 14, 0)
+
+
+def nvfp4_checkpoint(model_path: str) -> str:
+    """The checkpoint an ``nvfp4`` row was served from: vLLM cannot quantise to NVFP4 online,
+    so a pre-quantised export, taken to be NVIDIA's ModelOpt one (``nvidia/<name>-NVFP4``,
+    whose config aiconfigurator-core ships beside the model's)."""
+    return f"nvidia/{model_path.split('/')[-1]}-NVFP4"
+
+
+def declares_fp8_kv(checkpoint: Optional[Mapping]) -> bool:
+    """Whether a checkpoint's ``quantization_config`` declares an FP8 KV cache: ModelOpt's
+    ``kv_cache_quant_algo: FP8`` or an 8-bit float ``kv_cache_scheme`` (ModelOpt and
+    compressed-tensors exports)."""
+    if not checkpoint:
+        return False
+    if str(checkpoint.get("kv_cache_quant_algo") or "").upper() == "FP8":
+        return True
+    scheme = checkpoint.get("kv_cache_scheme")
+    return isinstance(scheme, Mapping) and scheme.get("num_bits") == 8 and scheme.get("type") == "float"
+
+
+def kv_cache_dtype(weights: str, model_path: str, version: str,
+                   checkpoint_quant: Callable[[str], Optional[dict]]) -> tuple[str, Optional[str]]:
+    """``kv_cache.dtype`` for the row and a note. ``auto`` (the model dtype) unless the
+    checkpoint the row ran declares an FP8 KV cache and the release honours it under vLLM's
+    default ``--kv-cache-dtype auto`` (``CHECKPOINT_KV_FROM``): then ``fp8``, which halves the KV
+    bytes, so long-prompt rows at high concurrency are not held back by a cache they did not
+    have. Only ``nvfp4`` rows name such a checkpoint (``nvfp4_checkpoint``); an FP8 row may be
+    a bf16 checkpoint quantised online, whose cache stays bf16."""
+    if weights != "nvfp4":
+        return "auto", None
+    ckpt = nvfp4_checkpoint(model_path)
+    if not declares_fp8_kv(checkpoint_quant(ckpt)):
+        return "auto", None
+    if get_engine("vllm", version).version < CHECKPOINT_KV_FROM:
+        return "auto", (f"{ckpt} declares an FP8 KV cache, which vLLM {version} leaves in the model dtype "
+                        f"under --kv-cache-dtype auto")
+    return "fp8", f"KV cache fp8: {ckpt} declares it and vLLM {version} uses it under --kv-cache-dtype auto"
+
+
 def parallel_layout(row: Mapping, is_moe: Optional[bool]) -> dict:
     """``parallel.*`` for the row. AIConfigurator's agg layout: attention TP ``tp_size`` x DP
     ``attention_dp_size`` GPUs, the experts over the same GPUs as MoE TP ``moe_tp_size`` x EP
@@ -411,6 +455,11 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     version, note = engine_version(row)
     if note:
         notes.append(note)
+    kv_dtype = "auto"
+    if (_text(row, "backend") or "vllm") == "vllm":
+        kv_dtype, note = kv_cache_dtype(weights, model_path, version, checkpoint_quant)
+        if note:
+            notes.append(note)
     parallel = parallel_layout(row, moe)
     clients = client_concurrency(row, parallel["data_parallel_size"])
     isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
@@ -444,7 +493,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         "quantization": {"weights": weights},
         "engine": {"name": _text(row, "backend") or "vllm", "version": version},
         "parallel": parallel,
-        "kv_cache": {"max_model_len": isl + longest, "dtype": "auto"},
+        "kv_cache": {"max_model_len": isl + longest, "dtype": kv_dtype},
         "workload": {
             "num_requests": warmup + requests_per_client * clients,
             "arrival": {"process": "closed", "concurrency": clients, "think_time_s": 0},
@@ -847,7 +896,8 @@ ASSUMPTIONS = {
               "min_tokens = max_tokens = osl)",
     "server": "vLLM defaults of the release: chunked prefill, batch limits by GPU class, CUDA graphs, "
               "async scheduling from 0.14, gpu_memory_utilization 0.9, bf16 activations, KV cache in bf16 "
-              "(kv_cache.dtype auto), max_model_len = isl + osl",
+              "(kv_cache.dtype auto) except nvfp4 rows from 0.14: NVIDIA's ModelOpt NVFP4 export declares an "
+              "FP8 KV cache, which --kv-cache-dtype auto then uses (vllm#30785), max_model_len = isl + osl",
     "quantisation": "fp8 -> fp8_block for block-FP8 checkpoints (MiniMax-M2.5, Qwen3-235B-A22B-FP8), else "
                     "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16 on the routed experts only, "
                     "as Kimi-K2.5's checkpoint; Marlin MoE rows); gpt-oss (labelled nvfp4) -> mxfp4, "
