@@ -35,8 +35,9 @@ Assumptions about the measurement (the CSV does not record the client's settings
   ``--requests-per-client``). The summary's all-request means are reported beside them.
 - Server: vLLM's defaults for the release (``engine.version``: chunked prefill, its batch
   limits by GPU class, CUDA graphs, async scheduling from 0.14), ``gpu_memory_utilization``
-  0.9, KV cache in the model dtype (``kv_cache.dtype: auto``), prefix caching irrelevant
-  (no shared prefixes), ``max_model_len = isl + osl``.
+  0.9, the KV cache in FP8 for FP8 / NVFP4 weights and in the model dtype otherwise
+  (``kv_cache_dtype``), prefix caching irrelevant (no shared prefixes),
+  ``max_model_len = isl + osl``.
 
 After the first wave the real clients drift apart, though their lengths are fixed: their mean
 TTFTs are those of one burst averaged over ten waves plus a desynchronised loop's, where N
@@ -289,48 +290,23 @@ def weights_quantization(gemm_mode: str, moe_mode: str, checkpoint: Optional[Map
                             f"quant mode {mode!r} has no kvplan quantization.weights")
 
 
-#: The first vLLM release whose ``--kv-cache-dtype auto`` takes a ModelOpt checkpoint's declared
-#: KV-cache quantisation (vllm-project/vllm#30785, merged the week of 2025-12-19 after #29980 was
-#: reverted; 0.13.0 had branched): before it the cache stayed in the model dtype.
-CHECKPOINT_KV_FROM = (0, 14, 0)
+#: Weight formats whose rows run an FP8 KV cache (``kv_cache_dtype``).
+FP8_KV_FORMATS = ("fp8", "fp8_block", "nvfp4")
 
 
-def nvfp4_checkpoint(model_path: str) -> str:
-    """The checkpoint an ``nvfp4`` row was served from: vLLM cannot quantise to NVFP4 online,
-    so a pre-quantised export, taken to be NVIDIA's ModelOpt one (``nvidia/<name>-NVFP4``,
-    whose config aiconfigurator-core ships beside the model's)."""
-    return f"nvidia/{model_path.split('/')[-1]}-NVFP4"
-
-
-def declares_fp8_kv(checkpoint: Optional[Mapping]) -> bool:
-    """Whether a checkpoint's ``quantization_config`` declares an FP8 KV cache: ModelOpt's
-    ``kv_cache_quant_algo: FP8`` or an 8-bit float ``kv_cache_scheme`` (ModelOpt and
-    compressed-tensors exports)."""
-    if not checkpoint:
-        return False
-    if str(checkpoint.get("kv_cache_quant_algo") or "").upper() == "FP8":
-        return True
-    scheme = checkpoint.get("kv_cache_scheme")
-    return isinstance(scheme, Mapping) and scheme.get("num_bits") == 8 and scheme.get("type") == "float"
-
-
-def kv_cache_dtype(weights: str, model_path: str, version: str,
-                   checkpoint_quant: Callable[[str], Optional[dict]]) -> tuple[str, Optional[str]]:
-    """``kv_cache.dtype`` for the row and a note. ``auto`` (the model dtype) unless the
-    checkpoint the row ran declares an FP8 KV cache and the release honours it under vLLM's
-    default ``--kv-cache-dtype auto`` (``CHECKPOINT_KV_FROM``): then ``fp8``, which halves the KV
-    bytes, so long-prompt rows at high concurrency are not held back by a cache they did not
-    have. Only ``nvfp4`` rows name such a checkpoint (``nvfp4_checkpoint``); an FP8 row may be
-    a bf16 checkpoint quantised online, whose cache stays bf16."""
-    if weights != "nvfp4":
-        return "auto", None
-    ckpt = nvfp4_checkpoint(model_path)
-    if not declares_fp8_kv(checkpoint_quant(ckpt)):
-        return "auto", None
-    if get_engine("vllm", version).version < CHECKPOINT_KV_FROM:
-        return "auto", (f"{ckpt} declares an FP8 KV cache, which vLLM {version} leaves in the model dtype "
-                        f"under --kv-cache-dtype auto")
-    return "fp8", f"KV cache fp8: {ckpt} declares it and vLLM {version} uses it under --kv-cache-dtype auto"
+def kv_cache_dtype(weights: str) -> str:
+    """``kv_cache.dtype`` for the row: ``fp8`` for FP8 and NVFP4 weights, else
+    ``auto`` (the model dtype). The CSV records no KV-cache dtype; AIConfigurator's own model
+    resolves an fp8, fp8_block or nvfp4 checkpoint to an FP8 KV cache (aiconfigurator-core
+    ``sdk/models/helpers.py``, ``_infer_quant_modes_from_raw_config``) and its generator passes
+    that as ``--kv-cache-dtype`` (``backend_config_mapping.yaml``); NVIDIA's NVFP4 exports
+    declare one too, which vLLM's ``--kv-cache-dtype auto`` uses from 0.14 (vllm#30785). The
+    measurements agree: rows with 8k prompts at 16-64 clients show no admission queue where a
+    bf16 cache could not have held the clients (MiniMax-M2.5 FP8 on one B300 at 16 clients:
+    measured TTFT 0.52 s; replayed with a bf16 cache, 10.3 s). MXFP4 (gpt-oss), INT4
+    (Kimi-K2.5) and bf16 rows keep the model dtype, as AIConfigurator's model does. Said once
+    in the report's assumptions, not per row."""
+    return "fp8" if weights in FP8_KV_FORMATS else "auto"
 
 
 def parallel_layout(row: Mapping, is_moe: Optional[bool]) -> dict:
@@ -455,11 +431,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     version, note = engine_version(row)
     if note:
         notes.append(note)
-    kv_dtype = "auto"
-    if (_text(row, "backend") or "vllm") == "vllm":
-        kv_dtype, note = kv_cache_dtype(weights, model_path, version, checkpoint_quant)
-        if note:
-            notes.append(note)
+    kv_dtype = kv_cache_dtype(weights) if (_text(row, "backend") or "vllm") == "vllm" else "auto"
     parallel = parallel_layout(row, moe)
     clients = client_concurrency(row, parallel["data_parallel_size"])
     isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
@@ -896,8 +868,9 @@ ASSUMPTIONS = {
               "min_tokens = max_tokens = osl)",
     "server": "vLLM defaults of the release: chunked prefill, batch limits by GPU class, CUDA graphs, "
               "async scheduling from 0.14, gpu_memory_utilization 0.9, bf16 activations, KV cache in bf16 "
-              "(kv_cache.dtype auto) except nvfp4 rows from 0.14: NVIDIA's ModelOpt NVFP4 export declares an "
-              "FP8 KV cache, which --kv-cache-dtype auto then uses (vllm#30785), max_model_len = isl + osl",
+              "(kv_cache.dtype auto) for bf16, mxfp4 and int4 weights, fp8 for fp8, fp8_block and nvfp4 weights "
+              "(AIConfigurator's model gives a quantised checkpoint an FP8 KV cache, sdk/models/helpers.py; "
+              "long-prompt rows show no queue a bf16 cache would have caused), max_model_len = isl + osl",
     "quantisation": "fp8 -> fp8_block for block-FP8 checkpoints (MiniMax-M2.5, Qwen3-235B-A22B-FP8), else "
                     "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16 on the routed experts only, "
                     "as Kimi-K2.5's checkpoint; Marlin MoE rows); gpt-oss (labelled nvfp4) -> mxfp4, "

@@ -279,29 +279,21 @@ def test_sglang_rows_replay_with_engine_sglang():
     assert e.value.kind in ("unknown model", "model not modelled")
 
 
-def test_nvfp4_rows_run_the_checkpoints_fp8_kv_cache_from_0_14():
-    """An nvfp4 row was served from NVIDIA's ModelOpt export (vLLM has no online NVFP4), whose
-    quantization_config declares an FP8 KV cache (ModelOpt's kv_cache_quant_algo, or an 8-bit
-    float kv_cache_scheme); vLLM's --kv-cache-dtype auto uses it from 0.14 (vllm#30785), so the
-    replay's kv_cache.dtype is fp8 there and auto (the model dtype) before, or for other formats."""
-    declared = {"quant_method": "modelopt", "quant_algo": "NVFP4",
-                "kv_cache_scheme": {"dynamic": False, "num_bits": 8, "type": "float"}}
-    seen: list[str] = []
+def test_fp8_and_nvfp4_rows_run_an_fp8_kv_cache():
+    """The CSV records no KV-cache dtype: FP8 and NVFP4 rows replay with an FP8 cache, as
+    AIConfigurator's own model resolves a quantised checkpoint (and its generator passes it to
+    vLLM); MXFP4, INT4 and bf16 rows keep the model dtype."""
+    def kv(**kw):
+        r = row(model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm", backend_version="0.19.0",
+                tp_size=1, moe_tp_size=1, **kw)
+        return sm.row_to_point(r, checkpoint_quant=lambda m: None, is_moe=lambda m: True)
 
-    def ckpt(path: str):
-        seen.append(path)
-        return declared if path.startswith("nvidia/") else None
-
-    r = row(model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm", gemm_quant_mode="nvfp4",
-            moe_quant_mode="nvfp4", backend_version="0.19.0", tp_size=1, moe_tp_size=1)
-    p = sm.row_to_point(r, checkpoint_quant=ckpt, is_moe=lambda m: True)
-    assert p.config["kv_cache"]["dtype"] == "fp8" and "nvidia/MiniMax-M2.5-NVFP4" in seen
-    assert any("KV cache fp8" in n for n in p.notes)
-    old = sm.row_to_point({**r, "backend_version": "0.12.0"}, checkpoint_quant=ckpt, is_moe=lambda m: True)
-    assert old.config["kv_cache"]["dtype"] == "auto" and any("leaves" in n for n in old.notes)
-    fp8 = sm.row_to_point({**r, "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8"},
-                          checkpoint_quant=ckpt, is_moe=lambda m: True)
-    assert fp8.config["kv_cache"]["dtype"] == "auto"
-    assert sm.declares_fp8_kv({"kv_cache_quant_algo": "FP8"})
-    assert not sm.declares_fp8_kv({"kv_cache_quant_algo": None, "kv_cache_scheme": None})
-    assert not sm.declares_fp8_kv(None)
+    p = kv(gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4")
+    assert p.config["kv_cache"]["dtype"] == "fp8"
+    assert kv(gemm_quant_mode="fp8", moe_quant_mode="fp8").config["kv_cache"]["dtype"] == "fp8"
+    assert kv(gemm_quant_mode="", moe_quant_mode="").config["kv_cache"]["dtype"] == "auto"
+    assert kv(gemm_quant_mode="int4_wo", moe_quant_mode="int4_wo").config["kv_cache"]["dtype"] == "auto"
+    gpt = sm.row_to_point(row(model_path="openai/gpt-oss-120b", gemm_quant_mode="nvfp4",
+                              moe_quant_mode="nvfp4", tp_size=1, moe_tp_size=1),
+                          checkpoint_quant=lambda m: MXFP4, is_moe=lambda m: True)
+    assert gpt.config["quantization"]["weights"] == "mxfp4" and gpt.config["kv_cache"]["dtype"] == "auto"
