@@ -431,7 +431,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     version, note = engine_version(row)
     if note:
         notes.append(note)
-    kv_dtype = kv_cache_dtype(weights) if (_text(row, "backend") or "vllm") == "vllm" else "auto"
+    kv_dtype = kv_cache_dtype(weights)
     parallel = parallel_layout(row, moe)
     clients = client_concurrency(row, parallel["data_parallel_size"])
     isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
@@ -892,7 +892,7 @@ SGLANG_ASSUMPTIONS = {
     "server": "SGLang defaults of the release (engine.name sglang): prefill-first extend batches, "
               "chunked_prefill_size and cuda_graph_max_bs by GPU memory, mem_fraction_static by GPU "
               "memory and TP, max_running_requests from the KV pool, radix cache with page size 1, "
-              "the overlap scheduler, fcfs; KV cache in bf16, context length = isl + osl",
+              "the overlap scheduler, fcfs; KV cache fp8 for fp8, fp8_block and nvfp4 weights (as for vLLM rows), else bf16, context length = isl + osl",
     "engine_version": f"the row's backend_version (0.5.x); nightly-* or missing -> kvplan's default "
                       f"SGLang {DEFAULT_SGLANG_VERSION}; custom builds (glm5-hopper) skipped",
 }
