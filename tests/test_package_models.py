@@ -104,6 +104,35 @@ def test_minimax_m25_is_a_gqa_moe_of_about_229b():
     assert 10e9 <= m.active_params <= 11.5e9
 
 
+@needs_package
+def test_minimax_m25s_cross_head_qk_norm_adds_an_all_reduce_per_layer_under_tp():
+    """MiniMax-M2's q/k RMSNorm spans all heads (qk_norm_type per_layer): vLLM's forward_qk
+    all-reduces each token's q and k variance (two fp32) over TP, then normalises. The roofline
+    prices, per layer, the norm kernel over this GPU's q and k, and under TP one all-reduce of
+    8 bytes per row and a second kernel: by hand against the same model without the flag."""
+    import dataclasses
+
+    from sim.pricing.roofline import QK_VARIANCE_BYTES, RooflineCostModel
+    from sim.policies.step import StepShape
+
+    m = get_model("MiniMaxAI/MiniMax-M2.5")
+    assert m.qk_norm and m.qk_norm_across_heads
+    plain = dataclasses.replace(m, qk_norm_across_heads=False)
+    shape = StepShape(num_decode_seqs=8, decode_context_tokens=8 * 1024)
+    for tp in (1, 4):
+        with_norm = RooflineCostModel(m, "h100-sxm", dtype="bfloat16", tensor_parallel_size=tp)
+        without = RooflineCostModel(plain, "h100-sxm", dtype="bfloat16", tensor_parallel_size=tp)
+        lat, L, rows = with_norm.efficiency.elementwise_latency_s, m.num_layers, 8
+        q = m.q_size // tp + m.num_kv_heads // tp * m.head_dim
+        kernel = 2 * q * 2 / (with_norm.hardware.memory_bandwidth * with_norm.efficiency.norm_memory)
+        assert with_norm._elementwise["qk_norm"] == pytest.approx(kernel)
+        expected = L * (kernel * rows + lat)
+        if tp > 1:
+            expected += L * (with_norm._ar_fixed + with_norm._ar_per_byte * QK_VARIANCE_BYTES * rows + lat)
+        assert with_norm.price(shape) - without.price(shape) == pytest.approx(expected, rel=1e-6)
+        assert without._elementwise["qk_norm"] is None
+
+
 def test_minimax_with_linear_attention_layers_is_refused(tmp_path):
     cfg = {"model_type": "minimax_m2", "num_hidden_layers": 4, "hidden_size": 256,
            "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 64,

@@ -33,6 +33,10 @@ class ModelSpec:
       ``num_experts_per_tok`` of them. All experts are held in memory (``params``); a token
       computes through k (``active_params``).
     - ``qk_norm``: RMSNorm over each head's query and key (Qwen3); priced as part of the norms.
+    - ``qk_norm_across_heads``: the q/k RMSNorm spans all heads (MiniMax-M2's ``qk_norm_type:
+      per_layer``): under tensor parallelism each GPU holds some heads, so vLLM all-reduces the
+      per-token variance (``MiniMaxText01RMSNormTP.forward_qk``): one more small all-reduce and
+      kernel per layer, priced by ``sim.pricing``.
     - ``num_shared_experts``: experts every token goes through besides its routed k
       (DeepSeek-V3: 1), each ``intermediate_size`` wide; ``first_dense_layers``: leading layers
       with a dense MLP of ``dense_intermediate_size`` instead of experts (DeepSeek-V3: 3 of 61,
@@ -85,6 +89,7 @@ class ModelSpec:
     num_experts: int = 0
     num_experts_per_tok: int = 0
     qk_norm: bool = False
+    qk_norm_across_heads: bool = False
     num_shared_experts: int = 0
     first_dense_layers: int = 0
     dense_intermediate_size: int = 0
@@ -602,8 +607,9 @@ def _from_minimax_m2(name: str, cfg: dict) -> ModelSpec:
     """MiniMax-M2 / M2.5 / M2.7: GQA attention in every layer (``attn_type_list`` all 1; a 0,
     MiniMax-01's lightning linear attention, is refused), a MoE of ``num_local_experts`` experts
     of ``intermediate_size`` (top ``num_experts_per_tok``) in every layer, no shared expert.
-    Its q/k RMSNorm spans all heads (``qk_norm_type`` per_layer), counted here as per-head
-    (about 0.4M weights too few in 229B); the rotary part of a head (``rotary_dim``) does not
+    Its q/k RMSNorm spans all heads (``qk_norm_type`` per_layer: ``qk_norm_across_heads``, whose
+    variance is all-reduced over TP), its weights counted as per-head (about 0.4M too few in
+    229B); the rotary part of a head (``rotary_dim``) does not
     change a cost; the MTP modules are recorded, not counted."""
     layers = int(cfg["num_hidden_layers"])
     if any(int(t) != 1 for t in (cfg.get("attn_type_list") or [])[:layers]):
@@ -617,6 +623,8 @@ def _from_minimax_m2(name: str, cfg: dict) -> ModelSpec:
         num_experts=int(cfg["num_local_experts"]),
         num_experts_per_tok=int(cfg["num_experts_per_tok"]),
         qk_norm=bool(cfg.get("use_qk_norm", False)),
+        qk_norm_across_heads=bool(cfg.get("use_qk_norm", False))
+        and cfg.get("qk_norm_type", "per_layer") == "per_layer",
         num_mtp_layers=int(cfg.get("num_mtp_modules") or 0) if cfg.get("use_mtp") else 0,
     )
 

@@ -49,7 +49,7 @@ from sim.memory_plan import check_parallel, kv_heads_per_gpu
 from sim.policies.step import StepShape
 from sim.pricing.base import Max, ShapeColumns, StepPricer, register_pricer
 from sim.pricing.features import sampled_rows
-from sim.pricing.roofline import RooflineCostModel
+from sim.pricing.roofline import QK_VARIANCE_BYTES, RooflineCostModel
 from sim.pricing.table_data import (
     GPU_ARCH, GPU_TABLE_DIRS, MISSING_TABLES_NOTE, TableError, default_tables_root, gpu_dir,
     latest_file, package_tables_root, package_version, read_columns, read_columns_present,
@@ -777,18 +777,24 @@ class OperatorTableCostModel(StepPricer):
     def _build_allreduce(self) -> None:
         self._ar_eager = self._allreduce_ms(self._gemm_m * self.model.hidden_size, graph=False)
 
-    def _rows_part(self, rows: np.ndarray, gemm_ms: np.ndarray, ar_ms: np.ndarray) -> np.ndarray:
+    def _rows_part(self, rows: np.ndarray, gemm_ms: np.ndarray, ar_ms: np.ndarray,
+                   graph: bool = False) -> np.ndarray:
         """Seconds of everything that depends only on the row count: L x (GEMMs + bandwidth-
         bound layer kernels + 2 all-reduces) + embedding + final norm. No KV-cache write: the
         attention rows include it (AIConfigurator's collector/vllm/collect_attn.py times
         ``impl.forward``, which wrote the cache itself before vLLM 0.16, after
         ``impl.do_kv_cache_update`` where the backend splits it off)."""
         r, L = self._roof, self.model.num_layers
-        kernels = ("input_norm", "post_attn_norm", "mlp_act") + (
+        kernels = ("input_norm", "post_attn_norm", "mlp_act", "qk_norm") + (
             () if self._rope_in_attention else ("rope",))
         ew = np.array([sum(r.elementwise_time(op, float(x)) for op in kernels)
                        + r._elementwise["residual_add"] * float(x) for x in rows])
         per_layer = gemm_ms * 1e-3 + ew + 2 * ar_ms * 1e-3
+        if self.model.qk_norm_across_heads and self.tensor_parallel_size > 1:
+            # MiniMax-M2's q/k norm: the per-token variance all-reduced over TP (two fp32 per
+            # row, four 16-bit elements), then the normalising kernel (vLLM's forward_qk).
+            qk_ar = self._allreduce_ms(rows * QK_VARIANCE_BYTES / 2, graph=graph)
+            per_layer = per_layer + qk_ar * 1e-3 + r.efficiency.elementwise_latency_s
         return L * per_layer + (r._embed_per_row + r._final_norm_per_row) * rows
 
     def _build_rows(self) -> None:
@@ -801,7 +807,7 @@ class OperatorTableCostModel(StepPricer):
             caps = np.array(self.capture_sizes, dtype=float)
             g = np.array([gcurve.at(float(c)) for c in caps])
             ar = self._allreduce_ms(caps * self.model.hidden_size, graph=True)
-            self._graph_vals = self._rows_part(caps, g, ar).tolist()
+            self._graph_vals = self._rows_part(caps, g, ar, graph=True).tolist()
         else:
             self._graph_vals = []
         self._np_caps = np.array(self.capture_sizes, dtype=float)

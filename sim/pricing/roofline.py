@@ -92,8 +92,11 @@ BREAKDOWN_KEYS: tuple[str, ...] = (
 )
 
 LAYER_GEMMS: tuple[str, ...] = ("qkv_proj", "o_proj", "mlp_up", "mlp_down")
+#: Bytes per row of the q/k variance a cross-head q/k norm all-reduces under TP: two fp32.
+QK_VARIANCE_BYTES = 8
 LAYER_ELEMENTWISE: tuple[str, ...] = (
     "input_norm", "post_attn_norm", "rope", "residual_add", "mlp_act", "kv_cache_write",
+    "qk_norm",
 )
 
 
@@ -251,6 +254,9 @@ class RooflineCostModel(StepPricer):
             "residual_add": 3 * hd * ab / gemm_bw,  # two per layer
             "mlp_act": (m.mlp_in_size / tp + ffn) * ab / ew_bw * max(m.num_experts_per_tok, 1),
             "kv_cache_write": 2 * kv * (ab + p.kv_bytes) / gemm_bw,
+            # A q/k RMSNorm across all heads (MiniMax-M2) is its own kernel over this GPU's q
+            # and k; per-head ones (Qwen3) are left in the norms (fused with rotary in vLLM).
+            "qk_norm": 2 * (q + kv) * ab / norm_bw if m.qk_norm_across_heads else None,
         }
         if m.is_mla:
             # Rotary on the rope dims of every q head and the one shared key; the cache holds
@@ -390,6 +396,10 @@ class RooflineCostModel(StepPricer):
             row_bytes = m.hidden_size * act_bytes
             a += 2 * layers * self._ar_fixed
             b += 2 * layers * self._ar_per_byte * row_bytes
+            if m.qk_norm_across_heads:
+                # The q/k variance (two fp32 per row) all-reduced, then a second kernel.
+                a += layers * (self._ar_fixed + ew_lat)
+                b += layers * self._ar_per_byte * QK_VARIANCE_BYTES
         if pp > 1:
             # Hidden state and residual cross each stage boundary.
             row_bytes = m.hidden_size * act_bytes
@@ -520,6 +530,9 @@ class RooflineCostModel(StepPricer):
                                         + 2 * e.elementwise_latency_s)
             row_bytes = m.hidden_size * self.precision.act_bytes * rows
             out["tp_allreduce"] = 2 * L * self.allreduce_time(row_bytes)
+            if m.qk_norm_across_heads and self.tensor_parallel_size > 1:
+                out["tp_allreduce"] += L * self.allreduce_time(QK_VARIANCE_BYTES * rows)
+                out["norms_elementwise"] += L * e.elementwise_latency_s
             out["pp_send_recv"] = (self.pipeline_parallel_size - 1) * 2 * self.send_recv_time(
                 row_bytes)
             if self.expert_parallel_size > 1:
