@@ -435,3 +435,22 @@ def test_the_engine_cores_cpu_is_v1s_not_the_rooflines_v0_figure(tables):
     parts = dep.cost_model.breakdown(shape)
     assert parts["cpu"] == pytest.approx(1.78e-3)
     assert dep.cost_model.price(shape) == pytest.approx(parts["gpu"] + parts["lm_head"] + parts["swap"] + 1.78e-3)
+
+
+def test_mla_rows_take_the_kernel_measured_at_each_length():
+    """AIConfigurator's MLA module tables measure different kernels over disjoint lengths, as
+    vLLM dispatches them (Hopper: FLASH_ATTN_MLA for 1-512-token chunks, FLASH_ATTN for 1,024
+    up). Each length takes the kernel with the most rows there, not one kernel for every
+    length (which priced 8k prompts by extrapolating the short-chunk kernel)."""
+    from sim.pricing.operator_tables import _kernel_per_length
+
+    kernels = np.array(["FLASH_ATTN_MLA"] * 4 + ["FLASH_ATTN"] * 3 + ["FLASHMLA", "FLASH_ATTN"])
+    lengths = np.array([1, 256, 512, 512, 1024, 8192, 8192, 2048, 2048])
+    sel = np.ones(kernels.size, dtype=bool)
+    sel[3] = False  # a row outside the selection counts for nothing
+    keep = _kernel_per_length(kernels, lengths, sel)
+    # At 2,048 one row each: the kernel with more rows overall (FLASH_ATTN, 4) wins; FlashMLA
+    # is preferred only when that ties too.
+    assert keep.tolist() == [True, True, True, False, True, True, True, False, True]
+    tie = _kernel_per_length(np.array(["FLASHMLA", "OTHER"]), np.array([64, 64]), np.ones(2, bool))
+    assert tie.tolist() == [True, False]

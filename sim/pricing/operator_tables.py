@@ -223,6 +223,28 @@ def _isotonic(y: np.ndarray) -> np.ndarray:
     return np.repeat(vals, counts)
 
 
+def _kernel_per_length(kernels: np.ndarray, lengths: np.ndarray, sel: np.ndarray) -> np.ndarray:
+    """The rows of one kernel at each length: at every length (``isl`` or ``step``) the kernel
+    with the most rows there, then the most rows overall, FlashMLA on a tie. The MLA module
+    tables measure different kernels over disjoint lengths, as vLLM dispatches them: on Hopper
+    ``FLASH_ATTN_MLA`` for chunks of 1-512 tokens and ``FLASH_ATTN`` (the prefill path) from
+    1,024 up, on Blackwell ``FLASHINFER_MLA`` at 1 and ``FLASH_ATTN`` from 16. One kernel for
+    every length extrapolated the short-chunk one to 8k prompts (H200: 2.45 ms a layer where the
+    prefill rows measure 1.06)."""
+    ks, ls = kernels[sel].astype(str), lengths[sel].astype(float)
+    total = {k: int(n) for k, n in zip(*np.unique(ks, return_counts=True))}
+    keep = np.zeros(kernels.shape, dtype=bool)
+    idx = np.flatnonzero(sel)
+    for length in np.unique(ls):
+        here = ls == length
+        names, counts = np.unique(ks[here], return_counts=True)
+        rank = {k: (int(n), total[k], k in ("vllm_flashmla", "FLASHMLA"))
+                for k, n in zip(names.tolist(), counts.tolist())}
+        best = max(sorted(rank), key=lambda k: rank[k])
+        keep[idx[here & (ks == best)]] = True
+    return keep
+
+
 def _fill_monotone(z: np.ndarray, xs: np.ndarray) -> np.ndarray:
     """Fill a grid's unmeasured cells (NaN) in proportion to x from the last measured cell of
     their column, then make it non-decreasing along both axes (more work never costs less: a
@@ -678,12 +700,7 @@ class OperatorTableCostModel(StepPricer):
         sources = set(c["kernel_source"][sel].tolist())
         if not sources:
             raise TablesNotCovering(f"{path}: no {kd} MLA rows at {heads} heads")
-        # The kernel measured over the most shapes (a kernel with a handful of rows, B200's
-        # FLASHINFER_MLA context rows, would be extrapolated far past them), FlashMLA on a tie.
-        kernels, counts = np.unique(c["kernel_source"][sel], return_counts=True)
-        rank = {k: (n, k in ("vllm_flashmla", "FLASHMLA")) for k, n in zip(kernels.tolist(), counts.tolist())}
-        src = max(sorted(rank), key=lambda k: rank[k])
-        sel &= c["kernel_source"] == src
+        sel &= _kernel_per_length(c["kernel_source"], c[y_col], sel)
         b = c["batch_size"][sel].astype(float)
         y = c[y_col][sel].astype(float) + y_offset
         lat = c["latency"][sel].astype(float)
