@@ -968,13 +968,44 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "summary": {**summarize(results, all_rows), "mapping_all_rows": mapping_coverage(all_rows, opts)},
         "rows": results,
     }
-    text = json.dumps(report, indent=1, default=str) + "\n"
     md = markdown(report)
+    text = results_json(report)
     stem.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{stem}.json").write_text(text)
     Path(f"{stem}.md").write_text(md)
     print(md)
     return 0
+
+
+def _rounded(obj: Any) -> Any:
+    """``obj`` with every float at 9 significant digits (the measurements have fewer)."""
+    if isinstance(obj, float):
+        return float(f"{obj:.9g}")
+    if isinstance(obj, dict):
+        return {k: _rounded(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_rounded(v) for v in obj]
+    return obj
+
+
+def results_json(report: Mapping) -> str:
+    """The report as JSON small enough to keep in the repository (the full vLLM matrix was
+    2.8 MB indented): the header indented, one compact line per row, floats at 9 significant
+    digits, and each row's pricer description (long, repeated across rows) stored once in
+    ``pricer_descriptions`` and named by ``pricer_description_index``."""
+    descriptions = sorted({r["pricer_description"] for r in report["rows"] if r.get("pricer_description")})
+    index = {d: i for i, d in enumerate(descriptions)}
+    rows = []
+    for r in report["rows"]:
+        r = dict(r)
+        d = r.pop("pricer_description", None)
+        if d:
+            r["pricer_description_index"] = index[d]
+        rows.append(json.dumps(_rounded(r), separators=(",", ":"), default=str))
+    head = {k: v for k, v in report.items() if k != "rows"}
+    head["pricer_descriptions"] = descriptions
+    text = json.dumps(_rounded(head), indent=1, default=str)
+    return text[:-2] + ',\n "rows": [\n' + ",\n".join(rows) + "\n ]\n}\n"
 
 
 def _progress(i: int, n: int, res: dict) -> None:

@@ -216,6 +216,8 @@ def test_tiny_end_to_end(tmp_path, monkeypatch):
     assert d["measured_requests"] == 4 and d["sim_ttft_ms"] > 0 and d["sim_tpot_ms"] > 0
     assert d["ttft_err"] == pytest.approx(d["sim_ttft_ms"] / 30.0 - 1)
     assert by_id["fp8tp2"]["config"]["engine"]["version"] == sm.DEFAULT_VLLM_VERSION
+    # Each row's pricer description is stored once and named by index.
+    assert rep["pricer_descriptions"][d["pricer_description_index"]].startswith("roofline")
     o = rep["summary"]["overall"]
     assert o["n"] == 2 and o["ttft_mape"] is not None and o["tpot_mape"] is not None
     assert set(rep["summary"]["by_gpu"]) == {"h100_sxm", "h200_sxm"}
