@@ -102,6 +102,12 @@ BURST_DESYNC_CV = 0.01
 PHASES = ("burst", "spread", "together")
 
 
+def is_sensitivity_run(phases: str, output_cv: float) -> bool:
+    """Whether ``output_cv`` spreads output lengths as a sensitivity check, not as the burst
+    replay's stand-in for the clients' drift (``BURST_DESYNC_CV``)."""
+    return output_cv > 0 and not (phases == "burst" and output_cv == BURST_DESYNC_CV)
+
+
 class RowNotExpressible(Exception):
     """A row kvplan's config cannot say (before any simulation): ``kind`` groups the skip
     reasons, the message says what exactly."""
@@ -456,7 +462,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         longest = int(math.ceil(osl * (1 + 6 * output_cv)))
         out_len = {"dist": "lognormal", "mean": osl, "cv": output_cv,
                    "min": max(2, int(osl * (1 - 6 * output_cv))), "max": longest}
-        if phases != "burst" or output_cv != BURST_DESYNC_CV:
+        if is_sensitivity_run(phases, output_cv):
             notes.append(f"sensitivity: output lengths lognormal, mean {osl}, CV {output_cv} (not the measurement's)")
     config = {
         "model": model,
@@ -765,7 +771,7 @@ def _client_line(a: Mapping) -> str:
         line = (f"{w}N warm-up requests dropped, {n}N measured, "
                 + ("clients started one by one over one request's lifetime (`--phases spread`)"
                    if phases == "spread" else "**all clients started at t=0, kept in step (`--phases together`)**"))
-    if cv and not (phases == "burst" and cv == BURST_DESYNC_CV):
+    if is_sensitivity_run(phases, cv):
         line += (f". **Sensitivity run: output lengths lognormal with CV {cv:g}, not the measurement's "
                  f"fixed osl**")
     return head + line
