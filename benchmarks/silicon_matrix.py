@@ -69,6 +69,7 @@ sys.path.insert(0, str(ROOT))
 
 from sim.catalog.engines import DEFAULT_SGLANG_VERSION, DEFAULT_VLLM_VERSION, get_engine  # noqa: E402
 from sim.catalog.package_models import package_root  # noqa: E402
+from sim.config import parse_override  # noqa: E402
 from sim.errors import ConfigError, DoesNotFitError, KvplanError  # noqa: E402
 
 CSV_NAME = "silicon_sample.csv"
@@ -395,7 +396,7 @@ def _is_moe(model: str) -> Optional[bool]:
 
 def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
                  warmup_per_client: int = DEFAULT_WARMUP_PER_CLIENT, output_cv: float = 0.0,
-                 phases: str = "burst",
+                 phases: str = "burst", overrides: Sequence[str] = (),
                  checkpoint_quant: Optional[Callable[[str], Optional[dict]]] = None,
                  is_moe: Optional[Callable[[str], Optional[bool]]] = None) -> ReplayPoint:
     """One CSV row -> the kvplan scenario that replays it (``RowNotExpressible`` when kvplan's
@@ -415,7 +416,10 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     times that. What drifts them (send and API-server jitter) is not modelled; a 1% output-length
     spread (``BURST_DESYNC_CV``, unless ``output_cv`` is given) stands in for it: it moves a
     request's last token by about 10 of 1024 steps, enough to break the lock-step, and changes
-    TPOT by under 1%."""
+    TPOT by under 1%.
+
+    ``overrides`` (``key=value``, as ``kvplan --set``) are merged into the mapped config last: a
+    what-if over the rows (``cost_model.moe_routing=balanced``), recorded in each row's notes."""
     checkpoint_quant = checkpoint_quant or checkpoint_quantization
     is_moe = is_moe or _is_moe
     notes: list[str] = []
@@ -479,6 +483,13 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
             "output_len": out_len,
         },
     }
+    for item in overrides:
+        keys, value = parse_override(item)
+        node = config
+        for k in keys[:-1]:
+            node = node.setdefault(k, {})
+        node[keys[-1]] = value
+        notes.append(f"--set {item}")
     return ReplayPoint(row_id=_text(row, "id"), partition=partition_of(row), config=config,
                        warmup=warmup, silicon_ttft_ms=_num(row, "silicon_ttft_ms") or math.nan,
                        silicon_tpot_ms=_num(row, "silicon_tpot_ms") or math.nan, notes=notes, phases=phases)
@@ -923,6 +934,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "(the warm-up drained before it), output lengths spread 1%% so the clients drift "
                          "apart after the first wave; spread: clients started one by one over one "
                          "request's lifetime, warm-up dropped; together: all at t=0 in lock-step, warm-up dropped")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every row (as kvplan --set; repeatable): a what-if, "
+                         "e.g. cost_model.moe_routing=balanced")
+    ap.add_argument("--match", default=None, metavar="TEXT",
+                    help="only rows whose id contains TEXT (case-insensitive; ids name model, GPU, "
+                         "precision and shape, e.g. gpt_oss_120b_b200)")
     ap.add_argument("--out", type=Path, default=None,
                     help="output stem (default benchmarks/results/silicon_matrix_<backend>): .json and .md")
     args = ap.parse_args(argv)
@@ -933,12 +950,20 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     all_rows = read_rows(path, args.backend)
     rows: list[Mapping] = list(all_rows)
+    if args.match:
+        rows = [r for r in rows if args.match.lower() in _text(r, "id").lower()]
     if args.sample:
         rows = stratified_sample(rows, args.sample, args.seed)
     if args.limit is not None:
         rows = rows[:args.limit]
     opts = {"requests_per_client": args.requests_per_client, "warmup_per_client": args.warmup_per_client,
-            "output_cv": args.output_cv, "phases": args.phases}
+            "output_cv": args.output_cv, "phases": args.phases, "overrides": tuple(args.overrides)}
+    for item in args.overrides:
+        try:
+            parse_override(item)
+        except KvplanError as exc:
+            print(exc, file=sys.stderr)
+            return 2
     jobs = [(dict(r), opts, 0) for r in rows]
     results: list[dict] = []
     t0 = time.perf_counter()
@@ -957,12 +982,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     elapsed = time.perf_counter() - t0
     stem = args.out or RESULTS / (f"silicon_matrix_{args.backend}"
                                   + (f"_output_cv{args.output_cv:g}" if args.output_cv else "")
-                                  + (f"_phases_{args.phases}" if args.phases != "burst" else ""))
+                                  + (f"_phases_{args.phases}" if args.phases != "burst" else "")
+                                  + (f"_match-{_slug(args.match)}" if args.match else "")
+                                  + "".join(f"_set-{_slug(o)}" for o in args.overrides))
     report = {
         "benchmark": "benchmarks/silicon_matrix.py", "backend": args.backend, "mode": "agg",
         "source_csv": str(path), "source_csv_name": f"aiconfigurator_core/systems/{path.name}",
         "package_version": package_version(),
         "selection": {"sample": args.sample, "seed": args.seed if args.sample else None, "limit": args.limit,
+                      "match": args.match,
                       "kind": ("stratified sample (GPU x model x precision)" if args.sample
                                else "first rows" if args.limit is not None else "all rows")},
         "command": " ".join([".venv/bin/python", "benchmarks/silicon_matrix.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -970,7 +998,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "assumptions": {**ASSUMPTIONS, **(SGLANG_ASSUMPTIONS if args.backend == "sglang" else {}),
                         "requests_per_client": args.requests_per_client,
                         "warmup_per_client": args.warmup_per_client, "output_cv": args.output_cv,
-                        "phases": args.phases},
+                        "phases": args.phases, "overrides": list(args.overrides)},
         "summary": {**summarize(results, all_rows), "mapping_all_rows": mapping_coverage(all_rows, opts)},
         "rows": results,
     }
@@ -981,6 +1009,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     Path(f"{stem}.md").write_text(md)
     print(md)
     return 0
+
+
+def _slug(text: str) -> str:
+    """``text`` safe in a file name (what-if runs write next to the measurement, not over it)."""
+    return re.sub(r"[^A-Za-z0-9_.]+", "-", text).strip("-")[:60]
 
 
 def _rounded(obj: Any) -> Any:

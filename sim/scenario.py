@@ -49,8 +49,11 @@ ACCEPTANCE: tuple[str, ...] = ACCEPTANCE_MODES
 
 #: Step pricers a scenario can ask for (``cost_model.source``).
 COST_MODEL_SOURCES: tuple[str, ...] = ("auto", "roofline", "operator_tables", "profile")
-#: Routing skews the measured MoE tables hold (AIConfigurator's ``distribution``).
-MOE_ROUTINGS: tuple[str, ...] = ("balanced", "power_law_1.01", "power_law_1.2")
+#: How a mixture of experts' router spreads a step's tokens, for the measured MoE tables:
+#: ``uniform`` (each token's experts drawn at random: the ``balanced`` rows scaled to the experts
+#: such a router touches) or one of the routing skews the tables hold (AIConfigurator's
+#: ``distribution``).
+MOE_ROUTINGS: tuple[str, ...] = ("uniform", "balanced", "power_law_1.01", "power_law_1.2")
 
 #: Bytes in a GiB. ``kv_cache.swap_space_gb`` is in GiB, like vLLM's ``swap_space``; the
 #: simulator and the runtime both size the host swap pool with this constant.
@@ -372,11 +375,13 @@ class CostModelConfig(_Section):
     #: first chunk), in ms: a request reaches the scheduler this long after it arrives, and
     #: its TTFT and E2E (measured from the arrival) grow by it.
     request_overhead_ms: float = number(0.0, 0.0, 1e6)
-    #: How evenly a mixture of experts' router spreads tokens, for the measured MoE tables:
-    #: ``balanced`` (the default: Mixtral's routing analysis finds experts about evenly used,
-    #: and the roofline assumes uniform routing too) or a power law (few experts take most
-    #: tokens; AIConfigurator's model of skewed routers).
-    moe_routing: str = choice("balanced", MOE_ROUTINGS)
+    #: How a mixture of experts' router spreads tokens, for the measured MoE tables:
+    #: ``uniform`` (the default: each token's experts at random, as the roofline assumes;
+    #: Mixtral's routing analysis finds experts about evenly used), ``balanced`` (the tables'
+    #: rows as measured: a step's tokens spread over as many experts as they can reach, which a
+    #: decode of a few sequences on a many-expert model never does) or a power law (few experts
+    #: take most tokens; AIConfigurator's model of skewed routers).
+    moe_routing: str = choice("uniform", MOE_ROUTINGS)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -338,7 +338,8 @@ def test_mixtral_prices_its_experts_from_the_measured_moe_table():
 
     sc = build_scenario({"model": "mixtral-8x7b", "hardware": "h100-sxm", "dtype": "bfloat16",
                          "parallel": {"tensor_parallel_size": 2},
-                         "cost_model": {"source": "operator_tables", "tables": str(SHARED)}})
+                         "cost_model": {"source": "operator_tables", "tables": str(SHARED),
+                                        "moe_routing": "balanced"}})
     p = resolve_deployment(sc).cost_model
     assert "experts" in p._gemm_ms and "mlp_up" not in p.gemm_shapes
     shapes = [StepShape(num_decode_seqs=b, decode_context_tokens=300 * b) for b in (1, 4, 16, 64, 200)]
@@ -380,6 +381,69 @@ def test_moe_routing_picks_the_table_rows(monkeypatch):
     assert price("power_law_1.01") > price("balanced")
     with pytest.raises(KvplanError, match="moe_routing"):
         build_scenario({"cost_model": {"moe_routing": "zipf"}})
+
+
+def test_a_uniform_router_touches_fewer_experts_than_a_balanced_row():
+    """AIConfigurator's balanced rows touch min(E, T x k) experts; a router drawing each token's
+    k experts at random touches E x (1 - (1 - k/E)^T). By hand: Mixtral (8 experts, top-2) at
+    4 tokens touches 8 x (1 - 0.75^4) = 5.46875 of the 8 a balanced row reads; gpt-oss-120b
+    (128, top-4) at 32 tokens 128 x (1 - (31/32)^32) of 128; one token touches its k either
+    way, and a prefill chunk touches every expert either way."""
+    from sim.pricing.experts import uniform_over_balanced
+
+    mixtral = uniform_over_balanced(8, 2, np.array([1, 2, 4, 64]))
+    assert mixtral == pytest.approx([1.0, 8 * (1 - 0.75 ** 2) / 4, 5.46875 / 8, 1 - 0.75 ** 64], rel=1e-9)
+    gpt_oss = uniform_over_balanced(128, 4, np.array([0, 32, 8192]))
+    assert gpt_oss == pytest.approx([1.0, 1 - (31 / 32) ** 32, 1.0], rel=1e-9)
+
+
+@needs_shared
+def test_uniform_routing_is_the_balanced_rows_scaled_to_the_experts_touched():
+    """The default ``uniform`` routing prices gpt-oss-120b's experts (B200, MXFP4) from the
+    balanced rows times the touched-experts factor: a 32-sequence decode's experts cost
+    (1 - (31/32)^32) of the balanced row's, an 8k-token prefill exactly the balanced row's."""
+    from sim.api import resolve_deployment
+    from sim.config import build_scenario
+    from sim.pricing.experts import uniform_over_balanced
+
+    def pricer(routing: str) -> OperatorTableCostModel:
+        sc = build_scenario({"model": "openai/gpt-oss-120b", "hardware": "b200", "dtype": "bfloat16",
+                             "quantization": {"weights": "mxfp4"}, "engine": {"version": "0.15.1"},
+                             "cost_model": {"source": "operator_tables", "tables": str(SHARED),
+                                            "moe_routing": routing}})
+        return resolve_deployment(sc).cost_model
+
+    uniform, balanced = pricer("uniform"), pricer("balanced")
+    assert "uniform routing" in uniform.describe()
+    rows = np.array([32.0, 8192.0])
+    u, b = uniform._moe_curve(rows), balanced._moe_curve(rows)
+    factor = uniform_over_balanced(128, 4, rows)
+    assert u[0] == pytest.approx(b[0] * (1 - (31 / 32) ** 32), rel=1e-9)
+    assert u[1] == pytest.approx(b[1], rel=1e-12) and factor[1] == pytest.approx(1.0, rel=1e-12)
+    decode = StepShape(num_decode_seqs=32, decode_context_tokens=32 * 1500)
+    assert uniform.price(decode) < balanced.price(decode)
+
+
+@needs_shared
+def test_uniform_routing_without_balanced_rows_reads_the_mildest_power_law_and_says_so():
+    """A100's MoE tables hold power-law rows only: a uniform router is priced from the
+    ``power_law_1.01`` rows as measured (not scaled), and the pricer says so, rather than the
+    whole model falling back to the roofline."""
+    from sim.api import resolve_deployment
+    from sim.config import build_scenario
+
+    sc = build_scenario({"model": "qwen3-30b-a3b", "hardware": "a100-80gb", "dtype": "bfloat16",
+                         "cost_model": {"source": "operator_tables", "tables": str(SHARED)}})
+    p = resolve_deployment(sc).cost_model
+    assert p.moe_rows_routing == "power_law_1.01"
+    assert "power_law_1.01 rows as measured" in p.describe()
+    assert any("no balanced MoE rows" in w for w in p.warnings())
+    explicit = resolve_deployment(build_scenario(
+        {"model": "qwen3-30b-a3b", "hardware": "a100-80gb", "dtype": "bfloat16",
+         "cost_model": {"source": "operator_tables", "tables": str(SHARED),
+                        "moe_routing": "power_law_1.01"}})).cost_model
+    rows = np.array([1.0, 32.0, 4096.0])
+    assert p._moe_curve(rows).tolist() == explicit._moe_curve(rows).tolist()
 
 
 @needs_shared

@@ -36,6 +36,17 @@ def row(**kw) -> dict:
     return base
 
 
+def write_csv(path: Path, rows: list[dict]) -> Path:
+    """``rows`` as a silicon_sample.csv-shaped file."""
+    import csv
+
+    with open(path, "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
 def point(r: dict, quant=None, moe=None, **kw):
     """row_to_point with the package look-ups replaced: the checkpoint's quantization_config
     and whether kvplan's model is a MoE."""
@@ -195,13 +206,7 @@ def test_tiny_end_to_end(tmp_path, monkeypatch):
                 moe_tp_size=2, batch_size=4, isl=128, osl=8, backend_version="nightly-abc",
                 silicon_ttft_ms=20.0, silicon_tpot_ms=5.0),
             row(id="nope", model_path="acme/NoSuchModel-7B", tp_size=1, moe_tp_size=1)]
-    csv_path = tmp_path / "silicon_sample.csv"
-    with open(csv_path, "w", newline="") as fh:
-        import csv
-
-        w = csv.DictWriter(fh, fieldnames=list(rows[0]))
-        w.writeheader()
-        w.writerows(rows)
+    csv_path = write_csv(tmp_path / "silicon_sample.csv", rows)
     stem = tmp_path / "out"
     assert sm.main(["--csv", str(csv_path), "--out", str(stem), "--requests-per-client", "2",
                     "--warmup-per-client", "1"]) == 0
@@ -224,6 +229,35 @@ def test_tiny_end_to_end(tmp_path, monkeypatch):
     assert rep["machine"]["cpus"] >= 1 and "silicon_matrix.py" in rep["command"]
     md = Path(f"{stem}.md").read_text()
     assert "unknown model" in md and "TTFT MAPE" in md
+
+
+def test_what_if_overrides_and_row_selection(tmp_path):
+    """``--set`` merges a config override into every row (noted per row), ``--match`` keeps
+    the rows whose id contains the text, and such a run writes beside the measurement, not over
+    it; a malformed override is a one-line error and exit 2."""
+    p = point(row(), moe=False, overrides=("cost_model.moe_routing=balanced", "kv_cache.dtype=fp8"))
+    assert p.config["cost_model"] == {"moe_routing": "balanced"}
+    assert p.config["kv_cache"]["dtype"] == "fp8" and p.config["kv_cache"]["max_model_len"] >= 1024
+    assert "--set cost_model.moe_routing=balanced" in p.notes
+    rows = [row(id=f"{name}_h100", model_path="meta-llama/Llama-3.1-8B", precision="", gemm_quant_mode="",
+                moe_quant_mode="", tp_size=1, moe_tp_size=1, batch_size=1, isl=64, osl=4)
+            for name in ("keep", "drop")]
+    csv_path = write_csv(tmp_path / "silicon_sample.csv", rows)
+    out = tmp_path / "results"
+    import os
+    from unittest import mock
+
+    with mock.patch.object(sm, "RESULTS", out):
+        assert sm.main(["--csv", str(csv_path), "--match", "KEEP", "--set", "scheduler.max_num_seqs=1",
+                        "--requests-per-client", "1"]) == 0
+        assert sm.main(["--csv", str(csv_path), "--set", "no_equals_sign"]) == 2
+    (json_path,) = [out / f for f in os.listdir(out) if f.endswith(".json")]
+    assert "_match-KEEP_set-scheduler.max_num_seqs-1" in json_path.name
+    rep = json.loads(json_path.read_text())
+    assert [r["id"] for r in rep["rows"]] == ["keep_h100"]
+    assert rep["assumptions"]["overrides"] == ["scheduler.max_num_seqs=1"]
+    assert rep["rows"][0]["config"]["scheduler"] == {"max_num_seqs": 1}
+    assert rep["rows"][0]["status"] == "replayed"
 
 
 def test_burst_replays_the_profiling_phase_from_an_idle_server():

@@ -37,6 +37,26 @@ def touched_table(num_experts: int, top_k: int, eps: float = 1e-12) -> list[floa
             return out
 
 
+def uniform_over_balanced(num_experts: int, top_k: int, tokens: np.ndarray) -> np.ndarray:
+    """For each token count: the experts a uniform router touches over those AIConfigurator's
+    ``balanced`` routing touches, the factor that turns a balanced MoE table row into a uniform
+    router's time.
+
+    AIConfigurator's collector routes ``T`` tokens "balanced" by giving token ``i`` the experts
+    ``i + j x ceil(E / k)`` (spread further apart when ``T`` is small): no two tokens share an
+    expert until every expert has one, so ``min(E, T x k)`` experts are touched, evenly loaded
+    (``balanced_logits`` in its ``collector/helper.py``). A router drawing each token's experts
+    at random touches ``E x (1 - (1 - k/E)^T)`` (``touched_table``): fewer, where a step's
+    weights are what it reads (gpt-oss-120b, 128 experts, top-4, 32 tokens: 82 of the 128 a
+    balanced row reads). Scaling the whole row is right where weight reads dominate, and the
+    factor is 1 where every expert is touched either way (prefill chunks, large decodes)."""
+    table = np.array(touched_table(num_experts, top_k))
+    t = np.asarray(tokens, dtype=float)
+    touched = np.interp(t, np.arange(table.size, dtype=float), table)  # constant past the end
+    balanced = np.minimum(float(num_experts), t * top_k)
+    return np.where(t > 0, touched / np.maximum(balanced, 1e-300), 1.0)
+
+
 @dataclass
 class ExpertLayer:
     """One MoE MLP layer on one GPU (experts split over tensor parallelism):

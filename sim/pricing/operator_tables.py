@@ -48,6 +48,7 @@ from sim.errors import ConfigError
 from sim.memory_plan import check_parallel, kv_heads_per_gpu
 from sim.policies.step import StepShape
 from sim.pricing.base import Max, ShapeColumns, StepPricer, register_pricer
+from sim.pricing.experts import uniform_over_balanced
 from sim.pricing.features import sampled_rows
 from sim.pricing.roofline import QK_VARIANCE_BYTES, RooflineCostModel
 from sim.pricing.table_data import (
@@ -301,7 +302,7 @@ class OperatorTableCostModel(StepPricer):
                  pipeline_parallel_size: int = 1, kv_cache_dtype: str = "auto",
                  weight_dtype: Optional[str] = None, tables: Optional[Union[str, Path]] = None,
                  max_num_seqs: int = 256, cuda_graphs: bool = True,
-                 async_scheduling: Optional[bool] = None, moe_routing: str = "balanced",
+                 async_scheduling: Optional[bool] = None, moe_routing: str = "uniform",
                  engine: Optional[EngineRelease] = None, speculative: bool = False,
                  expert_parallel_size: int = 1, data_parallel_size: int = 1,
                  table_engine: Optional[EngineRelease] = None) -> None:
@@ -316,8 +317,10 @@ class OperatorTableCostModel(StepPricer):
         self.backend = self.table_engine.name
         if async_scheduling is None:
             async_scheduling = engine.async_default(speculative)
-        #: Routing skew of the MoE table rows used (``cost_model.moe_routing``).
+        #: The router modelled (``cost_model.moe_routing``), and whose MoE table rows priced it
+        #: (``balanced`` for ``uniform``, scaled; set with the MoE curve).
         self.moe_routing = moe_routing
+        self.moe_rows_routing: Optional[str] = None
         self.hardware = h = get_hardware(hw)
         tp, pp = tensor_parallel_size, pipeline_parallel_size
         self.tensor_parallel_size, self.pipeline_parallel_size = tp, pp
@@ -487,12 +490,15 @@ class OperatorTableCostModel(StepPricer):
         """Milliseconds of one layer's experts (vLLM's fused MoE kernels: the experts' grouped
         GEMMs and activation, for routing already decided) at each row count ``ms``, from the
         measured MoE table for this model's experts (hidden, intermediate, E, top-k) at this TP
-        degree, experts sharded by TP (no expert parallelism), at the routing skew
-        ``moe_routing`` (``balanced`` by default; on Mixtral's shapes at TP 2 AIConfigurator's
-        ``power_law_1.01`` rows are up to 24% slower between 32 and 4,096 tokens). Log-log
-        between measured token counts, proportional past the largest, made non-decreasing in
-        rows."""
+        degree, experts sharded by TP (no expert parallelism), at the routing ``moe_routing``:
+        ``uniform`` (the default) reads the ``balanced`` rows and scales them to the experts a
+        random router touches (``experts.uniform_over_balanced``: a balanced row spreads a
+        few tokens over as many experts as they can reach); the others read their own rows (on
+        Mixtral's shapes at TP 2 AIConfigurator's ``power_law_1.01`` rows are up to 24% slower
+        than balanced between 32 and 4,096 tokens). Log-log between measured token counts,
+        proportional past the largest, made non-decreasing in rows."""
         m, tp = self.model, self.tensor_parallel_size
+        rows_routing = "balanced" if self.moe_routing == "uniform" else self.moe_routing
         # Expert parallelism: whole experts over EP GPUs (rows measured at MoE TP 1 x EP ep),
         # each GPU's layer fed the tokens of every DP rank (gathered: ``_dispatch_curve``).
         ep, dp = self.expert_parallel_size, self.data_parallel_size
@@ -509,10 +515,12 @@ class OperatorTableCostModel(StepPricer):
         kernel = default_moe_kernel(self.precision.weight_dtype, self.gpu_dir.name)
         found = None
         # vLLM's default kernel for the format (any version folder), then the version-nearest
-        # rows of the format, then bf16.
+        # rows of the format, then bf16; for a uniform router whose shape has no balanced rows
+        # (A100 and B60 hold power-law rows only), the mildest power law's, as measured.
         attempts = ([(family, kernel)] if kernel else []) + [(d, None) for d in
                                                                dict.fromkeys([family, ("bfloat16",)])]
-        for dtypes, labels in attempts:
+        routings = [rows_routing] + (["power_law_1.01"] if self.moe_routing == "uniform" else [])
+        for (dtypes, labels), rows_routing in ((a, r) for r in routings for a in attempts):
             for path, version in files:
                 c = read_columns_present(path, ("moe_dtype", "num_tokens", "hidden_size",
                                                 "inter_size", "topk", "num_experts", "moe_tp_size",
@@ -522,7 +530,7 @@ class OperatorTableCostModel(StepPricer):
                        & (c["inter_size"] == m.intermediate_size)
                        & (c["topk"] == m.num_experts_per_tok) & (c["num_experts"] == m.num_experts)
                        & (c["moe_tp_size"] == moe_tp) & (c["moe_ep_size"] == moe_ep)
-                       & (c["distribution"] == self.moe_routing))
+                       & (c["distribution"] == rows_routing))
                 if labels is not None:
                     if "kernel_source" not in c:
                         continue
@@ -534,10 +542,15 @@ class OperatorTableCostModel(StepPricer):
                 break
         if found is None:
             raise TablesNotCovering(
-                f"cost_model.tables: no MoE rows ({self.moe_routing} routing) measured for {m.name}'s experts "
+                f"cost_model.tables: no MoE rows ({' or '.join(routings)} routing) measured for {m.name}'s experts "
                 f"({m.num_experts} x {m.hidden_size}x{m.intermediate_size}, top-{m.num_experts_per_tok}) "
                 f"at MoE TP {moe_tp} x EP {moe_ep} on {self.hardware.name}")
         version, c, sel = found
+        scale_to_uniform = self.moe_routing == "uniform" and rows_routing == "balanced"
+        self.moe_rows_routing = rows_routing
+        if self.moe_routing == "uniform" and not scale_to_uniform:
+            self._warnings.append(f"operator tables: no balanced MoE rows for {m.name} on {self.hardware.name}; "
+                                  f"experts priced from the {rows_routing} rows as measured, not a uniform router")
         # One shape, several kernels (gpt-oss's MXFP4 experts: Marlin and OpenAI's Triton;
         # block FP8: Triton and FlashInfer): the fastest at each token count, as for GEMMs.
         tokens, lat = c["num_tokens"][sel].astype(float), c["latency"][sel].astype(float)
@@ -552,7 +565,10 @@ class OperatorTableCostModel(StepPricer):
         if not set(fastest) & set(family):
             self._warnings.append(f"operator tables: no {want} MoE rows for {m.name} on "
                                   f"{self.hardware.name}; experts priced from the {dt} rows")
-        curve = np.array([_loglog(xs, ys, float(x) * dp if ep > 1 else float(x)) for x in ms])
+        tokens = np.array([float(x) * dp if ep > 1 else float(x) for x in ms])
+        curve = np.array([_loglog(xs, ys, t) for t in tokens])
+        if scale_to_uniform:
+            curve = curve * uniform_over_balanced(m.num_experts, m.num_experts_per_tok, tokens)
         return _isotonic(curve)
 
     def _dispatch_curve(self, ms: np.ndarray) -> np.ndarray:
@@ -973,6 +989,10 @@ class OperatorTableCostModel(StepPricer):
                 + f", {mode} up to {self.max_capture} tokens, "
                 f"async scheduling {'on' if self.async_scheduling else 'off'}"
                 + (f", MoE experts from the fused-MoE table, {self.moe_routing} routing"
+                   + (" (balanced rows scaled to the experts touched)"
+                      if self.moe_routing == "uniform" and self.moe_rows_routing == "balanced"
+                      else f" ({self.moe_rows_routing} rows as measured)"
+                      if self.moe_rows_routing not in (None, self.moe_routing) else "")
                    if self.model.is_moe else "") + ")")
 
     def warnings(self) -> list[str]:
