@@ -44,6 +44,11 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+#: Checkpoints the CSV names by their current Hugging Face id while the package ships their
+#: config under the earlier one (Meta renamed "Meta-Llama-3.1-*" to "Llama-3.1-*"): the estimator
+#: otherwise downloads the config, which a machine without Hugging Face access cannot.
+MODEL_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
+                 "meta-llama/Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B"}
 #: Row fields passed to the estimator for an aggregated row (AIConfigurator's AGG_FIELDS).
 AGG_FIELDS = ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 
@@ -67,8 +72,9 @@ def agg_rows(path: Path, backend: str) -> list[dict]:
 
 
 def estimate_args(row: Mapping[str, str]) -> dict[str, Any]:
-    """The estimator's keyword arguments for one row (integers from the CSV's "8" or "8.0")."""
-    return dict(model_path=row["model_path"], system_name=row["system"], mode="agg",
+    """The estimator's keyword arguments for one row (integers from the CSV's "8" or "8.0"; a
+    renamed checkpoint by the name the package ships, ``MODEL_ALIASES``)."""
+    return dict(model_path=MODEL_ALIASES.get(row["model_path"], row["model_path"]), system_name=row["system"], mode="agg",
                 backend_name=row["backend"], backend_version=row.get("backend_version") or None,
                 isl=int(float(row["isl"])), osl=int(float(row["osl"])),
                 gemm_quant_mode=row.get("gemm_quant_mode") or None,
@@ -82,6 +88,8 @@ def _predict_one(row: dict) -> dict:
 
     args = estimate_args(row)
     out: dict[str, Any] = {"id": row["id"], "requested_version": args["backend_version"]}
+    if args["model_path"] != row["model_path"]:
+        out["model_path_used"] = args["model_path"]
     t0 = time.perf_counter()
     sink = io.StringIO()
     try:
@@ -143,7 +151,8 @@ def predict(args: argparse.Namespace) -> int:
         "aiconfigurator_core_version": version("aiconfigurator-core"),
         "estimator": "aiconfigurator.cli.api.cli_estimate(mode='agg'), arguments as AIConfigurator's "
                      "tools/accuracy_regression_testing/predict_silicon_sample.py; a version the "
-                     "database lacks retried with its default database",
+                     "database lacks retried with its default database; renamed checkpoints by the "
+                     "name the package ships their config under",
         "machine": {"platform": platform.platform(), "python": platform.python_version(),
                     "cpus": os.cpu_count()},
         "workers": args.workers, "elapsed_s": time.perf_counter() - t0,

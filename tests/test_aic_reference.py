@@ -79,3 +79,12 @@ def test_estimator_arguments_are_aics_own():
                     "backend_name": "vllm", "backend_version": "0.15.1", "isl": 1024, "osl": 8192,
                     "gemm_quant_mode": None, "moe_quant_mode": "w4a16_mxfp4", "batch_size": 64,
                     "tp_size": 2, "pp_size": 1, "moe_tp_size": 2, "moe_ep_size": 1}
+
+
+def test_a_renamed_checkpoint_goes_by_the_name_the_package_ships():
+    """Meta renamed Meta-Llama-3.1-70B to Llama-3.1-70B; the package ships the config under the
+    old name, so the estimator gets that (it would otherwise try to download the config)."""
+    row = {"id": "r", "model_path": "meta-llama/Llama-3.1-70B", "system": "h200_sxm", "backend": "vllm",
+           "backend_version": "", "isl": "1024", "osl": "128", "batch_size": "8", "tp_size": "4"}
+    args = ref.estimate_args(row)
+    assert args["model_path"] == "meta-llama/Meta-Llama-3.1-70B" and args["backend_version"] is None
