@@ -47,8 +47,10 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: Checkpoints the CSV names by their current Hugging Face id while the package ships their
 #: config under the earlier one (Meta renamed "Meta-Llama-3.1-*" to "Llama-3.1-*"): the estimator
 #: otherwise downloads the config, which a machine without Hugging Face access cannot.
+#: An instruct tune has its base model's config (the estimator reads nothing else).
 MODEL_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
-                 "meta-llama/Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B"}
+                 "meta-llama/Llama-3.1-8B": "meta-llama/Meta-Llama-3.1-8B",
+                 "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B"}
 #: Row fields passed to the estimator for an aggregated row (AIConfigurator's AGG_FIELDS).
 AGG_FIELDS = ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
 
