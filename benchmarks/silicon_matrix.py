@@ -488,6 +488,8 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         node = config
         for k in keys[:-1]:
             node = node.setdefault(k, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"--set {item}: {k} is a value here, not a section")
         node[keys[-1]] = value
         notes.append(f"--set {item}")
     return ReplayPoint(row_id=_text(row, "id"), partition=partition_of(row), config=config,

@@ -239,6 +239,8 @@ def test_what_if_overrides_and_row_selection(tmp_path):
     assert p.config["cost_model"] == {"moe_routing": "balanced"}
     assert p.config["kv_cache"]["dtype"] == "fp8" and p.config["kv_cache"]["max_model_len"] >= 1024
     assert "--set cost_model.moe_routing=balanced" in p.notes
+    with pytest.raises(sm.ConfigError, match="mean is a value here"):
+        point(row(), moe=False, overrides=("workload.input_len.mean.isl=3",))
     rows = [row(id=f"{name}_h100", model_path="meta-llama/Llama-3.1-8B", precision="", gemm_quant_mode="",
                 moe_quant_mode="", tp_size=1, moe_tp_size=1, batch_size=1, isl=64, osl=4)
             for name in ("keep", "drop")]

@@ -565,10 +565,10 @@ class OperatorTableCostModel(StepPricer):
         if not set(fastest) & set(family):
             self._warnings.append(f"operator tables: no {want} MoE rows for {m.name} on "
                                   f"{self.hardware.name}; experts priced from the {dt} rows")
-        tokens = np.array([float(x) * dp if ep > 1 else float(x) for x in ms])
-        curve = np.array([_loglog(xs, ys, t) for t in tokens])
+        routed = np.array([float(x) * dp if ep > 1 else float(x) for x in ms])  # tokens the router sees
+        curve = np.array([_loglog(xs, ys, t) for t in routed])
         if scale_to_uniform:
-            curve = curve * uniform_over_balanced(m.num_experts, m.num_experts_per_tok, tokens)
+            curve = curve * uniform_over_balanced(m.num_experts, m.num_experts_per_tok, routed)
         return _isotonic(curve)
 
     def _dispatch_curve(self, ms: np.ndarray) -> np.ndarray:
