@@ -28,7 +28,6 @@ errors on its own data.
 from __future__ import annotations
 
 import argparse
-import csv
 import io
 import json
 import math
@@ -44,6 +43,10 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT / "benchmarks"))  # silicon_sample, beside this script
+
+from silicon_sample import package_version, read_rows, silicon_csv  # noqa: E402
+
 #: Checkpoints the CSV names by their current Hugging Face id while the package ships their
 #: config under the earlier one (Meta renamed "Meta-Llama-3.1-*" to "Llama-3.1-*"): the estimator
 #: otherwise downloads the config, which a machine without Hugging Face access cannot.
@@ -53,24 +56,6 @@ MODEL_ALIASES = {"meta-llama/Llama-3.1-70B": "meta-llama/Meta-Llama-3.1-70B",
                  "meta-llama/Llama-3.1-8B-Instruct": "meta-llama/Meta-Llama-3.1-8B"}
 #: Row fields passed to the estimator for an aggregated row (AIConfigurator's AGG_FIELDS).
 AGG_FIELDS = ("batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
-
-
-def silicon_csv() -> Optional[Path]:
-    """The installed aiconfigurator-core's ``systems/silicon_sample.csv`` (found without importing
-    the package's compiled core), or None."""
-    import importlib.util
-
-    spec = importlib.util.find_spec("aiconfigurator_core")
-    if spec is None or not spec.submodule_search_locations:
-        return None
-    path = Path(list(spec.submodule_search_locations)[0]) / "systems" / "silicon_sample.csv"
-    return path if path.is_file() else None
-
-
-def agg_rows(path: Path, backend: str) -> list[dict]:
-    """The CSV's ``agg`` rows of ``backend``, in file order."""
-    with open(path, newline="") as fh:
-        return [r for r in csv.DictReader(fh) if r.get("backend") == backend and r.get("mode") == "agg"]
 
 
 def estimate_args(row: Mapping[str, str]) -> dict[str, Any]:
@@ -125,7 +110,7 @@ def predict(args: argparse.Namespace) -> int:
     if path is None or not path.is_file():
         print("silicon_sample.csv: not found (install aiconfigurator-core)", file=sys.stderr)
         return 2
-    rows = agg_rows(path, args.backend)
+    rows = read_rows(path, args.backend)
     if args.limit is not None:
         rows = rows[:args.limit]
     import logging
@@ -150,7 +135,7 @@ def predict(args: argparse.Namespace) -> int:
         "benchmark": "benchmarks/aic_reference.py predict", "backend": args.backend, "mode": "agg",
         "source_csv_name": f"aiconfigurator_core/systems/{path.name}",
         "aiconfigurator_version": version("aiconfigurator"),
-        "aiconfigurator_core_version": version("aiconfigurator-core"),
+        "aiconfigurator_core_version": package_version(),
         "estimator": "aiconfigurator.cli.api.cli_estimate(mode='agg'), arguments as AIConfigurator's "
                      "tools/accuracy_regression_testing/predict_silicon_sample.py; a version the "
                      "database lacks retried with its default database; renamed checkpoints by the "

@@ -49,7 +49,6 @@ by 1% (CV) to stand in for it. ``--output-cv`` is a sensitivity check of that sp
 from __future__ import annotations
 
 import argparse
-import csv
 import json
 import math
 import os
@@ -66,13 +65,13 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # silicon_sample, beside this script
 
 from sim.catalog.engines import DEFAULT_SGLANG_VERSION, DEFAULT_VLLM_VERSION, get_engine  # noqa: E402
 from sim.catalog.package_models import package_root  # noqa: E402
 from sim.config import parse_override  # noqa: E402
 from sim.errors import ConfigError, DoesNotFitError, KvplanError  # noqa: E402
-
-CSV_NAME = "silicon_sample.csv"
+from silicon_sample import CSV_NAME, package_version, read_rows, silicon_csv  # noqa: E402,F401
 RESULTS = ROOT / "benchmarks" / "results"
 
 #: AIConfigurator's system folder -> kvplan's hardware slug.
@@ -134,30 +133,6 @@ class ReplayPoint:
     #: apart after it; ``spread``: the clients start one by one over one request's lifetime
     #: (``ramp_up``), warm-up dropped; ``together``: all at t=0, in lock-step, warm-up dropped.
     phases: str = "burst"
-
-
-# --- the CSV ------------------------------------------------------------------------------------
-
-
-def silicon_csv() -> Optional[Path]:
-    pkg = package_root()
-    path = pkg / "systems" / CSV_NAME if pkg else None
-    return path if path is not None and path.is_file() else None
-
-
-def package_version() -> Optional[str]:
-    from importlib import metadata
-
-    try:
-        return metadata.version("aiconfigurator-core")
-    except metadata.PackageNotFoundError:
-        return None
-
-
-def read_rows(path: Path, backend: str = "vllm") -> list[dict]:
-    """The aggregated (``mode == agg``) rows of ``backend``, as the CSV's strings."""
-    with open(path, newline="") as fh:
-        return [r for r in csv.DictReader(fh) if r["backend"] == backend and r["mode"] == "agg"]
 
 
 # --- row -> kvplan config (pure) ----------------------------------------------------------------
