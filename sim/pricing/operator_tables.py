@@ -498,7 +498,6 @@ class OperatorTableCostModel(StepPricer):
         than balanced between 32 and 4,096 tokens). Log-log between measured token counts,
         proportional past the largest, made non-decreasing in rows."""
         m, tp = self.model, self.tensor_parallel_size
-        rows_routing = "balanced" if self.moe_routing == "uniform" else self.moe_routing
         # Expert parallelism: whole experts over EP GPUs (rows measured at MoE TP 1 x EP ep),
         # each GPU's layer fed the tokens of every DP rank (gathered: ``_dispatch_curve``).
         ep, dp = self.expert_parallel_size, self.data_parallel_size
@@ -519,7 +518,7 @@ class OperatorTableCostModel(StepPricer):
         # (A100 and B60 hold power-law rows only), the mildest power law's, as measured.
         attempts = ([(family, kernel)] if kernel else []) + [(d, None) for d in
                                                                dict.fromkeys([family, ("bfloat16",)])]
-        routings = [rows_routing] + (["power_law_1.01"] if self.moe_routing == "uniform" else [])
+        routings = ["balanced", "power_law_1.01"] if self.moe_routing == "uniform" else [self.moe_routing]
         for (dtypes, labels), rows_routing in ((a, r) for r in routings for a in attempts):
             for path, version in files:
                 c = read_columns_present(path, ("moe_dtype", "num_tokens", "hidden_size",
