@@ -239,6 +239,9 @@ def weights_quantization(gemm_mode: str, moe_mode: str, checkpoint: Optional[Map
     - ``fp8`` is block FP8 (``fp8_block``) when the checkpoint is block-quantised FP8
       (``weight_block_size``: MiniMax-M2.5, Qwen3-235B-A22B-FP8), else per-tensor FP8 (a bf16
       checkpoint under ``--quantization fp8``, or a ModelOpt FP8 export).
+    - ``fp8`` dense GEMMs with ``fp8_block`` experts (the Qwen3.5 SGLang rows, whose
+      ``model_path`` is the bf16 checkpoint) -> fp8_block: block-FP8 experts come from a
+      block-FP8 checkpoint, quantised throughout.
     - ``nvfp4`` -> nvfp4; ``int4_wo`` -> int4 (weight-only, W4A16); empty -> none (bf16).
     """
     method = str((checkpoint or {}).get("quant_method") or "").lower()
@@ -256,6 +259,11 @@ def weights_quantization(gemm_mode: str, moe_mode: str, checkpoint: Optional[Map
         if method == "fp8" and checkpoint and checkpoint.get("weight_block_size"):
             return "fp8_block", "no quant mode in the row; the checkpoint is block FP8"
         return "none", None
+    if modes == {"fp8", "fp8_block"}:
+        # Block-FP8 experts come from a block-FP8 checkpoint, quantised throughout (Qwen's -FP8
+        # releases, DeepSeek's): the bf16 model_path of the Qwen3.5 rows names the architecture.
+        return "fp8_block", (f"row says gemm fp8 / moe fp8_block: a block-FP8 checkpoint, "
+                             f"priced as fp8_block throughout")
     if len(modes) > 1:
         raise RowNotExpressible("mixed GEMM / MoE quantisation",
                                 f"gemm {gemm_mode} with moe {moe_mode}: kvplan has one weight format")
@@ -291,12 +299,14 @@ def kv_cache_dtype(weights: str) -> str:
     return "fp8" if weights in FP8_KV_FORMATS else "auto"
 
 
-def parallel_layout(row: Mapping, is_moe: Optional[bool]) -> dict:
+def parallel_layout(row: Mapping, is_moe: Optional[bool], backend: str = "vllm") -> dict:
     """``parallel.*`` for the row. AIConfigurator's agg layout: attention TP ``tp_size`` x DP
     ``attention_dp_size`` GPUs, the experts over the same GPUs as MoE TP ``moe_tp_size`` x EP
     ``moe_ep_size``. vLLM: ``--tensor-parallel-size tp --data-parallel-size dp`` and, with EP,
     ``--enable-expert-parallel`` (experts whole over all tp x dp GPUs). Without EP, vLLM shards
-    each expert over the tp x dp GPUs; kvplan says that for dp = 1 only."""
+    each expert over the tp x dp GPUs; kvplan says that for dp = 1 only. SGLang (``backend``)
+    also splits experts by MoE TP within EP groups (``--ep-size`` below tp x dp):
+    ``parallel.expert_parallel_size`` = moe_ep."""
     tp = _int(row, "tp_size", 1)
     dp_given = _num(row, "attention_dp_size")
     dp = int(dp_given) if dp_given else 1
@@ -323,9 +333,12 @@ def parallel_layout(row: Mapping, is_moe: Optional[bool]) -> dict:
         raise RowNotExpressible("parallel layout not expressible",
                                 f"moe_tp {moe_tp} x moe_ep {moe_ep} != tp {tp} x attention dp {dp}")
     if moe_ep > 1 and moe_tp > 1:
-        raise RowNotExpressible("parallel layout not expressible",
-                                f"MoE TP {moe_tp} x EP {moe_ep}: kvplan spreads experts over EP "
-                                f"only or splits them by TP only")
+        if backend != "sglang":
+            raise RowNotExpressible("parallel layout not expressible",
+                                    f"MoE TP {moe_tp} x EP {moe_ep}: vLLM spreads experts over EP "
+                                    f"only or splits them by TP only")
+        # SGLang's --ep-size below tp x dp: experts over moe_ep groups, each split moe_tp ways.
+        out["expert_parallel_size"] = moe_ep
     if moe_ep == 1 and dp > 1:
         raise RowNotExpressible("parallel layout not expressible",
                                 f"attention DP {dp}{' (inferred: attention_dp_size empty)' if dp_inferred else ''} "
@@ -417,7 +430,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     if note:
         notes.append(note)
     kv_dtype = kv_cache_dtype(weights)
-    parallel = parallel_layout(row, moe)
+    parallel = parallel_layout(row, moe, _text(row, "backend") or "vllm")
     clients = client_concurrency(row, parallel["data_parallel_size"])
     isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
     if clients < 1 or isl < 1 or osl < 2:
@@ -865,7 +878,8 @@ ASSUMPTIONS = {
               "(kv_cache.dtype auto) for bf16, mxfp4 and int4 weights, fp8 for fp8, fp8_block and nvfp4 weights "
               "(AIConfigurator's model gives a quantised checkpoint an FP8 KV cache, sdk/models/helpers.py; "
               "long-prompt rows show no queue a bf16 cache would have caused), max_model_len = isl + osl",
-    "quantisation": "fp8 -> fp8_block for block-FP8 checkpoints (MiniMax-M2.5, Qwen3-235B-A22B-FP8), else "
+    "quantisation": "fp8 -> fp8_block for block-FP8 checkpoints (MiniMax-M2.5, Qwen3-235B-A22B-FP8) and for "
+                    "rows with fp8_block experts (Qwen3.5: gemm fp8 / moe fp8_block), else "
                     "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16 on the routed experts only, "
                     "as Kimi-K2.5's checkpoint; Marlin MoE rows); gpt-oss (labelled nvfp4) -> mxfp4, "
                     "its checkpoint's format (experts only; FlashInfer MoE rows on Blackwell, Triton on Hopper)",

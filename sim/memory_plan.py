@@ -9,7 +9,7 @@ that do not fit. Sized as vLLM sizes its KV cache (``docs/cost_model.md`` has th
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Optional, Union
 
 from sim.catalog.dtypes import Precision, resolve_precision
@@ -30,6 +30,11 @@ def check_parallel(model: ModelSpec, tp: int, pp: int) -> None:
         raise ConfigError(
             f"tensor_parallel_size: {tp} does not divide {model.name}'s {model.num_heads} "
             f"attention heads"
+        )
+    if model.is_hybrid_linear and (model.linear_num_key_heads % tp or model.linear_num_value_heads % tp):
+        raise ConfigError(
+            f"tensor_parallel_size: {tp} does not divide {model.name}'s linear-attention heads "
+            f"({model.linear_num_key_heads} key, {model.linear_num_value_heads} value)"
         )
     if pp > model.num_layers:
         raise ConfigError(
@@ -69,6 +74,12 @@ class MemoryPlan:
     kv_pool_bytes: float
     kv_bytes_per_token: int
     num_kv_slots: int
+    #: A hybrid linear-attention model's constant state per request on one GPU (the
+    #: linear-attention layers' recurrent state and convolution window): 0 for other models.
+    state_bytes_per_request: float = 0.0
+    #: Requests a separate state pool holds (SGLang's mamba pool, ``split_state_pool``); None
+    #: when there is none (vLLM pages each request's state from the KV pool).
+    max_state_requests: Optional[int] = None
 
     def num_blocks(self, block_size: int) -> int:
         """Whole KV blocks of ``block_size`` tokens the pool holds."""
@@ -81,11 +92,13 @@ class MemoryPlan:
 
 
 def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1,
-                          ep: int = 1) -> float:
+                          ep: int = 1, etp: int = 1) -> float:
     """Weight bytes on the fullest GPU: linear layers, embeddings and LM head are sharded
     over ``tp`` (Megatron column/row and vocab parallel), norms and biases replicated;
     pipeline stages take ``ceil(layers / pp)`` layers, the first the embedding, the last the
-    LM head (and the embedding again when tied)."""
+    LM head (and the embedding again when tied). Under expert parallelism (``ep`` > 1) the
+    routed experts spread whole over ``ep`` groups and each is split over the ``etp`` GPUs of
+    its group (MoE TP x EP; 1 for pure EP)."""
     layers = math.ceil(model.num_layers / pp)
     replicated = model.replicated_attention_params  # MLA's down-projections: whole on every rank
     per_layer = ((model.linear_params_per_layer - replicated) * prec.weight_bytes / tp
@@ -96,7 +109,7 @@ def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: in
         # before (attention, router and shared experts split by tensor parallelism).
         routed = model.expert_params * model.num_experts
         per_layer = ((model.linear_params_per_layer - replicated - routed) * prec.weight_bytes / tp
-                     + routed * prec.weight_bytes / ep + replicated * prec.weight_bytes
+                     + routed * prec.weight_bytes / (ep * etp) + replicated * prec.weight_bytes
                      + model.other_params_per_layer * prec.act_bytes)
     if model.num_dense_layers and model.is_moe:
         # Dense-first MoE (DeepSeek-V3): the fullest stage holds as many sparse layers as fit.
@@ -104,7 +117,7 @@ def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: in
         lighter = ((model.moe_mlp_params - model.dense_mlp_params) * prec.weight_bytes / tp
                    if ep <= 1 else
                    (model.moe_mlp_params - routed - model.dense_mlp_params) * prec.weight_bytes / tp
-                   + routed * prec.weight_bytes / ep)
+                   + routed * prec.weight_bytes / (ep * etp))
         per_layer_total = layers * per_layer - max(0, layers - model.num_moe_layers) * lighter
         layers, per_layer = 1, per_layer_total
     embed = model.embedding_params * prec.act_bytes / tp
@@ -151,6 +164,45 @@ def kv_bytes_per_token(model: ModelSpec, prec: Precision, tp: int = 1, pp: int =
     return 2 * layers * kv_heads_per_gpu(model, tp) * model.head_dim * prec.kv_bytes
 
 
+def recurrent_state_bytes(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1) -> float:
+    """One request's constant state on the fullest GPU of a hybrid linear-attention model: in
+    each of its stage's linear-attention layers, the recurrent state in the model's state dtype
+    (``linear_state_bytes``, float32 for Qwen3.5) and the convolution window in the activation
+    dtype, heads split over TP (SGLang's ``mamba2_cache_params``, vLLM's ``MambaSpec``). 0 for
+    a model without such layers."""
+    if not model.is_hybrid_linear:
+        return 0.0
+    ssm, conv = model.recurrent_state_elements(tp)
+    layers = math.ceil(model.linear_attention_layers / pp)
+    return float(layers * (ssm * model.linear_state_bytes + conv * prec.act_bytes))
+
+
+# SGLang's ``--mamba-full-memory-ratio`` default: the state pool's bytes over the KV pool's.
+SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9
+# SGLang's MAMBA_CACHE_SIZE_MAX_RUNNING_REQUESTS_RATIO: state slots per running request
+# (radix cache on, no extra buffer), so finished requests' states can stay cached.
+SGLANG_MAMBA_SLOTS_PER_REQUEST = 3
+
+
+def split_state_pool(plan: MemoryPlan, ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO) -> MemoryPlan:
+    """SGLang's memory split for a hybrid linear-attention model (``ModelRunner.
+    _handle_max_mamba_cache``, ratio branch): of the memory left after the weights, ``ratio /
+    (1 + ratio)`` holds whole request states (``max_mamba_cache_size`` of them), the rest the
+    full-attention layers' KV tokens. Unchanged for a model without state."""
+    per_req = plan.state_bytes_per_request
+    if per_req <= 0:
+        return plan
+    states = int(plan.kv_pool_bytes * ratio / (1 + ratio) // per_req)
+    if states < 1:
+        raise DoesNotFitError(
+            f"{plan.model}: SGLang's state pool ({ratio:g} of the KV pool's bytes) holds "
+            f"{states} request states of {per_req / 2**20:.1f} MiB; raise "
+            f"sglang.mem_fraction_static or use more GPUs")
+    kv_pool = plan.kv_pool_bytes - states * per_req
+    return replace(plan, kv_pool_bytes=kv_pool, num_kv_slots=int(kv_pool // plan.kv_bytes_per_token),
+                   max_state_requests=states)
+
+
 def sliding_window_kv(model: ModelSpec, block_size: int) -> tuple[int, float]:
     """A hybrid model's sliding-window layers, as the paged allocator holds them: (most tokens a
     request keeps there: vLLM keeps ``ceil((window - 1) / block) + 1`` blocks; pool slots a
@@ -168,9 +220,11 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
                 kv_cache_dtype: str = "auto", weight_dtype: Optional[str] = None,
                 max_num_batched_tokens: int = 2048, max_num_seqs: int = 256,
                 expert_parallel_size: int = 1,
-                activation_reserve: Optional[float] = None) -> MemoryPlan:
+                activation_reserve: Optional[float] = None,
+                expert_tensor_parallel_size: int = 1) -> MemoryPlan:
     """Split one GPU's memory into weights, activation reserve and KV pool
-    (``expert_parallel_size``: GPUs a MoE's routed experts are spread over whole).
+    (``expert_parallel_size``: groups a MoE's routed experts are spread over whole,
+    ``expert_tensor_parallel_size``: GPUs of a group each expert is split over).
     ``activation_reserve``: bytes kept for activations, in place of vLLM's profiled peak
     (``activation_reserve_bytes``); SGLang passes 0, its ``mem_fraction_static`` (the
     ``gpu_memory_utilization`` here) already leaves the rest of the GPU to activations and
@@ -194,8 +248,9 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
     ep = expert_parallel_size
     if ep > 1 and model.is_moe and model.num_experts % ep:
         raise ConfigError(f"parallel: {model.name}'s {model.num_experts} experts do not spread "
-                          f"evenly over {ep} GPUs (data_parallel_size x tensor_parallel_size)")
-    weights = weights_bytes_per_gpu(model, prec, tp, pp, ep)
+                          f"evenly over {ep} expert-parallel groups (parallel.expert_parallel_size, "
+                          f"else data_parallel_size x tensor_parallel_size)")
+    weights = weights_bytes_per_gpu(model, prec, tp, pp, ep, expert_tensor_parallel_size if ep > 1 else 1)
     reserve = (activation_reserve_bytes(model, prec, tp, pp, max_num_batched_tokens, max_num_seqs)
                if activation_reserve is None else float(activation_reserve))
     kv_token = kv_bytes_per_token(model, prec, tp, pp)
@@ -211,6 +266,7 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
         memory_bytes=hw.memory_bytes, budget_bytes=budget, weights_bytes=weights,
         activation_reserve_bytes=reserve, kv_pool_bytes=pool, kv_bytes_per_token=kv_token,
         num_kv_slots=int(pool // kv_token),
+        state_bytes_per_request=recurrent_state_bytes(model, prec, tp, pp),
     )
 
 

@@ -9,6 +9,7 @@ top level; it imports none of them, so they form no import cycle (tests/test_lay
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,7 +59,7 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
     (a config dict is accepted too, e.g. a saved result's config.yaml)."""
     from sim.catalog.hardware import get_hardware
     from sim.catalog.models import get_model
-    from sim.memory_plan import plan_memory
+    from sim.memory_plan import plan_memory, split_state_pool
 
     sc = as_scenario(scenario)
     model = get_model(sc.model)
@@ -77,12 +78,19 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
         kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype,
         max_num_batched_tokens=budget, max_num_seqs=sc.max_num_seqs,
         expert_parallel_size=par.expert_shards,
+        expert_tensor_parallel_size=par.expert_tensor_shards,
     )
     if par.enable_expert_parallel and not model.is_moe:
         raise ConfigError(f"parallel.enable_expert_parallel: {model.name} has no experts")
+    if (par.expert_parallel_size or 1) > 1 and not model.is_moe:
+        raise ConfigError(f"parallel.expert_parallel_size: {model.name} has no experts")
     if kv.num_gpu_blocks is not None:
         slots = kv.num_gpu_blocks * kv.block_size
         memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
+    if sc.engine.name == "sglang" and model.is_hybrid_linear:
+        # SGLang keeps linear-attention states in a pool of their own (vLLM pages them from the
+        # KV pool: ``build_replica_scheduler``).
+        memory = split_state_pool(memory, sc.sglang.mamba_full_memory_ratio)
     cost, source, base, overhead_ms = _make_cost_model(sc, model, weight_dtype)
     return Deployment(model, hw, memory, cost, par.gpus_per_replica, source, base, overhead_ms / 1000,
                       sc.engine.front_end)
@@ -194,10 +202,12 @@ def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], ki
                            async_scheduling=(None if sc.scheduler.async_scheduling == "auto"
                                              else bool(sc.scheduler.async_scheduling)),
                            expert_parallel_size=par.expert_shards,
+                           expert_tensor_parallel_size=par.expert_tensor_shards,
                            data_parallel_size=par.data_parallel_size, table_engine=table_engine,
                            **common)
     return make_pricer("roofline", model, sc.hardware,
                        expert_parallel_size=par.expert_shards,
+                       expert_tensor_parallel_size=par.expert_tensor_shards,
                        data_parallel_size=par.data_parallel_size, **common)
 
 
@@ -216,31 +226,42 @@ def _auto_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):
 
 
 def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swap_slots: int = 0,
-                            model: Optional["ModelSpec"] = None, kv_bytes_per_token: float = 0.0):
+                            model: Optional["ModelSpec"] = None, kv_bytes_per_token: float = 0.0,
+                            memory: Optional["MemoryPlan"] = None):
     """One replica's allocator over ``num_slots`` KV slots and its scheduler (``model``: the
     scenario's, when the caller has resolved it already; ``kv_bytes_per_token``: one GPU's, to
-    size KV offload tiers, resolved from the scenario when 0 and tiers are on)."""
+    size KV offload tiers, resolved from the scenario when 0 and tiers are on; ``memory``: the
+    deployment's memory plan, which a hybrid linear-attention model's per-request state is read
+    from, resolved from the scenario when None and needed)."""
     from sim.catalog.models import get_model
     from sim.memory_plan import sliding_window_kv
 
     sc = as_scenario(scenario)
     model = model or get_model(sc.model)
     kv, sched = sc.kv_cache, sc.scheduler
+    if (kv.offload_enabled or model.is_hybrid_linear) and memory is None:
+        memory = resolve_deployment(sc).memory
     offload = None
     if kv.offload_enabled:
-        if not kv_bytes_per_token:
-            kv_bytes_per_token = resolve_deployment(sc).memory.kv_bytes_per_token
-        offload = offload_tiers_of(sc, kv_bytes_per_token)
+        offload = offload_tiers_of(sc, kv_bytes_per_token or memory.kv_bytes_per_token)
+    state_slots, max_states, block_size = 0, None, kv.block_size
+    if model.is_hybrid_linear:
+        max_states = memory.max_state_requests
+        if max_states is None:  # vLLM: paged from the KV pool, in pages of one size
+            block_size, state_slots = vllm_hybrid_pages(model, memory, kv.block_size)
     try:
         allocator = make_allocator(
-            kv.allocator, num_slots=num_slots, block_size=kv.block_size,
-            prefix_caching=kv.prefix_caching, reserve=kv.reserve,
+            kv.allocator, num_slots=num_slots, block_size=block_size,
+            # A linear-attention layer's state is not kept at every prefix boundary, so a cached
+            # prefix cannot be resumed mid-prompt: prefix caching is off for hybrid models.
+            prefix_caching=kv.prefix_caching and not model.is_hybrid_linear, reserve=kv.reserve,
             max_model_len=kv.max_model_len, swap_slots=swap_slots,
             window=sliding_window_kv(model, kv.block_size), offload=offload,
+            state_slots=state_slots,
         )
         return make_scheduler(
             sched.policy, allocator, max_model_len=kv.max_model_len,
-            max_num_seqs=max_running_requests(sc, num_slots),
+            max_num_seqs=max_running_requests(sc, num_slots, max_states),
             max_num_batched_tokens=sc.max_num_batched_tokens,
             preemption=sched.preemption, queue_policy=sched.queue_policy,
             num_speculative_tokens=sc.speculative.num_tokens,
@@ -250,18 +271,48 @@ def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swa
         raise ConfigError(str(exc)) from None
 
 
-def max_running_requests(sc: Scenario, num_slots: int) -> int:
+def vllm_hybrid_pages(model: "ModelSpec", memory: "MemoryPlan", block_size: int) -> tuple[int, int]:
+    """(attention block size, pool slots of one request's state) under vLLM's hybrid KV cache
+    for a linear-attention model. vLLM gives every layer one page size: it raises the attention
+    block until one layer's page of it holds one layer's state (``Platform.
+    _align_hybrid_block_size``: ``align x cdiv(state page, align x one token's page)``, align the
+    larger of the kernel's 16 and ``kv_cache.block_size``), pads the state page to it, and groups
+    the state layers in groups as large as the attention layers' (Qwen3.5: 45 = 3 x 15), each
+    request holding one page of every group (``mamba_cache_mode`` none)."""
+    pp = memory.pipeline_parallel_size
+    full = math.ceil(model.num_full_attention_layers / pp)
+    linear = math.ceil(model.linear_attention_layers / pp)
+    token_page = memory.kv_bytes_per_token / full  # one layer's K and V of one token
+    state_page = memory.state_bytes_per_request / linear
+    align = max(VLLM_KERNEL_BLOCK_ALIGNMENT, block_size)
+    block = align * math.ceil(state_page / (align * token_page))
+    return block, math.ceil(linear / full) * block
+
+
+#: The smallest kernel block size of vLLM's FlashAttention / FlashInfer backends (``MultipleOf(16)``).
+VLLM_KERNEL_BLOCK_ALIGNMENT = 16
+
+
+def max_running_requests(sc: Scenario, num_slots: int, max_state_requests: Optional[int] = None) -> int:
     """Requests one engine (one DP rank) batches: ``Scenario.max_num_seqs`` for vLLM. SGLang:
     ``sglang.max_running_requests`` (or ``scheduler.max_num_seqs``) split over the DP-attention
-    ranks, else its default from this rank's KV pool (``sglang_max_running_requests``)."""
+    ranks, else its default from this rank's KV pool (``sglang_max_running_requests``); either
+    at most a third of a hybrid model's state pool (``max_state_requests``), as SGLang's
+    ``_resolve_max_num_reqs`` caps it."""
     from sim.catalog.engines import sglang_max_running_requests
+    from sim.memory_plan import SGLANG_MAMBA_SLOTS_PER_REQUEST
 
     if sc.engine.name != "sglang":
         return sc.max_num_seqs
     given = sc.max_num_seqs_given
     if given is not None:
-        return max(1, given // max(sc.parallel.data_parallel_size, 1))
-    return sglang_max_running_requests(num_slots, sc.kv_cache.max_model_len)
+        out = max(1, given // max(sc.parallel.data_parallel_size, 1))
+    else:
+        out = sglang_max_running_requests(num_slots, sc.kv_cache.max_model_len)
+    if max_state_requests is not None:  # one slot a request without the radix cache
+        ratio = 1 if sc.sglang.disable_radix_cache else SGLANG_MAMBA_SLOTS_PER_REQUEST
+        out = min(out, max(1, max_state_requests // ratio))
+    return out
 
 
 def offload_tiers_of(scenario: Scenario, kv_bytes_per_token: float) -> Optional["OffloadTiers"]:
@@ -343,7 +394,8 @@ def replica_engines(sc: Scenario, dep: "Deployment", n: int) -> tuple[list[Sched
     with speculative decoding, each one's acceptance sampler (seeded per engine)."""
     swap_slots = swap_slots_of(sc, dep.memory.kv_bytes_per_token)
     schedulers = [build_replica_scheduler(sc, dep.memory.num_kv_slots, swap_slots, dep.model,
-                                          dep.memory.kv_bytes_per_token) for _ in range(n)]
+                                          dep.memory.kv_bytes_per_token, dep.memory)
+                  for _ in range(n)]
     spec = sc.speculative
     samplers = None
     if spec.num_tokens:
@@ -391,6 +443,14 @@ def scenario_summary(sc: Scenario, dep: Deployment) -> dict:
         "seed": sc.seed,
         "async_scheduling": async_scheduling_of(sc, dep),
     }
+    if dep.model.is_moe and sc.parallel.expert_shards > 1:
+        out["expert_tensor_parallel_size"] = sc.parallel.expert_tensor_shards
+    if dep.model.is_hybrid_linear:  # the linear-attention layers' state, and where it lives
+        out["state_mb_per_request"] = m.state_bytes_per_request / 1e6
+        if m.max_state_requests is not None:
+            out["state_slots_per_replica"] = m.max_state_requests
+        elif kv.allocator == "paged":
+            out["attention_block_size"] = vllm_hybrid_pages(dep.model, m, kv.block_size)[0]
     if sc.cost_model.profile is not None:
         out["cost_model"] = repr(dep.cost_model)
     return out

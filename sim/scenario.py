@@ -316,6 +316,11 @@ class ParallelConfig(_Section):
     router: str = choice("round_robin", ROUTERS)
     data_parallel_size: int = integer(1, 1, _MAX_GPUS)
     enable_expert_parallel: bool = _field(False, _Check("bool"))
+    #: SGLang's ``--ep-size``: the groups a MoE's experts are spread over whole, each expert
+    #: split over the ``tensor_parallel_size x data_parallel_size / expert_parallel_size`` GPUs
+    #: of its group (MoE TP x EP). None: every GPU one group with ``enable_expert_parallel`` (or
+    #: DP attention), else 1 (experts split by TP only). vLLM has no such split (EP = tp x dp).
+    expert_parallel_size: Optional[int] = integer(None, 1, _MAX_GPUS, optional=True)
     #: ``prefix_aware`` router's scorer weights (docs/cluster.md): cached prompt fraction,
     #: outstanding requests (min-max normalised) and free KV; llm-d's 3 / 2 / 2.
     router_prefix_weight: float = number(DEFAULT_PREFIX_WEIGHT, 0.0, 1000.0)
@@ -335,10 +340,22 @@ class ParallelConfig(_Section):
 
     @property
     def expert_shards(self) -> int:
-        """GPUs a MoE's experts are spread over (1: each expert split by tensor parallelism)."""
+        """Groups a MoE's experts are spread over whole (1: each expert split by tensor
+        parallelism over every GPU)."""
+        if self.expert_parallel_size is not None:
+            return self.expert_parallel_size
         if self.enable_expert_parallel or self.data_parallel_size > 1:
             return self.data_parallel_size * self.tensor_parallel_size
         return 1
+
+    @property
+    def expert_tensor_shards(self) -> int:
+        """GPUs each expert is split over within its group (MoE TP): ``tp x dp / ep`` under
+        expert parallelism, ``tp`` without."""
+        ep = self.expert_shards
+        if ep > 1:
+            return self.data_parallel_size * self.tensor_parallel_size // ep
+        return self.tensor_parallel_size
 
 
 @dataclass(frozen=True)
@@ -458,6 +475,9 @@ class SglangConfig(_Section):
     page_size: int = integer(1, 1, 1024)
     #: ``--disable-radix-cache``: no prefix cache.
     disable_radix_cache: bool = _field(False, _Check("bool"))
+    #: ``--mamba-full-memory-ratio``: a hybrid linear-attention model's (Qwen3.5) state pool
+    #: bytes over its KV pool's, both from the memory left after the weights.
+    mamba_full_memory_ratio: float = number(0.9, 0.0, 1000.0, lo_open=True)
 
     def scheduler_options(self) -> dict:
         """``SglangScheduler``'s keyword arguments."""
@@ -633,6 +653,19 @@ class Scenario:
     def _check_combinations(self) -> None:
         """Rules that involve more than one key (each error names the key to change)."""
         kv, sched = self.kv_cache, self.scheduler
+        par = self.parallel
+        if par.expert_parallel_size is not None:
+            group = par.tensor_parallel_size * par.data_parallel_size
+            if group % par.expert_parallel_size:
+                raise ConfigError(f"parallel.expert_parallel_size: {par.expert_parallel_size} does not "
+                                  f"divide tensor_parallel_size x data_parallel_size ({group})")
+            if self.engine.name == "vllm" and par.expert_parallel_size not in (1, group):
+                raise ConfigError(f"parallel.expert_parallel_size: vLLM spreads experts over all "
+                                  f"{group} GPUs (enable_expert_parallel) or splits them by TP (1); "
+                                  f"MoE TP x EP is SGLang's (engine.name sglang)")
+            if par.data_parallel_size > 1 and par.expert_parallel_size == 1:
+                raise ConfigError("parallel.expert_parallel_size: with data_parallel_size > 1 the "
+                                  "experts are spread over the DP ranks (at least 2 groups)")
         if kv.prefix_caching and kv.allocator not in ("paged", "radix"):
             raise ConfigError("kv_cache.prefix_caching: needs kv_cache.allocator 'paged'")
         if kv.offload_enabled and not kv.prefix_caching:

@@ -8,7 +8,7 @@ import random
 
 import pytest
 
-from sim.api import simulate
+from sim.api import resolve_deployment, simulate
 from sim.catalog.models import get_model
 from sim.errors import ConfigError
 from sim.memory_plan import plan_memory
@@ -90,8 +90,32 @@ def test_a_dense_model_with_dp_is_independent_engines():
 @pytest.mark.parametrize("extra,needle", [
     (["parallel.enable_expert_parallel=true"], "has no experts"),
     (["model=mixtral-8x7b", "parallel.data_parallel_size=3"], "do not spread evenly"),
+    (["parallel.expert_parallel_size=2", "parallel.tensor_parallel_size=2", "engine.name=sglang"],
+     "has no experts"),
+    (["model=mixtral-8x7b", "parallel.tensor_parallel_size=4", "parallel.expert_parallel_size=3",
+      "engine.name=sglang"], "does not divide"),
+    (["model=mixtral-8x7b", "parallel.tensor_parallel_size=4", "parallel.expert_parallel_size=2"],
+     "MoE TP x EP is SGLang's"),
 ])
 def test_impossible_expert_parallelism_is_one_line(extra, needle):
     with pytest.raises(ConfigError, match=needle) as err:
         simulate(None, overrides=["workload.num_requests=10"] + extra)
     assert "\n" not in str(err.value)
+
+
+def test_moe_tp_x_ep_holds_the_same_weights_and_runs():
+    """SGLang's MoE TP x EP (``parallel.expert_parallel_size`` 2 of tp 4): each GPU holds a
+    quarter of every layer's routed expert weights, as with pure TP or pure EP (half the
+    experts, each split in two), and a run accounts for every request."""
+    base = {"model": "mixtral-8x7b", "hardware": "h100-sxm", "engine": {"name": "sglang"},
+            "cost_model": {"source": "roofline"}}
+    weights = {}
+    for name, par in (("tp", {"tensor_parallel_size": 4}),
+                      ("ep", {"tensor_parallel_size": 4, "enable_expert_parallel": True}),
+                      ("tpxep", {"tensor_parallel_size": 4, "expert_parallel_size": 2})):
+        weights[name] = resolve_deployment({**base, "parallel": par}).memory.weights_bytes
+    assert weights["tp"] == weights["ep"] == weights["tpxep"]
+    res = simulate({**base, "parallel": {"tensor_parallel_size": 4, "expert_parallel_size": 2},
+                    "workload": {"num_requests": 40, "arrival": {"process": "poisson", "rate": 20.0}}})
+    assert res.summary["completed"] == 40
+    assert res.summary["scenario"]["expert_parallel_size"] == 2

@@ -88,9 +88,36 @@ def test_dp_ep_step_costs_more_than_one_tp_group_of_the_same_rows(no_env):
 
 
 @needs_package
-def test_ep_must_span_tp_times_dp(no_env):
-    with pytest.raises(TablesNotCovering, match="EP = tp x dp"):
-        _pricer(4, 2, 4)
+def test_ep_groups_must_tile_tp_times_dp(no_env):
+    with pytest.raises(TablesNotCovering, match="MoE TP x EP = tp x dp"):
+        _pricer(4, 2, 3)
+
+
+@needs_package
+def test_moe_tp_x_ep_reads_the_split_rows(no_env):
+    """SGLang's ``--ep-size`` below tp x dp (``parallel.expert_parallel_size``): Mixtral-8x7B on
+    4 B200s as 2 EP groups of 2, each expert split in two: the MoE table's rows at MoE TP 2 x EP
+    2, at 4,096 tokens (every expert touched, so the uniform router's scaling is 1)."""
+    p = make_pricer("operator_tables", "mixtral-8x7b", "b200", dtype="bfloat16",
+                    tensor_parallel_size=4, engine=get_engine("sglang"), max_num_seqs=256,
+                    expert_parallel_size=2, expert_tensor_parallel_size=2)
+    assert "ep=2, moe_tp=2" in p.describe()
+    path = PACKAGE / "b200_sxm" / "moe" / "sglang" / p.tables_read["moe/moe_perf"] / "moe_perf.parquet"
+    c = read_columns(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size", "topk",
+                            "num_experts", "moe_tp_size", "moe_ep_size", "distribution", "latency"))
+    sel = ((c["moe_dtype"] == "bfloat16") & (c["hidden_size"] == 4096) & (c["inter_size"] == 14336)
+           & (c["num_experts"] == 8) & (c["topk"] == 2) & (c["moe_tp_size"] == 2)
+           & (c["moe_ep_size"] == 2) & (c["distribution"] == "balanced") & (c["num_tokens"] == 4096))
+    assert sel.any()
+    assert _at(p, "experts", 4096) == pytest.approx(float(c["latency"][sel].min()), rel=1e-9)
+    # Not the pure-TP or pure-EP rows: the three layouts price differently.
+    tp_only = make_pricer("operator_tables", "mixtral-8x7b", "b200", dtype="bfloat16",
+                          tensor_parallel_size=4, engine=get_engine("sglang"), max_num_seqs=256)
+    ep_only = make_pricer("operator_tables", "mixtral-8x7b", "b200", dtype="bfloat16",
+                          tensor_parallel_size=4, engine=get_engine("sglang"), max_num_seqs=256,
+                          expert_parallel_size=4)
+    vals = {_at(x, "experts", 4096) for x in (p, tp_only, ep_only)}
+    assert len(vals) == 3
 
 
 @needs_package

@@ -317,6 +317,24 @@ def test_sglang_rows_replay_with_engine_sglang():
     assert e.value.kind in ("unknown model", "model not modelled")
 
 
+def test_sglang_qwen35_rows_block_fp8_and_moe_tp_x_ep():
+    """The Qwen3.5 rows name the bf16 checkpoint with gemm fp8 / moe fp8_block: block-FP8
+    experts mean a block-FP8 checkpoint, priced fp8_block throughout (with a note); SGLang's MoE
+    TP 2 x EP 2 on 4 GPUs is ``parallel.expert_parallel_size`` 2. vLLM rows with the same split
+    stay refused (vLLM has no MoE TP x EP)."""
+    r = row(backend="sglang", backend_version="0.5.10.post1", model_path="Qwen/Qwen3.5-397B-A17B",
+            system="b300_sxm", gemm_quant_mode="fp8", moe_quant_mode="fp8_block", tp_size="4",
+            moe_tp_size="2", moe_ep_size="2")
+    p = point(r, quant=None, moe=True)
+    assert p.config["quantization"] == {"weights": "fp8_block"}
+    assert any("block-FP8 checkpoint" in n for n in p.notes)
+    assert p.config["parallel"]["expert_parallel_size"] == 2
+    assert p.config["parallel"]["tensor_parallel_size"] == 4
+    with pytest.raises(sm.RowNotExpressible) as e:
+        point(dict(r, backend="vllm", backend_version="0.15.1"), quant=None, moe=True)
+    assert e.value.kind == "parallel layout not expressible"
+
+
 def test_fp8_and_nvfp4_rows_run_an_fp8_kv_cache():
     """The CSV records no KV-cache dtype: FP8 and NVFP4 rows replay with an FP8 cache, as
     AIConfigurator's own model resolves a quantised checkpoint (and its generator passes it to

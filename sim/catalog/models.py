@@ -55,6 +55,17 @@ class ModelSpec:
       the window, the rest's for the whole context. 0 (Mistral-7B-v0.1's window is recorded
       but priced and held as full attention). ``attention_sinks``: a learned per-head logit in
       each softmax (gpt-oss); recorded, its cost negligible.
+    - Linear attention, ``linear_attention_layers`` > 0 (Qwen3.5, Qwen3-Next: three of every
+      four layers a Gated DeltaNet): those layers keep no KV cache but a constant recurrent
+      state per request, a ``linear_num_value_heads x linear_key_head_dim x
+      linear_value_head_dim`` matrix in ``linear_state_bytes``-byte values (the config's
+      ``mamba_ssm_dtype``, float32) plus the last ``linear_conv_kernel - 1`` inputs of its
+      causal convolution (``recurrent_state_elements``); their projections are q, k (each
+      ``linear_num_key_heads x linear_key_head_dim``), v and an output gate z (each
+      ``linear_num_value_heads x linear_value_head_dim``), two scalars per value head (b, a)
+      and the output projection. The other layers are full attention.
+    - ``attn_output_gate``: the full-attention layers' query projection also emits a sigmoid
+      gate on the attention output (Qwen3.5): q projection twice ``q_size`` wide.
 
     - ``gated_mlp``: SwiGLU (gate, up, down: three h x ffn matrices) as in Llama, versus
       OPT's two-matrix ReLU MLP (fc1, fc2).
@@ -100,6 +111,14 @@ class ModelSpec:
     num_mtp_layers: int = 0
     sliding_window_layers: int = 0
     attention_sinks: bool = False
+    linear_attention_layers: int = 0
+    linear_num_key_heads: int = 0
+    linear_num_value_heads: int = 0
+    linear_key_head_dim: int = 0
+    linear_value_head_dim: int = 0
+    linear_conv_kernel: int = 0
+    linear_state_bytes: int = 4
+    attn_output_gate: bool = False
 
     def __post_init__(self) -> None:
         if (self.num_experts > 0) != (self.num_experts_per_tok > 0) or self.num_experts < 0:
@@ -130,6 +149,18 @@ class ModelSpec:
                                                 < self.num_layers):
             raise ConfigError(f"model {self.name}: sliding_window_layers needs sliding_window and "
                               f"some full-attention layers (0 < sliding_window_layers < num_layers)")
+        if self.linear_attention_layers:
+            if not 0 < self.linear_attention_layers + self.sliding_window_layers < self.num_layers:
+                raise ConfigError(f"model {self.name}: linear_attention_layers needs some "
+                                  f"full-attention layers (0 < linear_attention_layers < num_layers)")
+            if min(self.linear_num_key_heads, self.linear_num_value_heads, self.linear_key_head_dim,
+                   self.linear_value_head_dim, self.linear_conv_kernel, self.linear_state_bytes) <= 0:
+                raise ConfigError(f"model {self.name}: linear attention needs positive "
+                                  f"linear_num_key_heads, linear_num_value_heads, head dims, "
+                                  f"linear_conv_kernel and linear_state_bytes")
+            if self.linear_num_value_heads % self.linear_num_key_heads:
+                raise ConfigError(f"model {self.name}: linear_num_value_heads must be a multiple "
+                                  f"of linear_num_key_heads")
         if self.is_mla:
             if not 0 < self.qk_rope_head_dim < self.head_dim or self.v_head_dim <= 0:
                 raise ConfigError(f"model {self.name}: MLA needs 0 < qk_rope_head_dim < head_dim "
@@ -150,7 +181,8 @@ class ModelSpec:
 
     @property
     def qkv_size(self) -> int:
-        return self.q_size + 2 * self.kv_size
+        """Output width of the fused q/k/v projection (with the output gate's q-wide half)."""
+        return (2 if self.attn_output_gate else 1) * self.q_size + 2 * self.kv_size
 
     @property
     def mlp_in_size(self) -> int:
@@ -181,8 +213,45 @@ class ModelSpec:
 
     @property
     def num_full_attention_layers(self) -> int:
-        """Layers whose KV grows with the whole context (all but the sliding-window ones)."""
-        return self.num_layers - self.sliding_window_layers
+        """Layers whose KV grows with the whole context (all but the sliding-window and
+        linear-attention ones)."""
+        return self.num_layers - self.sliding_window_layers - self.linear_attention_layers
+
+    @property
+    def num_attention_layers(self) -> int:
+        """Layers with softmax attention over a KV cache (full or sliding-window)."""
+        return self.num_layers - self.linear_attention_layers
+
+    @property
+    def is_hybrid_linear(self) -> bool:
+        return self.linear_attention_layers > 0
+
+    @property
+    def linear_key_size(self) -> int:
+        """Width of a linear-attention layer's q (= its k): key heads x key head width."""
+        return self.linear_num_key_heads * self.linear_key_head_dim
+
+    @property
+    def linear_value_size(self) -> int:
+        """Width of a linear-attention layer's v (= its gate z and its output)."""
+        return self.linear_num_value_heads * self.linear_value_head_dim
+
+    @property
+    def linear_in_proj_size(self) -> int:
+        """Output width of a linear-attention layer's input projections: q, k, v, z, and b, a
+        (one scalar each per value head)."""
+        return 2 * self.linear_key_size + 2 * self.linear_value_size + 2 * self.linear_num_value_heads
+
+    def recurrent_state_elements(self, tp: int = 1) -> tuple[int, int]:
+        """(recurrent-state values, convolution-window values) one request holds in one
+        linear-attention layer on one of ``tp`` ranks (heads split over TP): the delta rule's
+        ``value heads x key dim x value dim`` matrix, and the last ``conv_kernel - 1`` inputs
+        of the causal convolution over q, k and v."""
+        if not self.is_hybrid_linear:
+            return 0, 0
+        ssm = self.linear_num_value_heads // tp * self.linear_key_head_dim * self.linear_value_head_dim
+        conv = (2 * self.linear_key_size + self.linear_value_size) // tp * (self.linear_conv_kernel - 1)
+        return ssm, conv
 
     @property
     def num_moe_layers(self) -> int:
@@ -204,10 +273,18 @@ class ModelSpec:
         return self.hidden_size * self.num_experts
 
     @property
+    def linear_attention_params(self) -> int:
+        """Weights of one linear-attention layer's GEMMs: the input projections (q, k, v, z,
+        b, a) and the output projection (0 for a model without such layers)."""
+        if not self.is_hybrid_linear:
+            return 0
+        return self.hidden_size * (self.linear_in_proj_size + self.linear_value_size)
+
+    @property
     def attention_params(self) -> int:
-        """Weights of one layer's attention projections. MLA: q down (to ``q_lora_rank``) and
-        up, the latent-and-rotary-key down projection, the per-head K/V up projection from the
-        latent, and the output projection."""
+        """Weights of one (full or sliding-window) attention layer's projections. MLA: q down
+        (to ``q_lora_rank``) and up, the latent-and-rotary-key down projection, the per-head
+        K/V up projection from the latent, and the output projection."""
         h = self.hidden_size
         if not self.is_mla:
             return h * self.qkv_size + self.q_size * h
@@ -243,7 +320,8 @@ class ModelSpec:
     def linear_params(self) -> int:
         """Weights of every layer's GEMMs, all experts included (what weight quantisation
         shrinks, and what memory must hold)."""
-        return (self.num_layers * self.attention_params
+        return (self.num_attention_layers * self.attention_params
+                + self.linear_attention_layers * self.linear_attention_params
                 + self.num_dense_layers * self.dense_mlp_params
                 + self.num_moe_layers * self.moe_mlp_params)
 
@@ -252,7 +330,7 @@ class ModelSpec:
         """Weights of the largest layer's GEMMs, every expert included (the fullest pipeline
         stage holds the largest layers; every layer is the same but for dense-first MoEs)."""
         mlp = self.moe_mlp_params if self.is_moe else self.dense_mlp_params
-        return self.attention_params + mlp
+        return max(self.attention_params, self.linear_attention_params) + mlp
 
     @property
     def other_params_per_layer(self) -> int:
@@ -267,6 +345,13 @@ class ModelSpec:
             n += self.qkv_size
         if self.linear_bias:
             n += h + self.mlp_in_size + h
+        if self.is_hybrid_linear:
+            # Linear-attention layers' small weights, averaged over layers: the causal
+            # convolution's kernel over q, k, v, per-head decay and time-step bias, the gated
+            # output norm; the shared expert's sigmoid gate (Qwen3-Next / Qwen3.5) is in the MLP.
+            conv = (2 * self.linear_key_size + self.linear_value_size) * self.linear_conv_kernel
+            per_linear = conv + 2 * self.linear_num_value_heads + self.linear_value_head_dim
+            n += -(-self.linear_attention_layers * per_linear // self.num_layers)
         return n
 
     @property
@@ -451,16 +536,20 @@ _WRAPPERS: dict[str, dict[str, str]] = {
     "kimi_k25": {"kimi_k2": "kimi_k2", "deepseek_v3": "deepseek_v3"},
     "qwen3_vl": {"qwen3_vl_text": "qwen3"},
     "qwen3_vl_moe": {"qwen3_vl_moe_text": "qwen3_moe"},
+    "qwen3_5": {"qwen3_5_text": "qwen3_5_text"},
+    "qwen3_5_moe": {"qwen3_5_moe_text": "qwen3_5_moe_text"},
 }
+# Hybrid Gated DeltaNet + gated full attention (linear-attention layers, ``ModelSpec``).
+_QWEN_HYBRID = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
 SUPPORTED_MODEL_TYPES: tuple[str, ...] = (_LLAMA_LIKE + _DEEPSEEK_LIKE + tuple(_WRAPPERS)
-                                          + ("minimax_m2", "gpt_oss", "llama4", "llama4_text",
+                                          + _QWEN_HYBRID + ("minimax_m2", "gpt_oss", "llama4", "llama4_text",
                                              "opt"))
 
 
 def load_hf_config(path: "str | os.PathLike[str]", *, name: Optional[str] = None) -> ModelSpec:
     """Read an HF ``config.json`` of an architecture in ``SUPPORTED_MODEL_TYPES`` (Llama,
     Mistral, Qwen2/3, Mixtral, Qwen3-MoE, MiMo, DeepSeek-V3, Kimi K2/K2.5, MiniMax-M2, gpt-oss,
-    Llama 4, Qwen3-VL's text model, OPT). ``name`` names the spec and the errors (a package
+    Llama 4, Qwen3-VL's text model, Qwen3-Next and Qwen3.5's text models, OPT). ``name`` names the spec and the errors (a package
     config's HF id); else the name comes from the config or its folder."""
     path = os.fspath(path)
     file = os.path.join(path, "config.json") if os.path.isdir(path) else path
@@ -495,6 +584,8 @@ def load_hf_config(path: "str | os.PathLike[str]", *, name: Optional[str] = None
             return _from_gpt_oss(name, cfg)
         if model_type in ("llama4", "llama4_text"):
             return _from_llama4(name, cfg.get("text_config") or cfg)
+        if model_type in _QWEN_HYBRID:
+            return _from_qwen_hybrid(name, cfg)
         return _from_llama_like(name, model_type, cfg)
     except KeyError as exc:
         raise ConfigError(f"model: {label} lacks required key {exc.args[0]!r}") from None
@@ -644,6 +735,53 @@ def _from_gpt_oss(name: str, cfg: dict) -> ModelSpec:
         num_experts_per_tok=int(cfg.get("num_experts_per_tok") or cfg["experts_per_token"]),
         sliding_window=int(cfg["sliding_window"]) if sliding else None,
         sliding_window_layers=sliding, attention_sinks=True,
+    )
+
+
+_SSM_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def _from_qwen_hybrid(name: str, cfg: dict) -> ModelSpec:
+    """Qwen3-Next and Qwen3.5 (dense and MoE): ``layer_types`` (else every
+    ``full_attention_interval``-th layer full) mixes Gated DeltaNet layers (``linear_*`` shapes)
+    with gated full attention (``attn_output_gate``, on by default: Qwen3-Next always gates);
+    the MoE's every layer sparse with one shared expert of ``shared_expert_intermediate_size``.
+    The recurrent state's bytes follow ``mamba_ssm_dtype`` as SGLang reads it (float32 unless
+    the config says otherwise); the MTP module is recorded, not counted."""
+    layers = int(cfg["num_hidden_layers"])
+    interval = int(cfg.get("full_attention_interval") or 4)
+    types = list(cfg.get("layer_types") or ["full_attention" if (i + 1) % interval == 0
+                                            else "linear_attention" for i in range(layers)])[:layers]
+    unknown = sorted(set(types) - {"full_attention", "linear_attention"})
+    if unknown:
+        raise ValueError(f"layer_types {unknown} are not modelled")
+    if int(cfg.get("decoder_sparse_step", 1)) != 1 or cfg.get("mlp_only_layers"):
+        raise ValueError("a hybrid Qwen MoE with dense layers (decoder_sparse_step != 1 or "
+                         "mlp_only_layers) is not modelled")
+    experts = int(cfg.get("num_experts") or 0)
+    ffn = int(cfg["moe_intermediate_size"]) if experts else int(cfg["intermediate_size"])
+    shared = int(cfg.get("shared_expert_intermediate_size") or 0) if experts else 0
+    if shared % ffn:
+        raise ValueError(f"shared_expert_intermediate_size {shared} is not a whole number of "
+                         f"experts of {ffn}")
+    ssm = str(cfg.get("mamba_ssm_dtype") or "float32")
+    fields = _common_fields(cfg, max_positions=262144, rope_theta=10000000.0)
+    rope = cfg.get("rope_parameters") or {}
+    if "rope_theta" not in cfg and rope.get("rope_theta"):
+        fields["rope_theta"] = float(rope["rope_theta"])
+    return ModelSpec(
+        name=name, **fields, intermediate_size=ffn, qk_norm=True,
+        num_experts=experts, num_experts_per_tok=int(cfg.get("num_experts_per_tok") or 0) if experts else 0,
+        num_shared_experts=shared // ffn,
+        num_mtp_layers=int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0),
+        linear_attention_layers=types.count("linear_attention"),
+        linear_num_key_heads=int(cfg["linear_num_key_heads"]),
+        linear_num_value_heads=int(cfg["linear_num_value_heads"]),
+        linear_key_head_dim=int(cfg["linear_key_head_dim"]),
+        linear_value_head_dim=int(cfg["linear_value_head_dim"]),
+        linear_conv_kernel=int(cfg["linear_conv_kernel_dim"]),
+        linear_state_bytes=_SSM_DTYPE_BYTES.get(ssm, 4),
+        attn_output_gate=bool(cfg.get("attn_output_gate", True)),
     )
 
 

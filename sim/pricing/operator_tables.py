@@ -305,7 +305,8 @@ class OperatorTableCostModel(StepPricer):
                  async_scheduling: Optional[bool] = None, moe_routing: str = "uniform",
                  engine: Optional[EngineRelease] = None, speculative: bool = False,
                  expert_parallel_size: int = 1, data_parallel_size: int = 1,
-                 table_engine: Optional[EngineRelease] = None) -> None:
+                 table_engine: Optional[EngineRelease] = None,
+                 expert_tensor_parallel_size: Optional[int] = None) -> None:
         self.model = m = get_model(model)
         #: The engine release priced: its backend folder, the version folder nearest it, its
         #: capture sizes and (``async_scheduling`` None) its async-scheduling default.
@@ -330,14 +331,22 @@ class OperatorTableCostModel(StepPricer):
         #: ``expert_parallel_size`` GPUs (``parallel.expert_shards``: tp x dp).
         self.data_parallel_size = dp = data_parallel_size
         self.expert_parallel_size = ep = expert_parallel_size if m.is_moe else 1
-        if ep > 1 and ep != tp * dp:
-            raise TablesNotCovering(f"cost_model.source operator_tables: experts over {ep} GPUs "
-                                    f"with tp {tp} x dp {dp}: the tables price EP = tp x dp")
+        #: Under EP, GPUs of an EP group each expert is split over (SGLang's MoE TP x EP:
+        #: ``tp x dp / ep``; 1 for pure EP), the MoE table's ``moe_tp_size``.
+        self.expert_tensor_parallel_size = etp = (expert_tensor_parallel_size or (tp * dp // ep)) if ep > 1 else tp
+        if ep > 1 and ep * etp != tp * dp:
+            raise TablesNotCovering(f"cost_model.source operator_tables: experts over {ep} groups "
+                                    f"of {etp} GPUs with tp {tp} x dp {dp}: the tables price "
+                                    f"MoE TP x EP = tp x dp")
         check_parallel(m, tp, pp)
         #: A hybrid model's sliding-window layers (gpt-oss: every other layer, window 128) read
         #: the same attention tables at contexts bounded by the window.
         self._win_layers = m.sliding_window_layers
         self._window = m.sliding_window or 0
+        #: Layers with softmax attention, and a hybrid model's linear-attention (Gated
+        #: DeltaNet) layers, priced from the ``linear_attention`` tables (``_build_gdn``).
+        self._attn_layers = m.num_attention_layers
+        self._lin_layers = m.linear_attention_layers
         root = Path(tables) if tables is not None else default_tables_root()
         if root is None:
             raise TablesNotCovering(f"cost_model.tables: {MISSING_TABLES_NOTE}")
@@ -375,6 +384,7 @@ class OperatorTableCostModel(StepPricer):
         gemm_path, self.version = self._table("gemm", "gemm_perf")
         self._build_gemms(gemm_path)
         self._build_attention()
+        self._build_gdn()
         self._build_allreduce()
         self._build_rows()
 
@@ -416,14 +426,26 @@ class OperatorTableCostModel(StepPricer):
         m, tp = self.model, self.tensor_parallel_size
         q = m.q_size // tp
         kv = kv_heads_per_gpu(m, tp) * m.head_dim
+        q_out = (2 if m.attn_output_gate else 1) * q  # Qwen3.5: the output gate beside q
         shapes = {  # (n, k) per TP shard, as vLLM's column/row-parallel linears split them
-            "qkv_proj": (q + 2 * kv, m.hidden_size),
+            "qkv_proj": (q_out + 2 * kv, m.hidden_size),
             "o_proj": (m.hidden_size, q),
             "mlp_up": (m.mlp_in_size // tp, m.hidden_size),
             "mlp_down": (m.hidden_size, m.intermediate_size // tp),
         }
-        #: Layers an op runs in, where not all of them (dense-first MoEs: DeepSeek-V3).
+        #: Layers an op runs in, where not all of them (dense-first MoEs: DeepSeek-V3; a
+        #: hybrid model's attention and linear-attention layers).
         layers: dict[str, int] = {}
+        if m.is_hybrid_linear:
+            # Gated DeltaNet projections (SGLang's and vLLM's Qwen3-Next / Qwen3.5 layers): the
+            # fused q, k, v, z projection, the b, a projection (two scalars per value head: a
+            # GEMM below the tables' n grid, read at its nearest n and scaled), and out_proj.
+            shapes["gdn_in_proj"] = ((2 * m.linear_key_size + 2 * m.linear_value_size) // tp, m.hidden_size)
+            shapes["gdn_ba_proj"] = (2 * m.linear_num_value_heads // tp, m.hidden_size)
+            shapes["gdn_out_proj"] = (m.hidden_size, m.linear_value_size // tp)
+            for op in ("gdn_in_proj", "gdn_ba_proj", "gdn_out_proj"):
+                layers[op] = m.linear_attention_layers
+            layers["qkv_proj"] = layers["o_proj"] = m.num_attention_layers
         if m.is_mla:  # vLLM's MLA projections (the down-projections replicated over TP)
             heads = m.num_heads // tp
             del shapes["qkv_proj"], shapes["o_proj"]
@@ -501,7 +523,7 @@ class OperatorTableCostModel(StepPricer):
         # Expert parallelism: whole experts over EP GPUs (rows measured at MoE TP 1 x EP ep),
         # each GPU's layer fed the tokens of every DP rank (gathered: ``_dispatch_curve``).
         ep, dp = self.expert_parallel_size, self.data_parallel_size
-        moe_tp, moe_ep = (1, ep) if ep > 1 else (tp, 1)
+        moe_tp, moe_ep = (self.expert_tensor_parallel_size, ep) if ep > 1 else (tp, 1)
         want = MOE_DTYPES.get(self.precision.weight_dtype, "bfloat16")
         # This model's experts are measured in some version folders and dtypes only (on H200,
         # DeepSeek-V3's in bf16 under 0.19 and block FP8 under 0.24): the wanted format in the
@@ -674,11 +696,15 @@ class OperatorTableCostModel(StepPricer):
         hd = c["head_dim"][sel]
         if hd.size == 0:
             raise TablesNotCovering(f"{path}: no {kd} rows")
-        head_scale = m.head_dim / 128.0 if 128 in set(hd.tolist()) else 1.0
-        if m.head_dim != 128:
+        # The model's head width where the table measured it (newer tables hold 64-512), else
+        # the 128-wide rows scaled in proportion.
+        measured = set(hd.tolist())
+        row_hd = m.head_dim if m.head_dim in measured else 128
+        head_scale = m.head_dim / 128.0 if row_hd == 128 and 128 in measured else 1.0
+        if row_hd != m.head_dim:
             self._warnings.append(f"operator tables: attention measured at head_dim 128; "
                                   f"{m.head_dim} scaled in proportion")
-        sel &= c["head_dim"] == 128
+        sel &= c["head_dim"] == row_hd
         combos = set(zip(c["num_heads"][sel].tolist(), c["num_key_value_heads"][sel].tolist()))
         hh, kk, bf, tf = self._head_config(combos, h, kv)
         sel &= (c["num_heads"] == hh) & (c["num_key_value_heads"] == kk)
@@ -773,6 +799,81 @@ class OperatorTableCostModel(StepPricer):
         s1, s0 = float(dys[-1]), float(dys[-2])
         self._ctx_token_s = (self._dec.at(self._dec_bf, s1) - self._dec.at(self._dec_bf, s0)) / (s1 - s0)
 
+    def _build_gdn(self) -> None:
+        """A hybrid model's linear-attention kernels per layer, from AIConfigurator's
+        ``linear_attention/<backend>/<version>/gdn_perf`` table (measured for Qwen3.5's GDN head
+        shapes): prefill, the causal convolution (``causal_conv1d_fn``) plus the chunked delta
+        rule (``chunk_gated_delta_rule``) over (batch, tokens per sequence); decode, the
+        convolution update plus the recurrent step, over batch. Rows at this rank's key and value
+        heads (heads split over TP); of several models measured at those heads, the one of this
+        hidden size, else the median. Projections are GEMMs (``_build_gemms``)."""
+        self._gdn_pre: Optional[_Grid] = None
+        self._gdn_dec: Optional[_Curve] = None
+        m, tp = self.model, self.tensor_parallel_size
+        if not m.is_hybrid_linear:
+            return
+        try:
+            path, _ = self._table("linear_attention", "gdn_perf")
+        except TableError as exc:
+            raise TablesNotCovering(f"cost_model.tables: no linear-attention (GDN) tables: {exc}") from None
+        c = read_columns(path, ("kernel_source", "phase", "batch_size", "seq_len", "d_model",
+                                "num_k_heads", "head_k_dim", "num_v_heads", "head_v_dim", "latency"))
+        sel = ((c["num_k_heads"] == m.linear_num_key_heads // tp)
+               & (c["num_v_heads"] == m.linear_num_value_heads // tp)
+               & (c["head_k_dim"] == m.linear_key_head_dim) & (c["head_v_dim"] == m.linear_value_head_dim))
+        if not sel.any():
+            raise TablesNotCovering(
+                f"{path}: no GDN rows at {m.linear_num_key_heads // tp} key / "
+                f"{m.linear_num_value_heads // tp} value heads of {m.linear_key_head_dim} x "
+                f"{m.linear_value_head_dim}")
+        if (sel & (c["d_model"] == m.hidden_size)).any():
+            sel &= c["d_model"] == m.hidden_size
+
+        def cells(kernel_sel: np.ndarray, x_col: str, y_col: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            x, y = c[x_col][kernel_sel].astype(float), c[y_col][kernel_sel].astype(float)
+            lat = c["latency"][kernel_sel].astype(float)
+            xs, ys = np.unique(x), np.unique(y)
+            acc: dict = {}
+            for xi, yi, v in zip(np.searchsorted(xs, x), np.searchsorted(ys, y), lat):
+                acc.setdefault((xi, yi), []).append(v)
+            z = np.full((xs.size, ys.size), np.nan)
+            for (xi, yi), vals in acc.items():
+                z[xi, yi] = float(np.median(vals))
+            return xs, ys, z
+
+        ctx = sel & (c["phase"] == "context")
+        total = None
+        for kernel in ("causal_conv1d_fn", "chunk_gated_delta_rule"):
+            ks = ctx & (c["kernel_source"] == kernel)
+            if not ks.any():
+                raise TablesNotCovering(f"{path}: no {kernel} rows for {m.name}'s GDN heads")
+            bs, ls, z = cells(ks, "batch_size", "seq_len")
+            z = _fill_monotone(z, bs) * 1e-3  # seconds per layer
+            if total is None:
+                grid_b, grid_l, total = bs, ls, z
+            elif bs.tolist() == grid_b.tolist() and ls.tolist() == grid_l.tolist():
+                total = total + z
+            else:
+                raise TablesNotCovering(f"{path}: the GDN context kernels are measured on "
+                                        f"different grids")
+        self._gdn_pre = _Grid(grid_b, grid_l, total)
+        gen = sel & (c["phase"] == "generation")
+        kernels = sorted(set(c["kernel_source"][gen].tolist()))
+        if "causal_conv1d_update" not in kernels or len(kernels) < 2:
+            raise TablesNotCovering(f"{path}: no GDN decode rows (convolution update and "
+                                    f"recurrent step) for {m.name}'s heads")
+        curves = []
+        for kernel in kernels:
+            bs, _, z = cells(gen & (c["kernel_source"] == kernel), "batch_size", "seq_len")
+            curves.append((kernel, bs, _isotonic(np.nanmin(z, axis=1)) * 1e-3))
+        conv = next(cv for cv in curves if cv[0] == "causal_conv1d_update")
+        # The recurrent step: where a release measured several kernels, the fastest at each
+        # batch (the one its backend selection picks), on the convolution's batch grid.
+        steps = [cv for cv in curves if cv[0] != "causal_conv1d_update"]
+        step = np.min([[_loglog(b, y, float(x)) for x in conv[1]] for _, b, y in steps], axis=0)
+        self._gdn_dec = _Curve(conv[1], conv[2] + step)
+        self.gdn_kernels = ", ".join(k for k, _, _ in steps)
+
     def _allreduce_ms(self, elements: np.ndarray, graph: bool) -> np.ndarray:
         """Milliseconds of one all-reduce of ``elements`` 16-bit values over the TP group."""
         tp = self.tensor_parallel_size
@@ -858,8 +959,9 @@ class OperatorTableCostModel(StepPricer):
     # Split in two so that a decode window re-evaluates only what its growing context changes
     # (``decode_context_pricer``); ``_formula`` is the two parts in sequence.
     def _formula(self, s: Any, mx: Max, rows_eager: Callable, graph_at: Callable,
-                 dec: Callable, pre: Callable, head: Callable, parts: Optional[dict] = None) -> Any:
-        fixed = self._context_free(s, mx, rows_eager, graph_at, pre, head)
+                 dec: Callable, pre: Callable, head: Callable, parts: Optional[dict] = None,
+                 vector: bool = False) -> Any:
+        fixed = self._context_free(s, mx, rows_eager, graph_at, pre, head, vector)
         t_dec = self._decode_attention(s.num_decode_seqs, s.decode_context_tokens, mx, dec)
         return self._with_decode_attention(fixed, t_dec, mx, parts)
 
@@ -870,14 +972,15 @@ class OperatorTableCostModel(StepPricer):
         full = (D > 0) * dec(D * self._dec_bf, decode_context_tokens / b)
         if not self._win_layers:
             return full
-        L, ls = self.model.num_layers, self._win_layers
+        L, ls = self._attn_layers, self._win_layers
         windowed = (D > 0) * dec(D * self._dec_bf, -mx(-decode_context_tokens, -D * self._window) / b)
         return ((L - ls) * full + ls * windowed) / L
 
     def _context_free(self, s: Any, mx: Max, rows_eager: Callable, graph_at: Callable,
-                      pre: Callable, head: Callable) -> tuple:
-        """Every term of the price that the decode context does not change."""
-        L = self.model.num_layers
+                      pre: Callable, head: Callable, vector: bool = False) -> tuple:
+        """Every term of the price that the decode context does not change (``vector``: the
+        shape's fields are arrays)."""
+        L = self._attn_layers
         P, N, D = s.num_prefill_seqs, s.num_prefill_tokens, s.num_decode_seqs
         spec = s.num_spec_tokens
         rows = N + D + spec + s.num_padding_tokens
@@ -901,6 +1004,13 @@ class OperatorTableCostModel(StepPricer):
             t_win = (N > 0) * (pre(P * self._pre_bf, isl)
                                + mx(cross_w * self._pair_s, ctx_w * self._ctx_token_s))
             t_pre = ((L - ls) * t_pre + ls * t_win) / L
+        # Linear-attention layers: their kernels depend on the batch and chunk only (the
+        # recurrent state is the same size at any context).
+        t_lin = 0.0
+        if self._gdn_pre is not None and self._gdn_dec is not None:
+            gp = self._gdn_pre.at_array if vector else self._gdn_pre.at
+            gd = self._gdn_dec.at_array if vector else self._gdn_dec.at
+            t_lin = self._lin_layers * ((N > 0) * gp(mx(P, 1), isl) + (D > 0) * gd(mx(D, 1)))
         # Launch: a full graph is one replay; piecewise graphs launch L + 1 pieces and L
         # eager attention calls; eager launches every kernel. The GPU cannot run ahead of it.
         full = graphable * decode_only
@@ -911,19 +1021,21 @@ class OperatorTableCostModel(StepPricer):
         swap = self._roof.swap_time(s.num_swap_tokens)
         cpu = self._cpu_step + self._cpu_seq * (P + D)
         busy = (rows > 0) | (s.num_swap_tokens > 0)
-        return L, rows_cost, t_pre, full, piece, eager, lm, swap, cpu, busy
+        return L, rows_cost, t_pre, full, piece, eager, lm, swap, cpu, busy, t_lin
 
     def _with_decode_attention(self, fixed: tuple, t_dec: Any, mx: Max,
                                parts: Optional[dict] = None) -> Any:
         """The price from the context-free terms and one layer's decode attention."""
-        L, rows_cost, t_pre, full, piece, eager, lm, swap, cpu, busy = fixed
+        L, rows_cost, t_pre, full, piece, eager, lm, swap, cpu, busy, t_lin = fixed
         attn = L * (t_dec + t_pre)
-        kernels = rows_cost + attn
+        kernels = rows_cost + attn + t_lin
         gpu = (full * (kernels + GRAPH_LAUNCH_S) + piece * mx(kernels, self._piece_launch)
                + eager * mx(kernels, self._eager_launch))
         if parts is not None:
             parts.update(rows=rows_cost, attn_decode=L * t_dec, attn_prefill=L * t_pre,
                          lm_head=lm, swap=swap, gpu=gpu, cpu=cpu)
+            if self._lin_layers:
+                parts["linear_attention"] = t_lin
         if self.async_scheduling:
             return busy * mx(gpu + lm + swap, cpu)
         return busy * (gpu + lm + swap + cpu)
@@ -964,7 +1076,7 @@ class OperatorTableCostModel(StepPricer):
         s = ShapeColumns(columns, "price_columns")
         return np.asarray(self._formula(s, np.maximum, self._eager_array, self._graph_array,
                                         self._dec.at_array, self._pre.at_array,
-                                        self._head.at_array), dtype=float)
+                                        self._head.at_array, vector=True), dtype=float)
 
     def breakdown(self, shape: StepShape) -> dict[str, float]:
         """Seconds per term: ``rows`` (GEMMs, norms, all-reduces: graph or eager), attention,
@@ -985,6 +1097,8 @@ class OperatorTableCostModel(StepPricer):
                 f"tp={self.tensor_parallel_size}"
                 + (f", dp={self.data_parallel_size}" if self.data_parallel_size > 1 else "")
                 + (f", ep={self.expert_parallel_size}" if self.expert_parallel_size > 1 else "")
+                + (f", moe_tp={self.expert_tensor_parallel_size}"
+                   if self.expert_parallel_size > 1 and self.expert_tensor_parallel_size > 1 else "")
                 + f", {mode} up to {self.max_capture} tokens, "
                 f"async scheduling {'on' if self.async_scheduling else 'off'}"
                 + (f", MoE experts from the fused-MoE table, {self.moe_routing} routing"
@@ -992,7 +1106,9 @@ class OperatorTableCostModel(StepPricer):
                       if self.moe_routing == "uniform" and self.moe_rows_routing == "balanced"
                       else f" ({self.moe_rows_routing} rows as measured)"
                       if self.moe_rows_routing not in (None, self.moe_routing) else "")
-                   if self.model.is_moe else "") + ")")
+                   if self.model.is_moe else "")
+                + (f", {self._lin_layers} linear-attention layers from the GDN table "
+                   f"({self.gdn_kernels})" if self._gdn_dec is not None else "") + ")")
 
     def warnings(self) -> list[str]:
         return list(dict.fromkeys(self._warnings))

@@ -35,6 +35,10 @@ from sim.pricing.experts import ExpertLayer
 from sim.pricing.features import sampled_rows
 
 
+#: Tokens per chunk of the chunked delta rule (FLA's ``chunk_gated_delta_rule``).
+GDN_CHUNK = 64
+
+
 @dataclass(frozen=True)
 class Efficiency:
     """The fitted constants: fractions of datasheet peaks real kernels reach, and the fixed
@@ -138,10 +142,13 @@ class RooflineCostModel(StepPricer):
                  pipeline_parallel_size: int = 1, kv_cache_dtype: str = "auto",
                  weight_dtype: Optional[str] = None,
                  efficiency: Efficiency = A100_EFFICIENCY,
-                 expert_parallel_size: int = 1, data_parallel_size: int = 1) -> None:
-        """``expert_parallel_size`` > 1: a MoE's experts spread whole over that many GPUs, each
-        GPU's tokens (and those of the other ``data_parallel_size - 1`` attention ranks, taken
-        as loaded alike) sent to their experts and back by all-to-all."""
+                 expert_parallel_size: int = 1, data_parallel_size: int = 1,
+                 expert_tensor_parallel_size: Optional[int] = None) -> None:
+        """``expert_parallel_size`` > 1: a MoE's experts spread whole over that many groups of
+        ``expert_tensor_parallel_size`` GPUs (default ``tp x dp / ep``: 1, pure EP; more, SGLang's
+        MoE TP x EP, each expert split over its group), each GPU's tokens (and those of the other
+        ``data_parallel_size - 1`` attention ranks, taken as loaded alike) sent to their experts
+        and back by all-to-all."""
         self.model = m = get_model(model)
         self.hardware = h = get_hardware(hw)
         self.tensor_parallel_size = tp = tensor_parallel_size
@@ -168,14 +175,39 @@ class RooflineCostModel(StepPricer):
         def gemm(k: float, n: float, wbytes: float) -> _Gemm:
             return _Gemm(2 * k * n / dense_peak, k * n * wbytes / gemm_bw, (k + n) * ab / gemm_bw)
 
+        q_out = (2 if m.attn_output_gate else 1) * q  # Qwen3.5: the output gate beside q
         self._gemms = {
-            "qkv_proj": gemm(hd, q + 2 * kv, wb),
+            "qkv_proj": gemm(hd, q_out + 2 * kv, wb),
             "o_proj": gemm(q, hd, wb),
             "mlp_up": gemm(hd, m.mlp_in_size / tp, wb),
             "mlp_down": gemm(ffn, hd, wb),
         }
         #: Layers each GEMM runs in (all of them, but for dense-first MoEs and their experts).
         self._gemm_layers = dict.fromkeys(self._gemms, m.num_layers)
+        if m.is_hybrid_linear:
+            # Gated DeltaNet layers' projections (q, k, v, z; b, a; out) in place of attention's.
+            self._gemms["gdn_in_proj"] = gemm(hd, (2 * m.linear_key_size + 2 * m.linear_value_size) / tp, wb)
+            self._gemms["gdn_ba_proj"] = gemm(hd, 2 * m.linear_num_value_heads / tp, wb)
+            self._gemms["gdn_out_proj"] = gemm(m.linear_value_size / tp, hd, wb)
+            for op in ("gdn_in_proj", "gdn_ba_proj", "gdn_out_proj"):
+                self._gemm_layers[op] = m.linear_attention_layers
+            self._gemm_layers["qkv_proj"] = self._gemm_layers["o_proj"] = m.num_attention_layers
+            # The kernels: the recurrent state (value heads x key dim x value dim) read and
+            # written once per decoded token, or once per 64-token chunk of a prompt (the
+            # chunked delta rule), plus the convolution window; FLOPs ~ 8 dk dv per token and
+            # head for the state update and readout, and the chunk's 64 x 64 intra-chunk terms.
+            ssm, conv = m.recurrent_state_elements(tp)
+            state = ssm * m.linear_state_bytes + conv * ab
+            heads = m.linear_num_value_heads / tp
+            dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
+            io = (2 * m.linear_key_size + 2 * m.linear_value_size) / tp * ab  # q, k, v, z in; o out
+            attn_rate = h.flops(DTYPE_COMPUTE[p.dtype]) * e.attn_prefill_compute
+            self._gdn_decode_per_seq = 2 * state / gemm_bw
+            self._gdn_decode_per_row = io / gemm_bw
+            self._gdn_prefill_per_token = max(
+                heads * (8 * dk * dv + 2 * GDN_CHUNK * (dk + dv)) / attn_rate,
+                (io + 2 * state / GDN_CHUNK) / gemm_bw)
+            self._gdn_prefill_per_seq = 2 * state / gemm_bw
         if m.is_mla:
             # MLA (vLLM's DeepSeek path): q down (replicated) and up (head-sharded), the latent
             # down-projection (replicated), the per-head K/V up-projection, which decode folds
@@ -219,9 +251,11 @@ class RooflineCostModel(StepPricer):
                     memory_per_row=k_top * (2 * hd + up + ffn) * ab / gemm_bw,
                     latency=2 * e.gemm_latency_s, num_experts=m.num_experts, top_k=k_top)
             else:
-                # Whole experts, E / ep of them here; the dp ranks' tokens together are routed
-                # over all E, so each GPU computes k x dp / ep expert rows per row of its own.
-                up_all, ffn_all, per = m.mlp_in_size, m.intermediate_size, dp / ep
+                # Whole experts, E / ep of them in this GPU's group, each split over the etp
+                # GPUs of the group; the dp ranks' tokens together are routed over all E, so
+                # each GPU computes 1 / etp of k x dp / ep expert rows per row of its own.
+                etp = expert_tensor_parallel_size or max(tp * dp // ep, 1)
+                up_all, ffn_all, per = m.mlp_in_size / etp, m.intermediate_size / etp, dp / ep
                 self._experts = ExpertLayer(
                     compute_per_row=2 * k_top * hd * (up_all + ffn_all) / peak * per,
                     weight_per_expert=hd * (up_all + ffn_all) * expert_wb / gemm_bw,
@@ -348,6 +382,18 @@ class RooflineCostModel(StepPricer):
         flops = self._decode_flops_per_ctx * context_tokens * queries / mx(num_seqs, 1)
         return (num_seqs > 0) * (mx(mem, flops) + self.efficiency.attention_latency_s)
 
+    def linear_attention_time(self, num_prefill_tokens: Any, num_prefill_seqs: Any,
+                              num_decode_rows: Any) -> Any:
+        """One linear-attention layer's kernels (convolution and delta rule, projections
+        apart): ``num_prefill_tokens`` of ``num_prefill_seqs`` prompts through the chunked rule,
+        ``num_decode_rows`` recurrent steps, each reading and writing its sequence's state."""
+        lat = self.efficiency.attention_latency_s
+        prefill = (num_prefill_tokens > 0) * (self._gdn_prefill_per_token * num_prefill_tokens
+                                              + self._gdn_prefill_per_seq * num_prefill_seqs + lat)
+        decode = (num_decode_rows > 0) * ((self._gdn_decode_per_seq + self._gdn_decode_per_row)
+                                          * num_decode_rows + lat)
+        return prefill + decode
+
     def lm_head_time(self, num_logits: Any, mx: Max = max) -> Any:
         """The LM head GEMM (vocab-parallel, 16-bit) and sampling over the full vocabulary for
         ``num_logits`` rows (one per sequence that samples, plus verified draft tokens)."""
@@ -453,7 +499,7 @@ class RooflineCostModel(StepPricer):
         runs in one fixed order; terms that do not apply add an exact 0.0. ``parts``, when
         given, receives the attention, LM head and swap terms (for ``breakdown``)."""
         e = self.efficiency
-        layers = self.model.num_layers
+        layers = self.model.num_attention_layers
         prefill_tokens, decode, spec = s.num_prefill_tokens, s.num_decode_seqs, s.num_spec_tokens
         rows = prefill_tokens + decode + spec + s.num_padding_tokens
         ls = self.model.sliding_window_layers
@@ -478,6 +524,12 @@ class RooflineCostModel(StepPricer):
         swap = self.swap_time(s.num_swap_tokens)
         if parts is not None:
             parts.update(attn_prefill=prefill, attn_decode=attn_decode, lm_head=head, swap=swap)
+        if self.model.is_hybrid_linear:  # folded into the prefill term (an exact 0.0 otherwise)
+            linear = self.model.linear_attention_layers * self.linear_attention_time(
+                prefill_tokens, s.num_prefill_seqs, decode + spec)
+            prefill = prefill + linear
+            if parts is not None:
+                parts["linear_attention"] = linear
         busy = (rows > 0) | (s.num_swap_tokens > 0)
         experts = 0.0  # a dense model's MLP is in rows_time; an exact 0.0 changes no sum
         if self._experts is not None:
@@ -519,7 +571,10 @@ class RooflineCostModel(StepPricer):
             # Attention's input projections: q/k/v, or MLA's q and latent down/up projections.
             out["qkv_proj"] = gemms(("qkv_proj", "q_proj", "q_a_proj", "q_b_proj", "kv_a_proj",
                                      "kv_b_proj"))
-            out["o_proj"] = L * self.gemm_time("o_proj", rows)
+            out["o_proj"] = gemms(("o_proj",))
+            if m.is_hybrid_linear:  # Gated DeltaNet projections: in with q/k/v, out with o
+                out["qkv_proj"] += gemms(("gdn_in_proj", "gdn_ba_proj"))
+                out["o_proj"] += gemms(("gdn_out_proj",))
             out["mlp"] = (out.pop("experts", 0.0)
                           + gemms(("mlp_up", "mlp_down", "router", "shared_up", "shared_down"))
                           + L * self.elementwise_time("mlp_act", rows))

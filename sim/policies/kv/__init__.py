@@ -20,14 +20,18 @@ def make_allocator(kind: str = "paged", num_slots: int = 0, block_size: int = 16
                    prefix_caching: bool = False, reserve: str = "max",
                    max_model_len: int = 2048, swap_slots: int = 0,
                    window: tuple[int, float] = (0, 0.0),
-                   offload: Optional[OffloadTiers] = None) -> KVAllocator:
+                   offload: Optional[OffloadTiers] = None, state_slots: int = 0) -> KVAllocator:
     """Build an allocator over ``num_slots`` token slots of KV memory (``window``: a hybrid
     model's sliding-window layers, (tokens held, pool slots a token), see ``PagedAllocator``;
-    ``offload``: KV offload tiers under the prefix cache)."""
+    ``offload``: KV offload tiers under the prefix cache; ``state_slots``: a linear-attention
+    model's per-request state paged from the same pool, vLLM's way)."""
     if kind == "paged":
         return PagedAllocator(num_slots, block_size=block_size, prefix_caching=prefix_caching,
                               swap_slots=swap_slots, window_tokens=window[0], window_ratio=window[1],
-                              offload=offload)
+                              offload=offload, state_slots=state_slots)
+    if state_slots:
+        raise ValueError("a linear-attention model's state paged from the KV pool (vLLM's way) "
+                         "needs the paged allocator")
     if offload is not None:
         raise ValueError("KV offload tiers need the paged allocator with prefix caching")
     if kind == "radix":

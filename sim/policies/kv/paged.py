@@ -27,17 +27,26 @@ class PagedAllocator(KVAllocator):
     it is freed or swapped out; counted as token states; never in ``num_held_slots``, which is
     the full-attention layers'.
 
+    ``state_slots``: a hybrid linear-attention model's constant state per request (Qwen3.5's
+    Gated DeltaNet layers), in pool slots: vLLM's hybrid allocator pages it from the same pool
+    (``MambaSpec``: one page per request in each group of state layers). Held like the window:
+    whole blocks taken at the request's first allocation, given back when it is freed or
+    swapped out, counted as token states, never in ``num_held_slots``. (vLLM also raises the
+    attention block size until one attention page is as large as one layer's state page: the
+    caller passes that ``block_size``, ``sim.run_parts.vllm_hybrid_pages``.)
+
     ``offload``: KV offload tiers under the prefix cache (``sim.policies.kv.offload``): cached
     blocks evicted from the pool move down to them, and a lookup continues in them."""
 
     def __init__(self, num_slots: int, block_size: int = 16, prefix_caching: bool = False,
                  swap_slots: int = 0, window_tokens: int = 0, window_ratio: float = 0.0,
-                 offload: Optional[OffloadTiers] = None) -> None:
+                 offload: Optional[OffloadTiers] = None, state_slots: int = 0) -> None:
         if block_size < 1:
             raise ValueError(f"block_size must be >= 1, got {block_size}")
-        if window_tokens < 0 or window_ratio < 0:
-            raise ValueError(f"window_tokens and window_ratio must be >= 0")
+        if window_tokens < 0 or window_ratio < 0 or state_slots < 0:
+            raise ValueError(f"window_tokens, window_ratio and state_slots must be >= 0")
         self.block_size = block_size
+        self.state_blocks = -(-state_slots // block_size)
         self.window_tokens = window_tokens
         self.window_ratio = window_ratio
         self.window_blocks: dict[str, list[int]] = {}
@@ -159,16 +168,18 @@ class PagedAllocator(KVAllocator):
         return max(need, 0), touched_free
 
     def window_blocks_for(self, req: Request) -> int:
-        """Blocks of this pool the request's sliding-window layers hold (0 without a window)."""
+        """Blocks of this pool the request's sliding-window layers and linear-attention state
+        hold (0 for a model with neither)."""
         if not self.window_tokens:
-            return 0
+            return self.state_blocks
         bs = self.block_size
         tokens = min(-(-req.final_kv_len // bs) * bs, self.window_tokens)
-        return -(-int(math.ceil(tokens * self.window_ratio)) // bs)
+        return -(-int(math.ceil(tokens * self.window_ratio)) // bs) + self.state_blocks
 
     def _window_needed(self, req: Request) -> int:
-        """Window blocks a request still has to take (all of them before its first allocation)."""
-        if self.window_tokens and req.request_id not in self.window_blocks:
+        """Window and state blocks a request still has to take (all of them before its first
+        allocation)."""
+        if (self.window_tokens or self.state_blocks) and req.request_id not in self.window_blocks:
             return self.window_blocks_for(req)
         return 0
 
