@@ -86,6 +86,8 @@ HARDWARE_OF: dict[str, str] = {
 #: per-tensor FP8 W8A8, the architecture of meta-llama/Llama-3.1-8B). Each use is noted per row.
 CHECKPOINT_ALIASES: dict[str, str] = {
     "nvidia/Llama-3.1-8B-Instruct-FP8": "meta-llama/Llama-3.1-8B-Instruct",
+    # GLM-5's old Hub org (the rows' model_path); the package ships its config under zai-org.
+    "zhipuai/GLM-5": "zai-org/GLM-5",
 }
 
 #: The last release before vLLM 0.14 (the first whose defaults kvplan prices differently:

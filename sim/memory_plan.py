@@ -157,10 +157,11 @@ def activation_reserve_bytes(model: ModelSpec, prec: Precision, tp: int = 1, pp:
 def kv_bytes_per_token(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1) -> int:
     """K and V of one token, all layers of this GPU's pipeline stage, its KV-head shard. MLA
     (DeepSeek-V3): the latent and rotary key, ``kv_lora_rank + qk_rope_head_dim`` values per
-    layer, whole on every tensor-parallel rank (all heads read it; vLLM does not split it)."""
+    layer, whole on every tensor-parallel rank (all heads read it; vLLM does not split it);
+    with sparse attention also the indexer's key (``ModelSpec.indexer_cache_bytes``)."""
     layers = math.ceil(model.num_full_attention_layers / pp)
-    if model.is_mla:
-        return layers * model.kv_cache_width * prec.kv_bytes
+    if model.is_mla:  # DSA (DeepSeek-V3.2, GLM-5): the indexer's FP8 key and scale beside it
+        return layers * (model.kv_cache_width * prec.kv_bytes + model.indexer_cache_bytes)
     return 2 * layers * kv_heads_per_gpu(model, tp) * model.head_dim * prec.kv_bytes
 
 

@@ -210,9 +210,9 @@ def test_kvplan_simulate_with_an_hf_id(tmp_path, model):
 @needs_package
 def test_kvplan_simulate_refuses_an_unmodelled_hf_id_in_one_line(tmp_path):
     proc = subprocess.run(
-        [sys.executable, "-m", "kvplan.cli.main", "simulate", "--set", "model=zai-org/GLM-5",
+        [sys.executable, "-m", "kvplan.cli.main", "simulate", "--set", "model=nvidia/Nemotron-H-56B-Base-8K",
          "--out", str(tmp_path), "--no-progress"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2, proc.stderr + proc.stdout
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and "'glm_moe_dsa'" in lines[0], proc.stderr
+    assert len(lines) == 1 and "'nemotron_h'" in lines[0], proc.stderr

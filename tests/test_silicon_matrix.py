@@ -333,6 +333,12 @@ def test_sglang_qwen35_rows_block_fp8_and_moe_tp_x_ep():
     with pytest.raises(sm.RowNotExpressible) as e:
         point(dict(r, backend="vllm", backend_version="0.15.1"), quant=None, moe=True)
     assert e.value.kind == "parallel layout not expressible"
+    # GLM-5's rows name its old Hub org; the package's config is under zai-org.
+    glm = point(row(backend="sglang", backend_version="nightly-dev", model_path="zhipuai/GLM-5",
+                    system="b200_sxm", gemm_quant_mode="fp8", moe_quant_mode="fp8_block", tp_size="8",
+                    moe_tp_size="8", moe_ep_size="1"), quant=None, moe=True)
+    assert glm.config["model"] == "zai-org/GLM-5"
+    assert any("simulated as zai-org/GLM-5" in n for n in glm.notes)
 
 
 def test_fp8_and_nvfp4_rows_run_an_fp8_kv_cache():

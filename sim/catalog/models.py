@@ -66,6 +66,12 @@ class ModelSpec:
       and the output projection. The other layers are full attention.
     - ``attn_output_gate``: the full-attention layers' query projection also emits a sigmoid
       gate on the attention output (Qwen3.5): q projection twice ``q_size`` wide.
+    - DeepSeek sparse attention, ``index_topk`` > 0 (DeepSeek-V3.2, GLM-5: MLA whose queries
+      attend to the ``index_topk`` cached tokens a lightning indexer scores highest): the
+      indexer has ``index_num_heads`` heads of ``index_head_dim`` (its q from the q latent, one
+      shared key per token, cached in FP8 with a float32 scale per 128 values beside the MLA
+      latent), so attention reads at most ``index_topk`` tokens of a long context while the
+      indexer scans all of it.
 
     - ``gated_mlp``: SwiGLU (gate, up, down: three h x ffn matrices) as in Llama, versus
       OPT's two-matrix ReLU MLP (fc1, fc2).
@@ -119,6 +125,9 @@ class ModelSpec:
     linear_conv_kernel: int = 0
     linear_state_bytes: int = 4
     attn_output_gate: bool = False
+    index_topk: int = 0
+    index_num_heads: int = 0
+    index_head_dim: int = 0
 
     def __post_init__(self) -> None:
         if (self.num_experts > 0) != (self.num_experts_per_tok > 0) or self.num_experts < 0:
@@ -161,6 +170,9 @@ class ModelSpec:
             if self.linear_num_value_heads % self.linear_num_key_heads:
                 raise ConfigError(f"model {self.name}: linear_num_value_heads must be a multiple "
                                   f"of linear_num_key_heads")
+        if self.index_topk and not (self.is_mla and self.index_num_heads > 0 and self.index_head_dim > 0):
+            raise ConfigError(f"model {self.name}: sparse attention (index_topk) needs MLA and "
+                              f"positive index_num_heads and index_head_dim")
         if self.is_mla:
             if not 0 < self.qk_rope_head_dim < self.head_dim or self.v_head_dim <= 0:
                 raise ConfigError(f"model {self.name}: MLA needs 0 < qk_rope_head_dim < head_dim "
@@ -225,6 +237,29 @@ class ModelSpec:
     @property
     def is_hybrid_linear(self) -> bool:
         return self.linear_attention_layers > 0
+
+    @property
+    def is_sparse_attention(self) -> bool:
+        """DeepSeek sparse attention (DSA): each query attends to ``index_topk`` tokens."""
+        return self.index_topk > 0
+
+    @property
+    def indexer_cache_bytes(self) -> int:
+        """Bytes a DSA layer's indexer caches per token: its FP8 key and a float32 scale per
+        128 values (SGLang's and vLLM's indexer k cache); 0 without sparse attention."""
+        if not self.is_sparse_attention:
+            return 0
+        return self.index_head_dim + 4 * -(-self.index_head_dim // 128)
+
+    @property
+    def indexer_params(self) -> int:
+        """One DSA layer's indexer weights: its query up-projection from the q latent, the
+        key projection and the per-head weights from the hidden state (0 without DSA)."""
+        if not self.is_sparse_attention:
+            return 0
+        q_in = self.q_lora_rank or self.hidden_size
+        return (q_in * self.index_num_heads * self.index_head_dim
+                + self.hidden_size * (self.index_head_dim + self.index_num_heads))
 
     @property
     def linear_key_size(self) -> int:
@@ -293,7 +328,7 @@ class ModelSpec:
              if self.q_lora_rank else h * heads * self.head_dim)
         kv_down = h * (rank + self.qk_rope_head_dim)
         kv_up = rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
-        return q + kv_down + kv_up + heads * self.v_head_dim * h
+        return q + kv_down + kv_up + heads * self.v_head_dim * h + self.indexer_params
 
     @property
     def replicated_attention_params(self) -> int:
@@ -530,6 +565,8 @@ def list_models() -> list[ModelSpec]:
 
 _LLAMA_LIKE = ("llama", "mistral", "qwen2", "mixtral", "qwen3", "qwen3_moe", "mimo")
 _DEEPSEEK_LIKE = ("deepseek_v3", "kimi_k2")  # Kimi K2: DeepSeek-V3's layout, 384 experts
+# DeepSeek-V3's layout with DeepSeek sparse attention (a lightning indexer picking index_topk).
+_DSA = ("deepseek_v32", "glm_moe_dsa")
 # Multimodal wrappers whose ``text_config`` is a model kvplan prices (the vision encoder is
 # not served here): wrapper -> the text model types accepted -> the type it is read as.
 _WRAPPERS: dict[str, dict[str, str]] = {
@@ -541,7 +578,7 @@ _WRAPPERS: dict[str, dict[str, str]] = {
 }
 # Hybrid Gated DeltaNet + gated full attention (linear-attention layers, ``ModelSpec``).
 _QWEN_HYBRID = ("qwen3_next", "qwen3_5_text", "qwen3_5_moe_text")
-SUPPORTED_MODEL_TYPES: tuple[str, ...] = (_LLAMA_LIKE + _DEEPSEEK_LIKE + tuple(_WRAPPERS)
+SUPPORTED_MODEL_TYPES: tuple[str, ...] = (_LLAMA_LIKE + _DEEPSEEK_LIKE + _DSA + tuple(_WRAPPERS)
                                           + _QWEN_HYBRID + ("minimax_m2", "gpt_oss", "llama4", "llama4_text",
                                              "opt"))
 
@@ -576,7 +613,7 @@ def load_hf_config(path: "str | os.PathLike[str]", *, name: Optional[str] = None
     try:
         if model_type == "opt":
             return _from_opt(name, cfg)
-        if model_type in _DEEPSEEK_LIKE:
+        if model_type in _DEEPSEEK_LIKE + _DSA:
             return _from_deepseek_v3(name, cfg)
         if model_type == "minimax_m2":
             return _from_minimax_m2(name, cfg)
@@ -664,9 +701,13 @@ def _from_llama_like(name: str, model_type: str, cfg: dict) -> ModelSpec:
 
 def _from_deepseek_v3(name: str, cfg: dict) -> ModelSpec:
     """DeepSeek-V3 / R1 and Kimi K2 (the same layout: 64 heads, 384 experts, one dense layer):
-    MLA, routed and shared experts, the first layers dense."""
+    MLA, routed and shared experts, the first layers dense; DeepSeek-V3.2 and GLM-5 add sparse
+    attention (``index_topk``, ``index_n_heads``, ``index_head_dim``)."""
     if int(cfg.get("moe_layer_freq", 1)) != 1:
         raise ValueError("DeepSeek-V3 with moe_layer_freq != 1 is not modelled")
+    if int(cfg.get("index_topk_freq") or 1) != 1 or cfg.get("index_topk_pattern"):
+        raise ValueError("sparse attention sharing one top-k index over several layers "
+                         "(index_topk_freq / index_topk_pattern, GLM-5.2) is not modelled")
     heads = int(cfg["num_attention_heads"])
     rope = int(cfg["qk_rope_head_dim"])
     return ModelSpec(
@@ -691,6 +732,9 @@ def _from_deepseek_v3(name: str, cfg: dict) -> ModelSpec:
         qk_rope_head_dim=rope,
         v_head_dim=int(cfg["v_head_dim"]),
         num_mtp_layers=int(cfg.get("num_nextn_predict_layers", 0)),
+        index_topk=int(cfg.get("index_topk") or 0),
+        index_num_heads=int(cfg.get("index_n_heads") or 0) if cfg.get("index_topk") else 0,
+        index_head_dim=int(cfg.get("index_head_dim") or 0) if cfg.get("index_topk") else 0,
     )
 
 

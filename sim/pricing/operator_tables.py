@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from bisect import bisect_left, bisect_right
 from functools import lru_cache
 from pathlib import Path
@@ -717,15 +718,17 @@ class OperatorTableCostModel(StepPricer):
         z = _fill_monotone(z, bs) * 1e-3 * tf * head_scale  # seconds per layer
         return _Grid(bs, ys, z), bf, tf * head_scale, bs, ys
 
-    def _mla_grid(self, path: Path, y_col: str, y_offset: float, kv_dtype: str
-                  ) -> tuple[_Grid, np.ndarray, np.ndarray]:
+    def _mla_grid(self, path: Path, y_col: str, y_offset: float, kv_dtype: str,
+                  sparse: bool = False) -> tuple[_Grid, np.ndarray, np.ndarray]:
         """One layer's MLA attention (vLLM's MLA module) from AIConfigurator's ``mla`` table at
         this rank's head count: seconds over (batch, ``y_col`` + ``y_offset``), the median of
-        repeated rows, FlashMLA's rows where measured at this head count."""
+        repeated rows, FlashMLA's rows where measured at this head count. ``sparse``: the DSA
+        module table (``sparse_attention/dsa_*_module_perf``), which holds several models: this
+        model's rows (``_dsa_rows``), prompts from an empty cache (``step`` 0) for prefill."""
         module = "module" in path.name
         cols = ("batch_size", y_col, "num_heads", "tp_size", "kv_cache_dtype", "kernel_source",
-                "latency") + (("gemm_type",) if module else ())
-        c = read_columns(path, cols)
+                "latency") + (("gemm_type",) if module else ()) + (("model", "step") if sparse else ())
+        c = read_columns(path, tuple(dict.fromkeys(cols)))
         m, tp = self.model, self.tensor_parallel_size
         heads = m.num_heads // tp
         kd = kv_dtype if kv_dtype in set(c["kv_cache_dtype"].tolist()) else "bfloat16"
@@ -733,8 +736,13 @@ class OperatorTableCostModel(StepPricer):
         # another TP degree is another model's). The module tables measure one rank
         # (``tp_size`` 1) at each head count, with the module's GEMMs in ``gemm_type``.
         sel = (c["kv_cache_dtype"] == kd) & (c["num_heads"] == heads)
+        if sparse:
+            sel &= self._dsa_rows(path, c["model"])
+            if y_col == "isl":
+                sel &= c["step"] == 0
         if module:
-            gt = self.gemm_dtype if self.gemm_dtype in set(c["gemm_type"].tolist()) else "bfloat16"
+            gts = set(c["gemm_type"][sel].tolist()) if sparse else set(c["gemm_type"].tolist())
+            gt = self.gemm_dtype if self.gemm_dtype in gts else "bfloat16"
             sel &= c["gemm_type"] == gt
         else:
             sel &= c["tp_size"] == tp
@@ -759,9 +767,43 @@ class OperatorTableCostModel(StepPricer):
         z = _fill_monotone(z, bs) * 1e-3  # seconds per layer
         return _Grid(bs, ys, z), bs, ys
 
+    def _dsa_rows(self, path: Path, models: np.ndarray) -> np.ndarray:
+        """The DSA table's rows of this model: its own checkpoint's, or those of a checkpoint of
+        the same model in another format (``zai-org/GLM-5`` -> ``zai-org/GLM-5-FP8``: the name
+        without org and format suffix). Raises ``TablesNotCovering`` when the table has none."""
+        def base(name: str) -> str:
+            tail = str(name).split("/")[-1].lower()
+            return re.sub(r"-(fp8|nvfp4|fp4|int4|bf16)$", "", tail)
+
+        want = {base(n) for n in (self.model.name, self.model.hf_id) if n}
+        names = sorted(set(models.tolist()))
+        exact = [n for n in names if str(n).lower() in {str(x).lower() for x in (self.model.name, self.model.hf_id) if x}]
+        same = exact or [n for n in names if base(n) in want]
+        if not same:
+            raise TablesNotCovering(f"{path}: no sparse-attention rows for {self.model.name} "
+                                    f"(measured: {', '.join(map(str, names))})")
+        self.dsa_table_model = str(same[0])
+        return models == same[0]
+
     def _build_attention(self) -> None:
         kvd = "fp8" if self.precision.kv_bytes == 1 else "bfloat16"
-        if self.model.is_mla:
+        if self.model.is_sparse_attention:
+            # DeepSeek sparse attention (GLM-5, DeepSeek-V3.2): AIConfigurator's DSA module rows,
+            # the whole attention block (q/kv projections, the lightning indexer and its top-k,
+            # sparse MLA over the chosen tokens, o_proj) as SGLang / vLLM run it; decode over the
+            # KV length (``step``), prefill over prompts from an empty cache.
+            try:
+                gen, _ = self._table("sparse_attention", "dsa_generation_module_perf")
+                ctx, _ = self._table("sparse_attention", "dsa_context_module_perf")
+            except TableError as exc:
+                raise TablesNotCovering(f"cost_model.tables: no sparse-attention (DSA) tables: {exc}") from None
+            self._dec, _, dys = self._mla_grid(gen, "step", 0.0, kvd, sparse=True)
+            self._pre, _, pys = self._mla_grid(ctx, "isl", 0.0, kvd, sparse=True)
+            self._dec_bf = self._pre_bf = 1.0
+            for op in MLA_MODULE_GEMMS:
+                self._gemm_ms.pop(op, None)
+            self._rope_in_attention = True
+        elif self.model.is_mla:
             # vLLM 0.19+ tables name the MLA module's rows ``mla_*_module_perf`` (decode
             # ``step`` = KV length), 0.14's ``*_mla_perf`` (``step`` = tokens cached before).
             try:

@@ -332,6 +332,13 @@ class RooflineCostModel(StepPricer):
             self._decode_per_ctx = width * p.kv_bytes / gemm_bw
             self._decode_per_query = 2 * heads * width * ab / gemm_bw
             self._decode_flops_per_ctx = 2 * (width + m.kv_lora_rank) * heads / attn_peak
+        # DSA's lightning indexer (DeepSeek-V3.2, GLM-5), per layer: each (query, cached key)
+        # pair costs 2 x heads x dim FP8 FLOPs (its ReLU-weighted logits; heads not split over
+        # TP in SGLang's and vLLM's indexer), and every cached key's FP8 value and scale are read.
+        self._indexer_flops = (2 * m.index_num_heads * m.index_head_dim
+                               / (h.flops("fp8" if h.supports("fp8") else DTYPE_COMPUTE[p.dtype])
+                                  * e.attn_prefill_compute)) if m.is_sparse_attention else 0.0
+        self._indexer_bytes = m.indexer_cache_bytes / gemm_bw
 
         # Collectives. A group that does not fit in one node talks over the network.
         tp_link = h.interconnect_bandwidth if tp <= h.gpus_per_node else h.network_bandwidth
@@ -503,7 +510,21 @@ class RooflineCostModel(StepPricer):
         prefill_tokens, decode, spec = s.num_prefill_tokens, s.num_decode_seqs, s.num_spec_tokens
         rows = prefill_tokens + decode + spec + s.num_padding_tokens
         ls = self.model.sliding_window_layers
-        if not ls:
+        k = self.model.index_topk
+        if k:
+            # DeepSeek sparse attention: each query attends to at most ``index_topk`` tokens
+            # (bounded as the sliding window's sums are), while the indexer scores every cached
+            # token for every query (``_indexer_*``).
+            prefill = layers * (
+                self.attn_prefill_time(prefill_tokens, -mx(-s.prefill_attention_work, -prefill_tokens * k),
+                                       -mx(-s.prefill_context_tokens, -s.num_prefill_seqs * k), mx)
+                + (prefill_tokens > 0) * mx(self._indexer_flops * s.prefill_attention_work,
+                                            self._indexer_bytes * (prefill_tokens + s.prefill_context_tokens)))
+            attn_decode = layers * (
+                self.attn_decode_time(decode, -mx(-s.decode_context_tokens, -decode * k), spec, mx)
+                + (decode > 0) * mx(self._indexer_flops * s.decode_context_tokens * (decode + spec) / mx(decode, 1),
+                                    self._indexer_bytes * s.decode_context_tokens))
+        elif not ls:
             prefill = layers * self.attn_prefill_time(prefill_tokens, s.prefill_attention_work,
                                                       s.prefill_context_tokens, mx)
             attn_decode = layers * self.attn_decode_time(decode, s.decode_context_tokens, spec, mx)
