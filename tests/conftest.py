@@ -17,3 +17,14 @@ def _roofline_by_default(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("KVPLAN_GPU_TABLES", str(tmp_path_factory.getbasetemp() / "no-gpu-tables"))
         yield
+
+
+@pytest.fixture
+def installed_tables(monkeypatch):
+    """The installed aiconfigurator-core tables for one test (the suite prices with the roofline
+    by default); skipped where the package is absent."""
+    from sim.pricing import table_data
+
+    monkeypatch.delenv(table_data.ENV_TABLES, raising=False)
+    if table_data.default_tables_root() is None:
+        pytest.skip("aiconfigurator-core tables not installed")

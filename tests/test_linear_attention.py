@@ -221,14 +221,7 @@ def test_roofline_prices_the_linear_layers_apart(tiny_next):
 
 # --- the measured GDN table ------------------------------------------------------------------
 
-@pytest.fixture
-def package_tables(monkeypatch):
-    monkeypatch.delenv(table_data.ENV_TABLES, raising=False)
-    if table_data.default_tables_root() is None:
-        pytest.skip("aiconfigurator-core tables not installed")
-
-
-def test_gdn_kernels_are_the_measured_rows(package_tables):
+def test_gdn_kernels_are_the_measured_rows(installed_tables):
     import pyarrow.parquet as pq
 
     try:

@@ -86,14 +86,7 @@ def test_roofline_attention_stops_growing_at_topk_while_the_indexer_scans_on(glm
     assert cm.breakdown(shape)["attn_prefill"] == pytest.approx(78 * (capped + indexer), rel=1e-9)
 
 
-@pytest.fixture
-def package_tables(monkeypatch):
-    monkeypatch.delenv(table_data.ENV_TABLES, raising=False)
-    if table_data.default_tables_root() is None:
-        pytest.skip("aiconfigurator-core tables not installed")
-
-
-def test_dsa_module_rows_of_this_model_price_its_attention(package_tables):
+def test_dsa_module_rows_of_this_model_price_its_attention(installed_tables):
     import pyarrow.parquet as pq
 
     try:
