@@ -350,6 +350,30 @@ def parallel_layout(row: Mapping, is_moe: Optional[bool], backend: str = "vllm")
     return out
 
 
+#: GPUs in one node of every system the CSV's multi-node-looking rows name (H200, B200, B300).
+NODE_GPUS = 8
+
+
+def relabel_squared_ep(row: Mapping) -> tuple[Mapping, Optional[str]]:
+    """The row as measured, and a note, for SGLang rows labelled ``tp_size = moe_tp x moe_ep``
+    with ``moe_tp = moe_ep = e`` and more GPUs than a node (TP 16 as MoE 4 x 4, TP 64 as 8 x 8;
+    160 rows of DeepSeek-V3/R1 and Qwen3.5 on B200, B300, H200). Those labels are the EP-e
+    deployment's on e GPUs: where the CSV holds both, the two rows' measurements are identical
+    (50 rows: each TP 16 / 4 x 4 row equals its TP 4 / EP 4 row, each TP 64 / 8 x 8 its TP 8 / EP
+    8), and a 64-GPU tensor-parallel attention over 8 nodes is not a serving layout. Replayed as
+    TP e with the experts over EP e. Any other row is returned unchanged."""
+    if _text(row, "backend") != "sglang":
+        return row, None
+    tp, moe_tp, moe_ep = _int(row, "tp_size", 1), _int(row, "moe_tp_size", 0), _int(row, "moe_ep_size", 0)
+    dp = _num(row, "attention_dp_size")
+    if not (moe_tp == moe_ep > 1 and tp == moe_tp * moe_ep and tp > NODE_GPUS and (not dp or dp == 1)):
+        return row, None
+    fixed = {**row, "tp_size": str(moe_ep), "moe_tp_size": "1", "moe_ep_size": str(moe_ep)}
+    return fixed, (f"labelled tp {tp} = MoE TP {moe_tp} x EP {moe_ep}: the EP {moe_ep} deployment "
+                   f"on {moe_ep} GPUs (its rows' measurements equal the TP {moe_ep} / EP {moe_ep} "
+                   f"rows'), replayed as TP {moe_ep} with EP {moe_ep}")
+
+
 def client_concurrency(row: Mapping, dp: int) -> int:
     """The number of clients: ``silicon_concurrency`` from ``silicon_data_source`` where it is
     recorded, else ``batch_size`` x attention DP. AIConfigurator's agg ``batch_size`` is per
@@ -432,6 +456,9 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     if note:
         notes.append(note)
     kv_dtype = kv_cache_dtype(weights)
+    row, note = relabel_squared_ep(row)
+    if note:
+        notes.append(note)
     parallel = parallel_layout(row, moe, _text(row, "backend") or "vllm")
     clients = client_concurrency(row, parallel["data_parallel_size"])
     isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
@@ -890,7 +917,10 @@ ASSUMPTIONS = {
     "parallel": "tensor_parallel_size = tp_size, data_parallel_size = attention_dp_size, "
                 "enable_expert_parallel = moe_ep_size > 1; the operator tables price one DP rank's step "
                 "(TP within it; experts from the MoE table's EP rows at the DP ranks' gathered tokens, "
-                "NCCL all-gather + reduce-scatter over DP), the DP ranks taken as loaded alike",
+                "NCCL all-gather + reduce-scatter over DP), the DP ranks taken as loaded alike; SGLang's "
+                "MoE TP x EP (moe_tp and moe_ep both > 1) as expert_parallel_size = moe_ep, except rows "
+                "labelled tp = moe_tp x moe_ep = e x e beyond one node (TP 16 / 64), which are the EP e "
+                "deployment on e GPUs (their measurements equal those rows'): replayed as TP e, EP e",
     "model": "the row's model_path (HF id: catalog alias or the package's config.json); "
              + ", ".join(f"{k} simulated as {v}" for k, v in CHECKPOINT_ALIASES.items()),
     "fitting": "none: every number is kvplan's uncalibrated prediction (cost_model.source auto)",

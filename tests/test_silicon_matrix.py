@@ -333,6 +333,12 @@ def test_sglang_qwen35_rows_block_fp8_and_moe_tp_x_ep():
     with pytest.raises(sm.RowNotExpressible) as e:
         point(dict(r, backend="vllm", backend_version="0.15.1"), quant=None, moe=True)
     assert e.value.kind == "parallel layout not expressible"
+    # A TP 64 / MoE 8 x 8 label on B200 is the EP 8 deployment on 8 GPUs.
+    wide = point(dict(r, system="b200_sxm", tp_size="64", moe_tp_size="8", moe_ep_size="8"), quant=None, moe=True)
+    assert wide.config["parallel"]["tensor_parallel_size"] == 8
+    assert wide.config["parallel"]["enable_expert_parallel"] is True
+    assert "expert_parallel_size" not in wide.config["parallel"]
+    assert any("replayed as TP 8 with EP 8" in n for n in wide.notes)
     # GLM-5's rows name its old Hub org; the package's config is under zai-org.
     glm = point(row(backend="sglang", backend_version="nightly-dev", model_path="zhipuai/GLM-5",
                     system="b200_sxm", gemm_quant_mode="fp8", moe_quant_mode="fp8_block", tp_size="8",
