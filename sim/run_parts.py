@@ -239,7 +239,7 @@ def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swa
     sc = as_scenario(scenario)
     model = model or get_model(sc.model)
     kv, sched = sc.kv_cache, sc.scheduler
-    if (kv.offload_enabled or model.is_hybrid_linear) and memory is None:
+    if memory is None and (model.is_hybrid_linear or (kv.offload_enabled and not kv_bytes_per_token)):
         memory = resolve_deployment(sc).memory
     offload = None
     if kv.offload_enabled:

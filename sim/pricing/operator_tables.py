@@ -274,6 +274,19 @@ def _fill_monotone(z: np.ndarray, xs: np.ndarray) -> np.ndarray:
     return np.maximum.accumulate(np.maximum.accumulate(z, axis=0), axis=1)
 
 
+def _median_cells(x: np.ndarray, y: np.ndarray, lat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Rows (x, y, latency) on their (sorted unique x) x (sorted unique y) grid: the median of a
+    cell's repeated rows, NaN where nothing was measured."""
+    xs, ys = np.unique(x), np.unique(y)
+    acc: dict = {}
+    for xi, yi, v in zip(np.searchsorted(xs, x), np.searchsorted(ys, y), lat):
+        acc.setdefault((xi, yi), []).append(v)
+    z = np.full((xs.size, ys.size), np.nan)
+    for (xi, yi), vals in acc.items():
+        z[xi, yi] = float(np.median(vals))
+    return xs, ys, z
+
+
 def _loglog(xs: np.ndarray, ys: np.ndarray, x: float) -> float:
     """Interpolate y(x) in log-log between sorted measured points (construction time only);
     proportional past the ends' last point, flat below the first."""
@@ -750,16 +763,8 @@ class OperatorTableCostModel(StepPricer):
         if not sources:
             raise TablesNotCovering(f"{path}: no {kd} MLA rows at {heads} heads")
         sel &= _kernel_per_length(c["kernel_source"], c[y_col], sel)
-        b = c["batch_size"][sel].astype(float)
-        y = c[y_col][sel].astype(float) + y_offset
-        lat = c["latency"][sel].astype(float)
-        bs, ys = np.unique(b), np.unique(y)
-        z = np.full((bs.size, ys.size), np.nan)
-        cells: dict = {}
-        for bi, yi, v in zip(np.searchsorted(bs, b), np.searchsorted(ys, y), lat):
-            cells.setdefault((bi, yi), []).append(v)
-        for (bi, yi), vals in cells.items():
-            z[bi, yi] = float(np.median(vals))
+        bs, ys, z = _median_cells(c["batch_size"][sel].astype(float),
+                                  c[y_col][sel].astype(float) + y_offset, c["latency"][sel].astype(float))
         # Made non-decreasing from above (a lone slow sample, 0.69 ms amid 0.16 ms neighbours
         # in this table, must not lift every larger batch), then filled as the others.
         z = np.fmin.accumulate(z[::-1, ::-1], axis=0)[::-1, ::-1]
@@ -872,16 +877,8 @@ class OperatorTableCostModel(StepPricer):
             sel &= c["d_model"] == m.hidden_size
 
         def cells(kernel_sel: np.ndarray, x_col: str, y_col: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-            x, y = c[x_col][kernel_sel].astype(float), c[y_col][kernel_sel].astype(float)
-            lat = c["latency"][kernel_sel].astype(float)
-            xs, ys = np.unique(x), np.unique(y)
-            acc: dict = {}
-            for xi, yi, v in zip(np.searchsorted(xs, x), np.searchsorted(ys, y), lat):
-                acc.setdefault((xi, yi), []).append(v)
-            z = np.full((xs.size, ys.size), np.nan)
-            for (xi, yi), vals in acc.items():
-                z[xi, yi] = float(np.median(vals))
-            return xs, ys, z
+            return _median_cells(c[x_col][kernel_sel].astype(float), c[y_col][kernel_sel].astype(float),
+                                 c["latency"][kernel_sel].astype(float))
 
         ctx = sel & (c["phase"] == "context")
         total = None
