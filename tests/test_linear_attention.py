@@ -256,3 +256,17 @@ def test_gdn_kernels_are_the_measured_rows(installed_tables):
     assert raw <= pre["linear_attention"] <= 1.25 * raw
     # Head width 256 read from its own attention rows, not scaled from 128.
     assert not any("head_dim 128" in w for w in cm.warnings())
+
+
+def test_vllm_prices_its_own_gdn_kernels(installed_tables):
+    """vLLM's B200 table names its chunked rule ``chunk_gated_delta_rule_flashinfer``: read as
+    the chunked rule, so a vLLM deployment is priced from vLLM's GDN rows, not the roofline."""
+    try:
+        dep = resolve_deployment({"model": "Qwen/Qwen3.5-397B-A17B", "hardware": "b200",
+                                  "parallel": {"tensor_parallel_size": 4},
+                                  "quantization": {"weights": "fp8_block"}, "kv_cache": {"dtype": "fp8"}})
+    except ConfigError:
+        pytest.skip("aiconfigurator-core (Qwen3.5 config) not installed")
+    assert dep.cost_model_source == "operator_tables"
+    assert "chunk_gated_delta_rule_flashinfer" in dep.cost_model.describe()
+    assert dep.cost_model.tables_read["linear_attention/gdn_perf"].startswith("0.")

@@ -881,20 +881,28 @@ class OperatorTableCostModel(StepPricer):
                                  c["latency"][kernel_sel].astype(float))
 
         ctx = sel & (c["phase"] == "context")
-        total = None
-        for kernel in ("causal_conv1d_fn", "chunk_gated_delta_rule"):
-            ks = ctx & (c["kernel_source"] == kernel)
+        sources = np.array([str(k) for k in c["kernel_source"]])
+        # The convolution, and the chunked delta rule under whichever name the release's backend
+        # runs it (SGLang's ``chunk_gated_delta_rule``, vLLM's ``..._flashinfer`` on Blackwell):
+        # per cell the fastest, as the backend's kernel selection is there to find.
+        grids = []
+        for name, match in (("causal_conv1d_fn", sources == "causal_conv1d_fn"),
+                            ("chunk_gated_delta_rule", np.char.startswith(sources, "chunk_gated_delta_rule"))):
+            ks = ctx & match
             if not ks.any():
-                raise TablesNotCovering(f"{path}: no {kernel} rows for {m.name}'s GDN heads")
-            bs, ls, z = cells(ks, "batch_size", "seq_len")
-            z = _fill_monotone(z, bs) * 1e-3  # seconds per layer
-            if total is None:
-                grid_b, grid_l, total = bs, ls, z
-            elif bs.tolist() == grid_b.tolist() and ls.tolist() == grid_l.tolist():
-                total = total + z
-            else:
-                raise TablesNotCovering(f"{path}: the GDN context kernels are measured on "
-                                        f"different grids")
+                raise TablesNotCovering(f"{path}: no {name} rows for {m.name}'s GDN heads")
+            xs, ys, zs = [], [], []
+            for k in sorted(set(sources[ks].tolist())):
+                bs, ls, z = cells(ks & (sources == k), "batch_size", "seq_len")
+                xs.append(bs), ys.append(ls), zs.append(z)
+            if any(x.tolist() != xs[0].tolist() for x in xs) or any(y.tolist() != ys[0].tolist() for y in ys):
+                raise TablesNotCovering(f"{path}: the {name} kernels are measured on different grids")
+            grids.append((xs[0], ys[0], _fill_monotone(np.fmin.reduce(zs), xs[0]) * 1e-3))  # s per layer
+        (grid_b, grid_l, conv_fn), (scan_b, scan_l, scan) = grids
+        if grid_b.tolist() != scan_b.tolist() or grid_l.tolist() != scan_l.tolist():
+            raise TablesNotCovering(f"{path}: the GDN context kernels are measured on different grids")
+        total = conv_fn + scan
+        scan_kernels = sorted(set(sources[ctx & np.char.startswith(sources, "chunk_gated_delta_rule")].tolist()))
         self._gdn_pre = _Grid(grid_b, grid_l, total)
         gen = sel & (c["phase"] == "generation")
         kernels = sorted(set(c["kernel_source"][gen].tolist()))
@@ -911,7 +919,7 @@ class OperatorTableCostModel(StepPricer):
         steps = [cv for cv in curves if cv[0] != "causal_conv1d_update"]
         step = np.min([[_loglog(b, y, float(x)) for x in conv[1]] for _, b, y in steps], axis=0)
         self._gdn_dec = _Curve(conv[1], conv[2] + step)
-        self.gdn_kernels = ", ".join(k for k, _, _ in steps)
+        self.gdn_kernels = ", ".join(scan_kernels + [k for k, _, _ in steps])
 
     def _allreduce_ms(self, elements: np.ndarray, graph: bool) -> np.ndarray:
         """Milliseconds of one all-reduce of ``elements`` 16-bit values over the TP group."""
