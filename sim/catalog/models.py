@@ -272,10 +272,20 @@ class ModelSpec:
         return self.linear_num_value_heads * self.linear_value_head_dim
 
     @property
+    def linear_conv_channels(self) -> int:
+        """Channels of a linear-attention layer's causal convolution: q, k and v."""
+        return 2 * self.linear_key_size + self.linear_value_size
+
+    @property
+    def linear_qkvz_size(self) -> int:
+        """Output width of a linear-attention layer's fused q, k, v, z projection."""
+        return self.linear_conv_channels + self.linear_value_size
+
+    @property
     def linear_in_proj_size(self) -> int:
         """Output width of a linear-attention layer's input projections: q, k, v, z, and b, a
         (one scalar each per value head)."""
-        return 2 * self.linear_key_size + 2 * self.linear_value_size + 2 * self.linear_num_value_heads
+        return self.linear_qkvz_size + 2 * self.linear_num_value_heads
 
     def recurrent_state_elements(self, tp: int = 1) -> tuple[int, int]:
         """(recurrent-state values, convolution-window values) one request holds in one
@@ -285,7 +295,7 @@ class ModelSpec:
         if not self.is_hybrid_linear:
             return 0, 0
         ssm = self.linear_num_value_heads // tp * self.linear_key_head_dim * self.linear_value_head_dim
-        conv = (2 * self.linear_key_size + self.linear_value_size) // tp * (self.linear_conv_kernel - 1)
+        conv = self.linear_conv_channels // tp * (self.linear_conv_kernel - 1)
         return ssm, conv
 
     @property
@@ -384,7 +394,7 @@ class ModelSpec:
             # Linear-attention layers' small weights, averaged over layers: the causal
             # convolution's kernel over q, k, v, per-head decay and time-step bias, the gated
             # output norm; the shared expert's sigmoid gate (Qwen3-Next / Qwen3.5) is in the MLP.
-            conv = (2 * self.linear_key_size + self.linear_value_size) * self.linear_conv_kernel
+            conv = self.linear_conv_channels * self.linear_conv_kernel
             per_linear = conv + 2 * self.linear_num_value_heads + self.linear_value_head_dim
             n += -(-self.linear_attention_layers * per_linear // self.num_layers)
         return n

@@ -454,7 +454,7 @@ class OperatorTableCostModel(StepPricer):
             # Gated DeltaNet projections (SGLang's and vLLM's Qwen3-Next / Qwen3.5 layers): the
             # fused q, k, v, z projection, the b, a projection (two scalars per value head: a
             # GEMM below the tables' n grid, read at its nearest n and scaled), and out_proj.
-            shapes["gdn_in_proj"] = ((2 * m.linear_key_size + 2 * m.linear_value_size) // tp, m.hidden_size)
+            shapes["gdn_in_proj"] = (m.linear_qkvz_size // tp, m.hidden_size)
             shapes["gdn_ba_proj"] = (2 * m.linear_num_value_heads // tp, m.hidden_size)
             shapes["gdn_out_proj"] = (m.hidden_size, m.linear_value_size // tp)
             for op in ("gdn_in_proj", "gdn_ba_proj", "gdn_out_proj"):

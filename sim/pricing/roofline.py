@@ -186,7 +186,7 @@ class RooflineCostModel(StepPricer):
         self._gemm_layers = dict.fromkeys(self._gemms, m.num_layers)
         if m.is_hybrid_linear:
             # Gated DeltaNet layers' projections (q, k, v, z; b, a; out) in place of attention's.
-            self._gemms["gdn_in_proj"] = gemm(hd, (2 * m.linear_key_size + 2 * m.linear_value_size) / tp, wb)
+            self._gemms["gdn_in_proj"] = gemm(hd, m.linear_qkvz_size / tp, wb)
             self._gemms["gdn_ba_proj"] = gemm(hd, 2 * m.linear_num_value_heads / tp, wb)
             self._gemms["gdn_out_proj"] = gemm(m.linear_value_size / tp, hd, wb)
             for op in ("gdn_in_proj", "gdn_ba_proj", "gdn_out_proj"):
@@ -200,7 +200,7 @@ class RooflineCostModel(StepPricer):
             state = ssm * m.linear_state_bytes + conv * ab
             heads = m.linear_num_value_heads / tp
             dk, dv = m.linear_key_head_dim, m.linear_value_head_dim
-            io = (2 * m.linear_key_size + 2 * m.linear_value_size) / tp * ab  # q, k, v, z in; o out
+            io = m.linear_qkvz_size / tp * ab  # q, k, v, z in; o out
             attn_rate = h.flops(DTYPE_COMPUTE[p.dtype]) * e.attn_prefill_compute
             self._gdn_decode_per_seq = 2 * state / gemm_bw
             self._gdn_decode_per_row = io / gemm_bw
