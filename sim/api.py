@@ -230,5 +230,13 @@ def new_simulation(sc: Scenario, dep: "Deployment", requests: list[Request], sch
                       progress=progress, fast_decode=fast_decode,
                       async_scheduling=async_scheduling_of(sc, dep),
                       request_overhead=dep.request_overhead_s,
-                      ingress=fe.ingress,
+                      ingress=fe.ingress, lockstep=lockstep_ranks(sc, dep),
                       decode_pricer=getattr(pricer, "decode_context_pricer", None), **hooks)
+
+
+def lockstep_ranks(sc: Scenario, dep: "Deployment") -> int:
+    """Schedulers of a replica that step together: its data-parallel attention ranks where the
+    model is a MoE (the experts' collectives couple every forward pass), else 1 (a dense
+    model's DP ranks are independent copies)."""
+    dp = sc.parallel.data_parallel_size
+    return dp if dp > 1 and dep.model.is_moe else 1
