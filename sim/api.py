@@ -23,7 +23,7 @@ from sim.policies.schedulers.base import Scheduler
 from sim.policies.speculative import AcceptanceSampler
 from sim.results import REQUEST_COLUMNS, SimResult, request_row
 from sim.run_parts import (Deployment, as_scenario, async_scheduling_of, build_replica_scheduler,
-                           build_workload, cost_model_summary, fresh_request, offload_tiers_of,
+                           build_workload, cost_model_summary, fresh_request, kv_page_tokens, offload_tiers_of,
                            replica_engines, resolve_deployment, router_options, scenario_summary,
                            session_links, swap_slots_of)
 from sim.scenario import Scenario
@@ -158,7 +158,7 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
     if statistics and cap is not None:  # the clients' cap (vllm bench serve's max_concurrency)
         summary["max_concurrency"] = cap
     summary["scenario"] = scenario_summary(sc, dep)
-    summary["num_gpu_blocks"] = dep.memory.num_kv_slots // sc.kv_cache.block_size
+    summary["num_gpu_blocks"] = dep.memory.num_kv_slots // kv_page_tokens(sc, dep.model, dep.memory)
     summary["cost_model"] = cost_model_summary(dep)
     summary["simulator"] = {"num_steps": num_steps, "num_events": sim.num_events}
     extra: dict = {"replica_of": replica_of}

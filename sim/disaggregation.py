@@ -29,7 +29,7 @@ from sim.policies.router import Router
 from sim.policies.schedulers.base import Scheduler
 from sim.results import SimResult
 from sim.run_parts import (async_scheduling_of, build_workload, cost_model_summary, fresh_request,
-                           replica_engines, resolve_deployment, router_options, scenario_summary,
+                           kv_page_tokens, replica_engines, resolve_deployment, router_options, scenario_summary,
                            session_links)
 from sim.simulation import ApiServerQueue, Replica, StepLog
 
@@ -327,7 +327,8 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
         summary = {}
     summary["scenario"] = scenario_summary(dec.scenario, dec.deployment)
     summary["scenario"]["num_replicas"] = pre.num_replicas + dec.num_replicas
-    summary["num_gpu_blocks"] = dec.deployment.memory.num_kv_slots // sc.kv_cache.block_size
+    summary["num_gpu_blocks"] = dec.deployment.memory.num_kv_slots // kv_page_tokens(
+        sc, dec.deployment.model, dec.deployment.memory)
     summary["cost_model"] = cost_model_summary(dec.deployment)
     summary["simulator"] = {"num_steps": len(steps["duration_s"]), "num_events": sim.num_events}
     replica_of = {rid: pre.num_replicas + j for rid, j in sim.decode_of.items()}

@@ -84,13 +84,14 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
         raise ConfigError(f"parallel.enable_expert_parallel: {model.name} has no experts")
     if (par.expert_parallel_size or 1) > 1 and not model.is_moe:
         raise ConfigError(f"parallel.expert_parallel_size: {model.name} has no experts")
-    if kv.num_gpu_blocks is not None:
-        slots = kv.num_gpu_blocks * kv.block_size
-        memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
     if sc.engine.name == "sglang" and model.is_hybrid_linear:
         # SGLang keeps linear-attention states in a pool of their own (vLLM pages them from the
-        # KV pool: ``build_replica_scheduler``).
+        # KV pool: ``build_replica_scheduler``), both sized from memory; a given block count
+        # then fixes the KV tokens only (as SGLang's --max-total-tokens would).
         memory = split_state_pool(memory, sc.sglang.mamba_full_memory_ratio)
+    if kv.num_gpu_blocks is not None:
+        slots = kv.num_gpu_blocks * kv_page_tokens(sc, model, memory)
+        memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
     cost, source, base, overhead_ms = _make_cost_model(sc, model, weight_dtype)
     return Deployment(model, hw, memory, cost, par.gpus_per_replica, source, base, overhead_ms / 1000,
                       sc.engine.front_end)
@@ -289,6 +290,16 @@ def vllm_hybrid_pages(model: "ModelSpec", memory: "MemoryPlan", block_size: int)
     return block, math.ceil(linear / full) * block
 
 
+def kv_page_tokens(sc: Scenario, model: "ModelSpec", memory: "MemoryPlan") -> int:
+    """Tokens of one KV block as the engine counts its blocks (``kv_cache.num_gpu_blocks``, the
+    summary's ``num_gpu_blocks``): ``kv_cache.block_size``, except for a hybrid linear-attention
+    model's pages under vLLM, whose attention block is raised to hold a state
+    (``vllm_hybrid_pages``)."""
+    if model.is_hybrid_linear and memory.max_state_requests is None and sc.kv_cache.allocator == "paged":
+        return vllm_hybrid_pages(model, memory, sc.kv_cache.block_size)[0]
+    return sc.kv_cache.block_size
+
+
 #: The smallest kernel block size of vLLM's FlashAttention / FlashInfer backends (``MultipleOf(16)``).
 VLLM_KERNEL_BLOCK_ALIGNMENT = 16
 
@@ -450,7 +461,7 @@ def scenario_summary(sc: Scenario, dep: Deployment) -> dict:
         if m.max_state_requests is not None:
             out["state_slots_per_replica"] = m.max_state_requests
         elif kv.allocator == "paged":
-            out["attention_block_size"] = vllm_hybrid_pages(dep.model, m, kv.block_size)[0]
+            out["attention_block_size"] = kv_page_tokens(sc, dep.model, m)
     if sc.cost_model.profile is not None:
         out["cost_model"] = repr(dep.cost_model)
     return out

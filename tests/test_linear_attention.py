@@ -197,6 +197,27 @@ def test_vllm_run_accounts_for_every_request(tiny_next):
     assert all(r.finish_time is not None for r in res.requests)
 
 
+def test_block_counts_are_the_engines_own(tiny_next):
+    """``kv_cache.num_gpu_blocks`` and the summary's ``num_gpu_blocks`` count blocks as each engine
+    does: vLLM's hybrid pages of the raised attention block (144 tokens here); SGLang's KV pool
+    of ``block_size`` tokens (its page size, 1 by default), its state pool sized from memory beside it (the blocks asked for
+    are KV tokens, not carved up for states)."""
+    base = {"model": tiny_next, "hardware": "h100-sxm", "dtype": "bfloat16",
+            "cost_model": {"source": "roofline"}, "workload": {"num_requests": 4}}
+    free = resolve_deployment(base)
+    res = simulate(base)
+    assert res.summary["scenario"]["attention_block_size"] == 144
+    assert res.summary["num_gpu_blocks"] == free.memory.num_kv_slots // 144
+    fixed = resolve_deployment({**base, "kv_cache": {"num_gpu_blocks": 400}})
+    assert fixed.memory.num_kv_slots == 400 * 144
+    sg = {**base, "engine": {"name": "sglang"}}
+    sized = resolve_deployment(sg).memory
+    pinned = resolve_deployment({**sg, "kv_cache": {"num_gpu_blocks": 400}}).memory
+    assert pinned.num_kv_slots == 400 * Scenario.from_dict(sg).kv_cache.block_size
+    assert pinned.max_state_requests == sized.max_state_requests
+    assert simulate({**sg, "kv_cache": {"num_gpu_blocks": 400}}).summary["num_gpu_blocks"] == 400
+
+
 def test_prefix_caching_is_off_for_a_hybrid_model(tiny_next):
     sc = Scenario.from_dict({"model": tiny_next, "hardware": "h100-sxm", "dtype": "bfloat16",
                              "cost_model": {"source": "roofline"}, "kv_cache": {"prefix_caching": True}})
