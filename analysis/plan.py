@@ -70,6 +70,7 @@ class Candidate:
     def label(self) -> str:
         short = {"parallel.tensor_parallel_size": "tp", "parallel.pipeline_parallel_size": "pp",
                  "parallel.enable_expert_parallel": "ep", "parallel.data_parallel_size": "dp",
+                 "parallel.expert_parallel_size": "ep_size",
                  "quantization.weights": "w",
                  "kv_cache.dtype": "kv", "scheduler.max_num_batched_tokens": "mnbt",
                  "scheduler.max_num_seqs": "seqs", "kv_cache.prefix_caching": "prefix",
@@ -158,6 +159,10 @@ def parse_search(items: Sequence[str]) -> dict[str, list]:
         for v in out.get(name, []):
             if not isinstance(v, int) or v < 1:
                 raise ConfigError(f"--search {name}={v}: expected whole numbers >= 1")
+    for v in out.get("ep", []):
+        if not isinstance(v, bool) and not (isinstance(v, int) and v >= 2):
+            raise ConfigError(f"--search ep={v}: expected on, off or a number of expert groups >= 2 "
+                              f"(SGLang's MoE TP x EP)")
     for v in out.get("pd", []):
         if v != "off" and v is not False and not _pd_split(v):
             raise ConfigError(f"--search pd={v}: expected off or prefill:decode instances per group, e.g. 1:2")
@@ -175,7 +180,8 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
     base config says (batch limits: the engine's defaults), except: TP over 1..8 (to the node),
     weights over none / fp8 / nvfp4 where the GPU has the tensor cores (the base's own format
     instead if it is quantised), the KV cache over auto / fp8 where FP8 is supported, expert
-    parallelism on and off for a mixture of experts, prefix caching on and off when the workload
+    parallelism on and off for a mixture of experts (``ep`` may also give numbers of expert
+    groups: SGLang's MoE TP x EP, where they divide the GPUs), prefix caching on and off when the workload
     shares prefixes, and speculative decoding on and off when the config gives an acceptance
     model."""
     from sim.catalog.engines import DEFAULT_VERSIONS
@@ -212,8 +218,11 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
                 continue
             if dp > 1 and not (model.is_moe and ep):
                 continue  # attention DP is vLLM's layout for experts spread over the DP ranks
-            if ep and tp == 1:
+            if ep is True and tp * dp == 1:
                 continue  # experts over one GPU: the same as no expert parallelism
+            if _moe_tp_x_ep(ep) and not ((eng or base_engine) == "sglang"
+                                         and 1 < ep < tp * dp and (tp * dp) % ep == 0):
+                continue  # MoE TP x EP (experts over ep groups, split within each): SGLang's
             if eng == "sglang" and (pre is False or _pd_split(pd)):
                 continue  # SGLang's radix cache is always on; P/D is searched for vLLM only
             keys: list[tuple[str, Any]] = []
@@ -228,6 +237,8 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
                 keys.append(("parallel.data_parallel_size", dp))
             if model.is_moe:
                 keys.append(("parallel.enable_expert_parallel", bool(ep)))
+                if _moe_tp_x_ep(ep):
+                    keys.append(("parallel.expert_parallel_size", ep))
             keys.append(("quantization.weights", wq))
             keys.append(("kv_cache.dtype", kvd))
             if mnbt != "default":
@@ -243,6 +254,12 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
                 keys += [("disaggregation.enabled", True), ("disaggregation.prefill_replicas", split[0]),
                          ("disaggregation.decode_replicas", split[1])]
             yield Candidate(hw_name, tuple(keys))
+
+
+def _moe_tp_x_ep(ep: Any) -> bool:
+    """Whether an ``ep`` knob value is a number of expert groups (SGLang's ``--ep-size``, MoE
+    TP x EP), not on / off."""
+    return isinstance(ep, int) and not isinstance(ep, bool)
 
 
 def _pd_text(value: str) -> str:

@@ -226,6 +226,32 @@ def test_attention_data_parallelism_is_searched_for_experts_spread_over_the_rank
     assert row.gpus_per_replica == 4  # TP2 x DP2
 
 
+def test_moe_tp_x_ep_is_searched_for_sglang_only():
+    """``ep=off,on,2``: a number is SGLang's expert groups (MoE TP x EP), searched where it
+    divides the GPUs into more than one group of more than one; vLLM has no such layout, and
+    DP attention with TP 1 (experts over the DP ranks) is a candidate."""
+    assert parse_search(["ep=off,on,2"]) == {"ep": [False, True, 2]}
+    with pytest.raises(ConfigError, match="expert groups"):
+        parse_search(["ep=1"])
+    base = build_config(None, ["model=mixtral-8x7b"])
+    knobs = {"tp": [1, 4], "dp": [1, 2], "ep": [False, True, 2], "weights": ["none"], "kv_dtype": ["auto"],
+             "engine": ["vllm", "sglang"]}
+    cands = list(candidates(base, ["h100-sxm"], knobs, None))
+    layouts = {(dict(c.keys).get("engine.name"), dict(c.keys)["parallel.tensor_parallel_size"],
+                dict(c.keys).get("parallel.data_parallel_size", 1),
+                dict(c.keys)["parallel.enable_expert_parallel"],
+                dict(c.keys).get("parallel.expert_parallel_size")) for c in cands}
+    assert ("sglang", 4, 1, True, 2) in layouts and ("sglang", 4, 2, True, 2) in layouts
+    assert ("sglang", 1, 2, True, 2) not in layouts       # 2 groups of 1 GPU: that is ep=on
+    assert not any(e == "vllm" and size for e, _, _, _, size in layouts)
+    assert ("vllm", 1, 2, True, None) in layouts          # DP2 attention + EP2, TP 1
+    sg = next(c for c in cands if dict(c.keys).get("parallel.expert_parallel_size") == 2)
+    assert "ep_size=2" in sg.label()
+    row = Row(sg)
+    bound(row, base, parse_slo(SLO_TEXT), 10.0, {"h100-sxm": 3.0})
+    assert row.status != "does_not_fit" and row.gpus_per_replica in (4, 8)
+
+
 def test_pd_groups_under_clients_are_a_verdict_not_a_crash():
     res = plan(None, parse_slo(SLO_TEXT), concurrency=8, hardware=["a100-80gb"], max_gpus=1,
                search=parse_search(["pd=off,1:1"]), workers=1)
