@@ -15,7 +15,6 @@ the shipped coefficients are the ones fitted without those steps.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Iterable, Optional, Sequence, Union
 import numpy as np
 from scipy.optimize import nnls
 
+from calibration.json_lines import json_objects
 from sim.errors import KvplanError, TraceFormatError, file_error
 from sim.pricing import features as feat
 from sim.pricing.base import ShapeColumns
@@ -98,19 +98,11 @@ def read_trace(path: Union[str, Path]) -> list[dict]:
     if not p.is_file():
         raise TraceFormatError(f"{p}: trace file not found")
     try:
-        lines = p.read_text(encoding="utf-8").split("\n")
+        text = p.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise file_error(p, exc, TraceFormatError) from None
     records = []
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            raise TraceFormatError(f"{p}:{lineno}: not a JSON object") from None
-        if not isinstance(rec, dict):
-            raise TraceFormatError(f"{p}:{lineno}: not a JSON object")
+    for lineno, rec in json_objects(text, str(p), TraceFormatError, "JSON object (one step a line)"):
         for key in ("seconds", "num_prefill_tokens", "num_decode_seqs"):
             v = rec.get(key)
             if isinstance(v, bool) or not isinstance(v, (int, float)):

@@ -60,6 +60,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from calibration.json_lines import json_objects
 from calibration.real_runs import RealRun, RealRunError, engine_version_of, read_bytes, read_vllm_bench
 
 FORMAT = "sglang-bench"
@@ -249,16 +250,9 @@ def read_sglang_bench(path: Path) -> RealRun:
     except UnicodeDecodeError:
         raise RealRunError(f"{path}: not UTF-8 text") from None
     lines = []  # (line number, record, one-stage run, notes)
-    for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
+    for number, rec in json_objects(text, str(path), RealRunError,
+                                    "JSON object (one bench_serving result a line)"):
         where = f"{path}:{number}"
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            raise RealRunError(f"{where}: not JSON") from None
-        if not isinstance(rec, dict):
-            raise RealRunError(f"{where}: not a JSON object (one bench_serving result a line)")
         notes: list[str] = []
         doc = to_vllm_bench(rec, where, notes)
         one = read_vllm_bench(Path(where), doc)

@@ -85,7 +85,10 @@ def test_read_trace_names_file_and_line(tmp_path):
     with pytest.raises(TraceFormatError, match=r"t\.jsonl:2: seconds: expected a number"):
         read_trace(p)
     p.write_text("not json\n")
-    with pytest.raises(TraceFormatError, match=r"t\.jsonl:1: not a JSON object"):
+    with pytest.raises(TraceFormatError, match=r"t\.jsonl:1: not JSON"):
+        read_trace(p)
+    p.write_text("\n[1, 2]\n")
+    with pytest.raises(TraceFormatError, match=r"t\.jsonl:2: not a JSON object"):
         read_trace(p)
     with pytest.raises(TraceFormatError, match="trace file not found"):
         read_trace(tmp_path / "missing.jsonl")
