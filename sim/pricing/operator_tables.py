@@ -37,7 +37,7 @@ import re
 from bisect import bisect_left, bisect_right
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
@@ -143,6 +143,20 @@ def default_moe_kernel(weight_dtype: str, gpu_folder: str) -> Optional[tuple[str
 # --- interpolation primitives ----------------------------------------------------------------
 
 _FAR = 1024.0  # a far knot appended past the last measured point: proportional extrapolation
+
+
+class _Lookups(NamedTuple):
+    """The table look-ups one evaluation of the step formula calls, all scalar (``price``) or
+    all vectorised (``price_columns``), so that one formula serves both bit for bit. The
+    linear-attention pair is None for a model without such layers."""
+
+    rows_eager: Callable
+    graph_at: Callable
+    dec: Callable
+    pre: Callable
+    head: Callable
+    gdn_pre: Optional[Callable]
+    gdn_dec: Optional[Callable]
 
 
 class _Curve:
@@ -1001,15 +1015,20 @@ class OperatorTableCostModel(StepPricer):
         self._piece_launch = (L + 1) * GRAPH_LAUNCH_S + L * KERNEL_LAUNCH_S
         # The engine core's CPU per step is the release's (V1), not the roofline's V0 figure.
         self._cpu_step, self._cpu_seq = self.engine.cpu_step_s, self.engine.cpu_per_seq_s
+        gp, gd = self._gdn_pre, self._gdn_dec
+        gdn = gp is not None and gd is not None
+        self._scalar = _Lookups(self._eager_scalar, self._graph_scalar, self._dec.at, self._pre.at,
+                                self._head.at, gp.at if gdn else None, gd.at if gdn else None)
+        self._vector = _Lookups(self._eager_array, self._graph_array, self._dec.at_array,
+                                self._pre.at_array, self._head.at_array,
+                                gp.at_array if gdn else None, gd.at_array if gdn else None)
 
     # -- the step price, written once -----------------------------------------------------------
     # Split in two so that a decode window re-evaluates only what its growing context changes
     # (``decode_context_pricer``); ``_formula`` is the two parts in sequence.
-    def _formula(self, s: Any, mx: Max, rows_eager: Callable, graph_at: Callable,
-                 dec: Callable, pre: Callable, head: Callable, parts: Optional[dict] = None,
-                 vector: bool = False) -> Any:
-        fixed = self._context_free(s, mx, rows_eager, graph_at, pre, head, vector)
-        t_dec = self._decode_attention(s.num_decode_seqs, s.decode_context_tokens, mx, dec)
+    def _formula(self, s: Any, mx: Max, look: "_Lookups", parts: Optional[dict] = None) -> Any:
+        fixed = self._context_free(s, mx, look)
+        t_dec = self._decode_attention(s.num_decode_seqs, s.decode_context_tokens, mx, look.dec)
         return self._with_decode_attention(fixed, t_dec, mx, parts)
 
     def _decode_attention(self, D: Any, decode_context_tokens: Any, mx: Max, dec: Callable) -> Any:
@@ -1023,10 +1042,9 @@ class OperatorTableCostModel(StepPricer):
         windowed = (D > 0) * dec(D * self._dec_bf, -mx(-decode_context_tokens, -D * self._window) / b)
         return ((L - ls) * full + ls * windowed) / L
 
-    def _context_free(self, s: Any, mx: Max, rows_eager: Callable, graph_at: Callable,
-                      pre: Callable, head: Callable, vector: bool = False) -> tuple:
-        """Every term of the price that the decode context does not change (``vector``: the
-        shape's fields are arrays)."""
+    def _context_free(self, s: Any, mx: Max, look: "_Lookups") -> tuple:
+        """Every term of the price that the decode context does not change."""
+        pre, head = look.pre, look.head
         L = self._attn_layers
         P, N, D = s.num_prefill_seqs, s.num_prefill_tokens, s.num_decode_seqs
         spec = s.num_spec_tokens
@@ -1035,7 +1053,7 @@ class OperatorTableCostModel(StepPricer):
         decode_only = (N == 0)
         if self._graphs_decode_only:
             graphable = graphable * decode_only
-        rows_cost = graph_at(rows) * graphable + rows_eager(rows) * (1 - graphable) * (rows > 0)
+        rows_cost = look.graph_at(rows) * graphable + look.rows_eager(rows) * (1 - graphable) * (rows > 0)
         # Attention: decode at (batch, mean KV length, ``_decode_attention``); prefill at
         # (batch, mean chunk) plus the cross term over cached tokens.
         p = mx(P, 1)
@@ -1054,10 +1072,9 @@ class OperatorTableCostModel(StepPricer):
         # Linear-attention layers: their kernels depend on the batch and chunk only (the
         # recurrent state is the same size at any context).
         t_lin = 0.0
-        if self._gdn_pre is not None and self._gdn_dec is not None:
-            gp = self._gdn_pre.at_array if vector else self._gdn_pre.at
-            gd = self._gdn_dec.at_array if vector else self._gdn_dec.at
-            t_lin = self._lin_layers * ((N > 0) * gp(mx(P, 1), isl) + (D > 0) * gd(mx(D, 1)))
+        if look.gdn_pre is not None and look.gdn_dec is not None:
+            t_lin = self._lin_layers * ((N > 0) * look.gdn_pre(mx(P, 1), isl)
+                                        + (D > 0) * look.gdn_dec(mx(D, 1)))
         # Launch: a full graph is one replay; piecewise graphs launch L + 1 pieces and L
         # eager attention calls; eager launches every kernel. The GPU cannot run ahead of it.
         full = graphable * decode_only
@@ -1104,33 +1121,28 @@ class OperatorTableCostModel(StepPricer):
 
     def price(self, shape: StepShape) -> float:
         """Seconds for one step of ``shape`` (0 for an empty step)."""
-        return float(self._formula(shape, max, self._eager_scalar, self._graph_scalar,
-                                   self._dec.at, self._pre.at, self._head.at))
+        return float(self._formula(shape, max, self._scalar))
 
     step_time = price
 
     def decode_context_pricer(self, shape: StepShape) -> Callable[[int], float]:
         """Bit for bit ``price(shape.with_decode_context(c))``, evaluating only the decode
         attention and what depends on it: the context-free terms are computed once."""
-        fixed = self._context_free(shape, max, self._eager_scalar, self._graph_scalar,
-                                   self._pre.at, self._head.at)
-        D, dec = shape.num_decode_seqs, self._dec.at
+        fixed = self._context_free(shape, max, self._scalar)
+        D, dec = shape.num_decode_seqs, self._scalar.dec
         attention, total = self._decode_attention, self._with_decode_attention
         return lambda c: float(total(fixed, attention(D, c, max, dec), max))
 
     def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
         """Vectorised ``price``; bit-identical to it."""
         s = ShapeColumns(columns, "price_columns")
-        return np.asarray(self._formula(s, np.maximum, self._eager_array, self._graph_array,
-                                        self._dec.at_array, self._pre.at_array,
-                                        self._head.at_array, vector=True), dtype=float)
+        return np.asarray(self._formula(s, np.maximum, self._vector), dtype=float)
 
     def breakdown(self, shape: StepShape) -> dict[str, float]:
         """Seconds per term: ``rows`` (GEMMs, norms, all-reduces: graph or eager), attention,
         LM head + sampling, swap, and the GPU-vs-CPU split; ``total`` is ``price``."""
         parts: dict = {}
-        total = self._formula(shape, max, self._eager_scalar, self._graph_scalar,
-                              self._dec.at, self._pre.at, self._head.at, parts)
+        total = self._formula(shape, max, self._scalar, parts)
         out = {k: float(v) for k, v in parts.items()}
         out["total"] = float(total)
         return out
