@@ -355,23 +355,35 @@ NODE_GPUS = 8
 
 
 def relabel_squared_ep(row: Mapping) -> tuple[Mapping, Optional[str]]:
-    """The row as measured, and a note, for SGLang rows labelled ``tp_size = moe_tp x moe_ep``
-    with ``moe_tp = moe_ep = e`` and more GPUs than a node (TP 16 as MoE 4 x 4, TP 64 as 8 x 8;
-    160 rows of DeepSeek-V3/R1 and Qwen3.5 on B200, B300, H200). Those labels are the EP-e
-    deployment's on e GPUs: where the CSV holds both, the two rows' measurements are identical
-    (50 rows: each TP 16 / 4 x 4 row equals its TP 4 / EP 4 row, each TP 64 / 8 x 8 its TP 8 / EP
-    8), and a 64-GPU tensor-parallel attention over 8 nodes is not a serving layout. Replayed as
-    TP e with the experts over EP e. Any other row is returned unchanged."""
-    if _text(row, "backend") != "sglang":
-        return row, None
+    """The row as measured, and a note, for rows whose layout labels square the EP degree e of
+    an EP-e deployment on e GPUs; replayed as TP e with the experts over EP e. Any other row is
+    returned unchanged. Two labellings, one per backend:
+
+    - SGLang: ``tp_size = moe_tp x moe_ep`` with ``moe_tp = moe_ep = e`` and more GPUs than a
+      node (TP 16 as MoE 4 x 4, TP 64 as 8 x 8; 160 rows of DeepSeek-V3/R1 and Qwen3.5 on B200,
+      B300, H200). Where the CSV holds both, the two rows' measurements are identical (50
+      rows: each TP 16 / 4 x 4 row equals its TP 4 / EP 4 row, each TP 64 / 8 x 8 its TP 8 / EP
+      8), and a 64-GPU tensor-parallel attention over 8 nodes is not a serving layout.
+    - vLLM: ``tp_size = attention_dp_size = e`` with ``moe_ep_size = e x e`` (TP 4 x DP 4 /
+      EP 16, TP 2 x DP 2 / EP 4: all 97 vLLM rows with attention DP, MiniMax-M2.5 on H100,
+      B200, B300; their ids say ``tp4_ep4``). 65 of them have a TP e / EP e row of the same
+      point (GPU, model, precision, isl, osl, clients): 63 measure the same TPOT within 3%, 48
+      TTFT and TPOT both. Of the 31 with a TP ``e x e`` row on as many GPUs as the label
+      counts, 2 do. ``batch_size`` there is the clients / e (kept: ``silicon_concurrency``
+      gives the clients)."""
+    backend = _text(row, "backend")
     tp, moe_tp, moe_ep = _int(row, "tp_size", 1), _int(row, "moe_tp_size", 0), _int(row, "moe_ep_size", 0)
-    dp = _num(row, "attention_dp_size")
-    if not (moe_tp == moe_ep > 1 and tp == moe_tp * moe_ep and tp > NODE_GPUS and (not dp or dp == 1)):
+    dp_given = _num(row, "attention_dp_size")
+    dp = int(dp_given) if dp_given else 1
+    if backend == "sglang" and moe_tp == moe_ep > 1 and tp == moe_tp * moe_ep and tp > NODE_GPUS and dp == 1:
+        e, label = moe_ep, f"tp {tp} = MoE TP {moe_tp} x EP {moe_ep}"
+    elif backend == "vllm" and tp == dp > 1 and moe_ep == tp * dp and moe_tp <= 1:
+        e, label = tp, f"tp {tp} x attention DP {dp}, EP {moe_ep}"
+    else:
         return row, None
-    fixed = {**row, "tp_size": str(moe_ep), "moe_tp_size": "1", "moe_ep_size": str(moe_ep)}
-    return fixed, (f"labelled tp {tp} = MoE TP {moe_tp} x EP {moe_ep}: the EP {moe_ep} deployment "
-                   f"on {moe_ep} GPUs (its rows' measurements equal the TP {moe_ep} / EP {moe_ep} "
-                   f"rows'), replayed as TP {moe_ep} with EP {moe_ep}")
+    fixed = {**row, "tp_size": str(e), "attention_dp_size": "1", "moe_tp_size": "1", "moe_ep_size": str(e)}
+    return fixed, (f"labelled {label}: the EP {e} deployment on {e} GPUs (such rows' measurements "
+                   f"equal the TP {e} / EP {e} rows'), replayed as TP {e} with EP {e}")
 
 
 def client_concurrency(row: Mapping, dp: int) -> int:
@@ -456,11 +468,14 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     if note:
         notes.append(note)
     kv_dtype = kv_cache_dtype(weights)
+    labelled = row
     row, note = relabel_squared_ep(row)
     if note:
         notes.append(note)
     parallel = parallel_layout(row, moe, _text(row, "backend") or "vllm")
-    clients = client_concurrency(row, parallel["data_parallel_size"])
+    # batch_size is per attention-DP rank as labelled (a relabelled row's too)
+    clients = client_concurrency(row, parallel["data_parallel_size"]) if note is None else \
+        client_concurrency(labelled, _int(labelled, "attention_dp_size", 1) or 1)
     isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
     if clients < 1 or isl < 1 or osl < 2:
         raise RowNotExpressible("bad row", f"batch_size {clients}, isl {isl}, osl {osl}")
@@ -917,10 +932,12 @@ ASSUMPTIONS = {
     "parallel": "tensor_parallel_size = tp_size, data_parallel_size = attention_dp_size, "
                 "enable_expert_parallel = moe_ep_size > 1; the operator tables price one DP rank's step "
                 "(TP within it; experts from the MoE table's EP rows at the DP ranks' gathered tokens, "
-                "NCCL all-gather + reduce-scatter over DP), the DP ranks taken as loaded alike; SGLang's "
-                "MoE TP x EP (moe_tp and moe_ep both > 1) as expert_parallel_size = moe_ep, except rows "
-                "labelled tp = moe_tp x moe_ep = e x e beyond one node (TP 16 / 64), which are the EP e "
-                "deployment on e GPUs (their measurements equal those rows'): replayed as TP e, EP e",
+                "NCCL all-gather + reduce-scatter over DP), the ranks stepping in lock-step, each padded "
+                "to the group's largest batch; SGLang's MoE TP x EP (moe_tp and moe_ep both > 1) as "
+                "expert_parallel_size = moe_ep. Rows whose labels square the EP degree e are the EP e "
+                "deployment on e GPUs (where the CSV holds both, their measurements equal the TP e / EP e "
+                "rows'), replayed as TP e, EP e: SGLang's tp = moe_tp x moe_ep = e x e beyond one node "
+                "(TP 16 / 64), and vLLM's tp = attention DP = e with EP e x e (all 97 vLLM DP rows)",
     "model": "the row's model_path (HF id: catalog alias or the package's config.json); "
              + ", ".join(f"{k} simulated as {v}" for k, v in CHECKPOINT_ALIASES.items()),
     "fitting": "none: every number is kvplan's uncalibrated prediction (cost_model.source auto)",

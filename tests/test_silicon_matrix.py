@@ -107,14 +107,14 @@ def test_gpt_oss_labelled_nvfp4_is_its_mxfp4_checkpoint():
 
 
 def test_dp_attention_with_expert_parallel():
-    # MiniMax on B300: TP 4 x attention DP 4, experts EP 16; batch_size is per DP rank and the
-    # client concurrency (silicon_concurrency) is 4x it.
-    r = row(model_path="MiniMaxAI/MiniMax-M2.5", system="b300_sxm", tp_size=4, attention_dp_size=4,
-            moe_tp_size=1, moe_ep_size=16, batch_size=128, backend_version="0.19.0",
+    # TP 2 x attention DP 4, experts EP 8: batch_size is per DP rank and the client
+    # concurrency (silicon_concurrency) is 4x it.
+    r = row(model_path="MiniMaxAI/MiniMax-M2.5", system="b300_sxm", tp_size=2, attention_dp_size=4,
+            moe_tp_size=1, moe_ep_size=8, batch_size=128, backend_version="0.19.0",
             silicon_data_source="db-dump/2026-04-27; config_id=734; silicon_concurrency=512; "
                                 "measured=2026-04-17T00:00:00.000Z; vllm/vllm-openai:v0.19.0-cu130")
     p = point(r, quant=BLOCK_FP8, moe=True, phases="spread")
-    assert p.config["parallel"] == {"tensor_parallel_size": 4, "pipeline_parallel_size": 1,
+    assert p.config["parallel"] == {"tensor_parallel_size": 2, "pipeline_parallel_size": 1,
                                     "data_parallel_size": 4, "enable_expert_parallel": True}
     assert p.config["workload"]["arrival"]["concurrency"] == 512
     assert p.warmup == 1024
@@ -126,6 +126,28 @@ def test_dp_attention_with_expert_parallel():
     # EP without DP: TP 2, experts over the same 2 GPUs.
     ep = row(model_path="MiniMaxAI/MiniMax-M2.5", tp_size=2, moe_tp_size=1, moe_ep_size=2)
     assert point(ep, quant=BLOCK_FP8, moe=True).config["parallel"]["enable_expert_parallel"] is True
+
+
+def test_squared_ep_labels_replay_as_the_ep_deployment():
+    # vLLM: TP 4 x DP 4 / EP 16 is how the CSV labels TP 4 with EP 4 on 4 GPUs (the same
+    # points measure the same TTFT / TPOT); batch_size is clients / 4 as labelled.
+    r = row(model_path="MiniMaxAI/MiniMax-M2.5", system="b200_sxm", tp_size=4, attention_dp_size=4,
+            moe_tp_size=1, moe_ep_size=16, batch_size=4, backend_version="0.18.0")
+    p = point(r, quant=BLOCK_FP8, moe=True)
+    assert p.config["parallel"] == {"tensor_parallel_size": 4, "pipeline_parallel_size": 1,
+                                    "data_parallel_size": 1, "enable_expert_parallel": True}
+    assert p.config["workload"]["arrival"]["concurrency"] == 16
+    assert any("EP 4 deployment on 4 GPUs" in n for n in p.notes)
+    # SGLang: TP 16 labelled as MoE TP 4 x EP 4 is EP 4 on 4 GPUs.
+    fixed, note = sm.relabel_squared_ep(row(backend="sglang", tp_size=16, attention_dp_size="",
+                                            moe_tp_size=4, moe_ep_size=4))
+    assert (fixed["tp_size"], fixed["moe_tp_size"], fixed["moe_ep_size"]) == ("4", "1", "4")
+    assert note and "EP 4 deployment on 4 GPUs" in note
+    # Not squared (a real DP layout, or SGLang's TP x EP within a node): unchanged.
+    for r in (row(tp_size=2, attention_dp_size=4, moe_tp_size=1, moe_ep_size=8),
+              row(backend="sglang", tp_size=8, moe_tp_size=2, moe_ep_size=4),
+              row(tp_size=4, attention_dp_size=4, moe_tp_size=4, moe_ep_size=4)):
+        assert sm.relabel_squared_ep(r) == (r, None)
 
 
 def test_nightly_and_missing_versions():
