@@ -306,7 +306,7 @@ def parallel_layout(row: Mapping, is_moe: Optional[bool], backend: str = "vllm")
     ``attention_dp_size`` GPUs, the experts over the same GPUs as MoE TP ``moe_tp_size`` x EP
     ``moe_ep_size``. vLLM: ``--tensor-parallel-size tp --data-parallel-size dp`` and, with EP,
     ``--enable-expert-parallel`` (experts whole over all tp x dp GPUs). Without EP, vLLM shards
-    each expert over the tp x dp GPUs; kvplan says that for dp = 1 only. SGLang (``backend``)
+    each expert over the tp x dp GPUs (``parallel.data_parallel_size`` without EP). SGLang (``backend``)
     also splits experts by MoE TP within EP groups (``--ep-size`` below tp x dp):
     ``parallel.expert_parallel_size`` = moe_ep."""
     tp = _int(row, "tp_size", 1)
@@ -328,9 +328,6 @@ def parallel_layout(row: Mapping, is_moe: Optional[bool], backend: str = "vllm")
         # The older rows (vLLM 0.12, Qwen3-235B) leave attention_dp_size empty and some have
         # tp_size 1 with moe_tp_size 2: the layout's invariant tp x dp = moe_tp x moe_ep says dp.
         dp = out["data_parallel_size"] = moe_tp * moe_ep // tp
-        dp_inferred = True
-    else:
-        dp_inferred = False
     if moe_tp * moe_ep != tp * dp:
         raise RowNotExpressible("parallel layout not expressible",
                                 f"moe_tp {moe_tp} x moe_ep {moe_ep} != tp {tp} x attention dp {dp}")
@@ -341,11 +338,8 @@ def parallel_layout(row: Mapping, is_moe: Optional[bool], backend: str = "vllm")
                                     f"only or splits them by TP only")
         # SGLang's --ep-size below tp x dp: experts over moe_ep groups, each split moe_tp ways.
         out["expert_parallel_size"] = moe_ep
-    if moe_ep == 1 and dp > 1:
-        raise RowNotExpressible("parallel layout not expressible",
-                                f"attention DP {dp}{' (inferred: attention_dp_size empty)' if dp_inferred else ''} "
-                                f"x TP {tp} with experts split by MoE TP {moe_tp}, no EP: kvplan "
-                                f"spreads a DP deployment's experts whole")
+    # moe_ep 1 with DP: every expert split over all tp x dp GPUs (vLLM without
+    # --enable-expert-parallel flattens TP across DP for the MoE; SGLang's MoE TP is its --tp).
     out["enable_expert_parallel"] = moe_ep > 1
     return out
 
@@ -473,6 +467,9 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     if note:
         notes.append(note)
     parallel = parallel_layout(row, moe, _text(row, "backend") or "vllm")
+    if parallel["data_parallel_size"] > 1 and not _num(row, "attention_dp_size"):
+        notes.append(f"attention_dp_size empty: DP {parallel['data_parallel_size']} from the layout's "
+                     f"tp x dp = moe_tp x moe_ep")
     # batch_size is per attention-DP rank as labelled (a relabelled row's too)
     clients = client_concurrency(row, parallel["data_parallel_size"]) if note is None else \
         client_concurrency(labelled, _int(labelled, "attention_dp_size", 1) or 1)

@@ -92,21 +92,26 @@ class MemoryPlan:
 
 
 def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1,
-                          ep: int = 1, etp: int = 1) -> float:
+                          ep: int = 1, etp: Optional[int] = None) -> float:
     """Weight bytes on the fullest GPU: linear layers, embeddings and LM head are sharded
     over ``tp`` (Megatron column/row and vocab parallel), norms and biases replicated;
     pipeline stages take ``ceil(layers / pp)`` layers, the first the embedding, the last the
-    LM head (and the embedding again when tied). Under expert parallelism (``ep`` > 1) the
-    routed experts spread whole over ``ep`` groups and each is split over the ``etp`` GPUs of
-    its group (MoE TP x EP; 1 for pure EP)."""
+    LM head (and the embedding again when tied). A MoE's routed experts spread whole over
+    ``ep`` groups, each split over the ``etp`` GPUs of its group (MoE TP x EP; 1 for pure
+    EP; None: ``tp`` without EP, 1 with it); without EP but with DP attention ``etp`` is every
+    GPU of the replica (tp x dp)."""
+    if etp is None:
+        etp = tp if ep <= 1 else 1
     layers = math.ceil(model.num_layers / pp)
     replicated = model.replicated_attention_params  # MLA's down-projections: whole on every rank
     per_layer = ((model.linear_params_per_layer - replicated) * prec.weight_bytes / tp
                  + replicated * prec.weight_bytes
                  + model.other_params_per_layer * prec.act_bytes)
-    if ep > 1 and model.is_moe:
-        # Expert parallelism: the routed experts spread whole over ``ep`` GPUs, the rest as
-        # before (attention, router and shared experts split by tensor parallelism).
+    split = model.is_moe and (ep > 1 or etp != tp)  # routed experts not split as the rest
+    if split:
+        # The routed experts over ``ep`` groups of ``etp`` GPUs (expert parallelism, or every
+        # GPU of a DP deployment without it), the rest as before (attention, router and shared
+        # experts split by tensor parallelism).
         routed = model.expert_params * model.num_experts
         per_layer = ((model.linear_params_per_layer - replicated - routed) * prec.weight_bytes / tp
                      + routed * prec.weight_bytes / (ep * etp) + replicated * prec.weight_bytes
@@ -115,7 +120,7 @@ def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: in
         # Dense-first MoE (DeepSeek-V3): the fullest stage holds as many sparse layers as fit.
         routed = model.expert_params * model.num_experts
         lighter = ((model.moe_mlp_params - model.dense_mlp_params) * prec.weight_bytes / tp
-                   if ep <= 1 else
+                   if not split else
                    (model.moe_mlp_params - routed - model.dense_mlp_params) * prec.weight_bytes / tp
                    + routed * prec.weight_bytes / (ep * etp))
         per_layer_total = layers * per_layer - max(0, layers - model.num_moe_layers) * lighter
@@ -222,7 +227,7 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
                 max_num_batched_tokens: int = 2048, max_num_seqs: int = 256,
                 expert_parallel_size: int = 1,
                 activation_reserve: Optional[float] = None,
-                expert_tensor_parallel_size: int = 1) -> MemoryPlan:
+                expert_tensor_parallel_size: Optional[int] = None) -> MemoryPlan:
     """Split one GPU's memory into weights, activation reserve and KV pool
     (``expert_parallel_size``: groups a MoE's routed experts are spread over whole,
     ``expert_tensor_parallel_size``: GPUs of a group each expert is split over).
@@ -251,7 +256,7 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
         raise ConfigError(f"parallel: {model.name}'s {model.num_experts} experts do not spread "
                           f"evenly over {ep} expert-parallel groups (parallel.expert_parallel_size, "
                           f"else data_parallel_size x tensor_parallel_size)")
-    weights = weights_bytes_per_gpu(model, prec, tp, pp, ep, expert_tensor_parallel_size if ep > 1 else 1)
+    weights = weights_bytes_per_gpu(model, prec, tp, pp, ep, expert_tensor_parallel_size)
     reserve = (activation_reserve_bytes(model, prec, tp, pp, max_num_batched_tokens, max_num_seqs)
                if activation_reserve is None else float(activation_reserve))
     kv_token = kv_bytes_per_token(model, prec, tp, pp)

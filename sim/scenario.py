@@ -306,8 +306,10 @@ class ParallelConfig(_Section):
     experts are spread whole over the replica's ``data_parallel_size x tensor_parallel_size``
     GPUs, tokens exchanged by all-to-all (vLLM's ``--enable-expert-parallel``; with
     ``data_parallel_size`` the DP-attention + EP deployment vLLM and SGLang use for
-    DeepSeek). A MoE with ``data_parallel_size`` > 1 shards its experts over all of them
-    either way."""
+    DeepSeek). Without it a MoE with ``data_parallel_size`` > 1 splits every expert over all
+    ``data_parallel_size x tensor_parallel_size`` GPUs, the ranks' tokens gathered for the MoE
+    (vLLM's ``FusedMoEParallelConfig``: TP flattened across DP; SGLang's MoE TP = its
+    ``--tp``, the whole group)."""
 
     KEY: ClassVar[str] = "parallel"
     tensor_parallel_size: int = integer(1, 1, _MAX_GPUS)
@@ -318,8 +320,8 @@ class ParallelConfig(_Section):
     enable_expert_parallel: bool = _field(False, _Check("bool"))
     #: SGLang's ``--ep-size``: the groups a MoE's experts are spread over whole, each expert
     #: split over the ``tensor_parallel_size x data_parallel_size / expert_parallel_size`` GPUs
-    #: of its group (MoE TP x EP). None: every GPU one group with ``enable_expert_parallel`` (or
-    #: DP attention), else 1 (experts split by TP only). vLLM has no such split (EP = tp x dp).
+    #: of its group (MoE TP x EP). None: every GPU one group with ``enable_expert_parallel``,
+    #: else 1 (each expert split over all tp x dp GPUs). vLLM has no such split (EP = tp x dp).
     expert_parallel_size: Optional[int] = integer(None, 1, _MAX_GPUS, optional=True)
     #: ``prefix_aware`` router's scorer weights (docs/cluster.md): cached prompt fraction,
     #: outstanding requests (min-max normalised) and free KV; llm-d's 3 / 2 / 2.
@@ -344,18 +346,15 @@ class ParallelConfig(_Section):
         parallelism over every GPU)."""
         if self.expert_parallel_size is not None:
             return self.expert_parallel_size
-        if self.enable_expert_parallel or self.data_parallel_size > 1:
+        if self.enable_expert_parallel:
             return self.data_parallel_size * self.tensor_parallel_size
         return 1
 
     @property
     def expert_tensor_shards(self) -> int:
-        """GPUs each expert is split over within its group (MoE TP): ``tp x dp / ep`` under
-        expert parallelism, ``tp`` without."""
-        ep = self.expert_shards
-        if ep > 1:
-            return self.data_parallel_size * self.tensor_parallel_size // ep
-        return self.tensor_parallel_size
+        """GPUs each expert is split over within its group (MoE TP): ``tp x dp / ep`` (``tp``
+        without DP or EP; every GPU of a DP deployment without EP)."""
+        return self.data_parallel_size * self.tensor_parallel_size // self.expert_shards
 
 
 @dataclass(frozen=True)
@@ -663,9 +662,6 @@ class Scenario:
                 raise ConfigError(f"parallel.expert_parallel_size: vLLM spreads experts over all "
                                   f"{group} GPUs (enable_expert_parallel) or splits them by TP (1); "
                                   f"MoE TP x EP is SGLang's (engine.name sglang)")
-            if par.data_parallel_size > 1 and par.expert_parallel_size == 1:
-                raise ConfigError("parallel.expert_parallel_size: with data_parallel_size > 1 the "
-                                  "experts are spread over the DP ranks (at least 2 groups)")
         if kv.prefix_caching and kv.allocator not in ("paged", "radix"):
             raise ConfigError("kv_cache.prefix_caching: needs kv_cache.allocator 'paged'")
         if kv.offload_enabled and not kv.prefix_caching:

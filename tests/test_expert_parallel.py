@@ -89,7 +89,8 @@ def test_a_dense_model_with_dp_is_independent_engines():
 
 @pytest.mark.parametrize("extra,needle", [
     (["parallel.enable_expert_parallel=true"], "has no experts"),
-    (["model=mixtral-8x7b", "parallel.data_parallel_size=3"], "do not spread evenly"),
+    (["model=mixtral-8x7b", "parallel.data_parallel_size=3", "parallel.enable_expert_parallel=true"],
+     "do not spread evenly"),
     (["parallel.expert_parallel_size=2", "parallel.tensor_parallel_size=2", "engine.name=sglang"],
      "has no experts"),
     (["model=mixtral-8x7b", "parallel.tensor_parallel_size=4", "parallel.expert_parallel_size=3",
@@ -119,3 +120,36 @@ def test_moe_tp_x_ep_holds_the_same_weights_and_runs():
                     "workload": {"num_requests": 40, "arrival": {"process": "poisson", "rate": 20.0}}})
     assert res.summary["completed"] == 40
     assert res.summary["scenario"]["expert_parallel_size"] == 2
+
+
+def test_dp_without_ep_splits_every_expert_over_all_gpus():
+    """vLLM's DP attention without ``--enable-expert-parallel`` (``FusedMoEParallelConfig``
+    flattens TP across DP for the MoE): each expert split over all tp x dp GPUs, the ranks'
+    tokens gathered. By hand on Mixtral DP 2 x TP 1: the routed experts over 2 GPUs as at TP 2
+    (half of each), attention and the rest whole on each rank; the MoE sees both ranks' rows."""
+    m = get_model("mixtral-8x7b")
+    base = {"model": "mixtral-8x7b", "hardware": "h100-sxm", "cost_model": {"source": "roofline"}}
+    dp = resolve_deployment({**base, "parallel": {"data_parallel_size": 2}})
+    ep = resolve_deployment({**base, "parallel": {"data_parallel_size": 2, "enable_expert_parallel": True}})
+    routed = m.num_moe_layers * m.num_experts * m.expert_params
+    # Half of the routed experts either way (split in two, or 4 of 8 whole): the same bytes.
+    assert dp.memory.weights_bytes == pytest.approx(ep.memory.weights_bytes, rel=1e-9)
+    from sim.catalog.dtypes import resolve_precision
+    from sim.catalog.hardware import get_hardware
+    from sim.memory_plan import weights_bytes_per_gpu
+
+    whole = weights_bytes_per_gpu(m, resolve_precision(get_hardware("h100-sxm"), "float16"))
+    assert whole - dp.memory.weights_bytes == pytest.approx(routed * 2 / 2, rel=1e-9)  # fp16: 2 B
+    res = simulate({**base, "parallel": {"data_parallel_size": 2},
+                    "workload": {"num_requests": 40, "arrival": {"process": "poisson", "rate": 20.0}}})
+    s = res.summary["scenario"]
+    assert res.summary["completed"] == 40
+    assert s["expert_parallel_size"] == 1 and s["gpus_per_replica"] == 2
+    # The roofline gathers the other rank's rows for the experts (priced beside EP's exchange).
+    cm = RooflineCostModel(m, "h100-sxm", expert_parallel_size=1, data_parallel_size=2,
+                           expert_tensor_parallel_size=2)
+    parts = cm.breakdown(StepShape(num_decode_seqs=8, decode_context_tokens=8 * 1000))
+    assert parts["ep_all_to_all"] > 0
+    alone = RooflineCostModel(m, "h100-sxm", tensor_parallel_size=2)
+    # Each GPU reads half of every touched expert for 16 rows (both ranks'), as TP 2 would.
+    assert cm._experts.time(8) == pytest.approx(alone._experts.time(16), rel=1e-9)

@@ -175,9 +175,12 @@ def test_rows_kvplan_cannot_say_are_refused_with_a_reason():
     with pytest.raises(sm.RowNotExpressible) as e:  # MoE TP x EP hybrid
         point(row(tp_size=4, moe_tp_size=2, moe_ep_size=2), moe=True)
     assert e.value.kind == "parallel layout not expressible"
-    with pytest.raises(sm.RowNotExpressible) as e:  # attention DP inferred, experts TP-split
-        point(row(tp_size=1, attention_dp_size="", moe_tp_size=2, moe_ep_size=1), moe=True)
-    assert "inferred" in str(e.value)
+    # Attention DP inferred (attention_dp_size empty), experts TP-split over every GPU: vLLM's
+    # DP without --enable-expert-parallel.
+    dp = point(row(tp_size=1, attention_dp_size="", moe_tp_size=2, moe_ep_size=1), moe=True)
+    assert dp.config["parallel"] == {"tensor_parallel_size": 1, "pipeline_parallel_size": 1,
+                                     "data_parallel_size": 2, "enable_expert_parallel": False}
+    assert any("attention_dp_size empty" in n for n in dp.notes)
     with pytest.raises(sm.RowNotExpressible) as e:
         point(row(backend_version="0.9.2"), moe=False)
     assert e.value.kind == "engine release not modelled"

@@ -355,14 +355,16 @@ class OperatorTableCostModel(StepPricer):
         self.tensor_parallel_size, self.pipeline_parallel_size = tp, pp
         #: Data-parallel attention (vLLM's ``--data-parallel-size``): this pricer prices one DP
         #: rank's step (attention and dense layers over its own tokens, TP within the rank); the
-        #: other ``dp - 1`` ranks are taken as loaded alike. A MoE's experts spread whole over
-        #: ``expert_parallel_size`` GPUs (``parallel.expert_shards``: tp x dp).
+        #: other ``dp - 1`` ranks are taken as loaded alike (each padded to the same rows: the
+        #: simulation steps them in lock-step). A MoE's experts spread whole over
+        #: ``expert_parallel_size`` groups (``parallel.expert_shards``: tp x dp under EP, else 1).
         self.data_parallel_size = dp = data_parallel_size
         self.expert_parallel_size = ep = expert_parallel_size if m.is_moe else 1
-        #: Under EP, GPUs of an EP group each expert is split over (SGLang's MoE TP x EP:
-        #: ``tp x dp / ep``; 1 for pure EP), the MoE table's ``moe_tp_size``.
-        self.expert_tensor_parallel_size = etp = (expert_tensor_parallel_size or (tp * dp // ep)) if ep > 1 else tp
-        if ep > 1 and ep * etp != tp * dp:
+        #: GPUs each expert is split over within its group, the MoE table's ``moe_tp_size``:
+        #: ``tp x dp / ep`` (SGLang's MoE TP x EP; 1 for pure EP; every GPU of a DP
+        #: deployment without EP; ``tp`` without either).
+        self.expert_tensor_parallel_size = etp = expert_tensor_parallel_size or (tp * dp // ep)
+        if m.is_moe and ep * etp != tp * dp:
             raise TablesNotCovering(f"cost_model.source operator_tables: experts over {ep} groups "
                                     f"of {etp} GPUs with tp {tp} x dp {dp}: the tables price "
                                     f"MoE TP x EP = tp x dp")
@@ -525,7 +527,7 @@ class OperatorTableCostModel(StepPricer):
         self._gemm_ms = {op: curve(op, n, k) for op, (n, k) in shapes.items()}
         if m.is_moe:
             self._gemm_ms["experts"] = self._moe_curve(ms)
-            if self.expert_parallel_size > 1 and self.data_parallel_size > 1:
+            if self.data_parallel_size > 1:  # the DP ranks' tokens gathered for the experts
                 self._gemm_ms["ep_dispatch"] = self._dispatch_curve(ms)
                 if m.num_dense_layers:
                     layers["ep_dispatch"] = m.num_moe_layers
@@ -547,11 +549,12 @@ class OperatorTableCostModel(StepPricer):
         Mixtral's shapes at TP 2 AIConfigurator's ``power_law_1.01`` rows are up to 24% slower
         than balanced between 32 and 4,096 tokens). Log-log between measured token counts,
         proportional past the largest, made non-decreasing in rows."""
-        m, tp = self.model, self.tensor_parallel_size
-        # Expert parallelism: whole experts over EP GPUs (rows measured at MoE TP 1 x EP ep),
-        # each GPU's layer fed the tokens of every DP rank (gathered: ``_dispatch_curve``).
-        ep, dp = self.expert_parallel_size, self.data_parallel_size
-        moe_tp, moe_ep = (self.expert_tensor_parallel_size, ep) if ep > 1 else (tp, 1)
+        m = self.model
+        # The MoE table's rows at this layout's MoE TP x EP (whole experts over EP groups, each
+        # split over MoE TP GPUs), each GPU's layer fed the tokens of every DP rank (gathered:
+        # ``_dispatch_curve``).
+        dp = self.data_parallel_size
+        moe_tp, moe_ep = self.expert_tensor_parallel_size, self.expert_parallel_size
         want = MOE_DTYPES.get(self.precision.weight_dtype, "bfloat16")
         # This model's experts are measured in some version folders and dtypes only (on H200,
         # DeepSeek-V3's in bf16 under 0.19 and block FP8 under 0.24): the wanted format in the
@@ -614,7 +617,7 @@ class OperatorTableCostModel(StepPricer):
         if not set(fastest) & set(family):
             self._warnings.append(f"operator tables: no {want} MoE rows for {m.name} on "
                                   f"{self.hardware.name}; experts priced from the {dt} rows")
-        routed = np.array([float(x) * dp if ep > 1 else float(x) for x in ms])  # tokens the router sees
+        routed = np.array([float(x) * dp for x in ms])  # tokens the router sees
         curve = np.array([_loglog(xs, ys, t) for t in routed])
         if scale_to_uniform:
             curve = curve * uniform_over_balanced(m.num_experts, m.num_experts_per_tok, routed)
@@ -1157,7 +1160,8 @@ class OperatorTableCostModel(StepPricer):
                 + (f", dp={self.data_parallel_size}" if self.data_parallel_size > 1 else "")
                 + (f", ep={self.expert_parallel_size}" if self.expert_parallel_size > 1 else "")
                 + (f", moe_tp={self.expert_tensor_parallel_size}"
-                   if self.expert_parallel_size > 1 and self.expert_tensor_parallel_size > 1 else "")
+                   if self.model.is_moe and self.expert_tensor_parallel_size not in (1, self.tensor_parallel_size)
+                   else "")
                 + f", {mode} up to {self.max_capture} tokens, "
                 f"async scheduling {'on' if self.async_scheduling else 'off'}"
                 + (f", MoE experts from the fused-MoE table, {self.moe_routing} routing"

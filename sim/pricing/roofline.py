@@ -244,7 +244,7 @@ class RooflineCostModel(StepPricer):
             self._gemms["router"] = gemm(hd, m.num_experts, ab)
             self._gemm_layers["router"] = moe_layers
             ep, dp = expert_parallel_size, data_parallel_size
-            if ep <= 1:
+            if ep <= 1 and dp <= 1:
                 self._experts = ExpertLayer(
                     compute_per_row=2 * k_top * hd * (up + ffn) / peak,
                     weight_per_expert=hd * (up + ffn) * expert_wb / gemm_bw,
@@ -252,8 +252,10 @@ class RooflineCostModel(StepPricer):
                     latency=2 * e.gemm_latency_s, num_experts=m.num_experts, top_k=k_top)
             else:
                 # Whole experts, E / ep of them in this GPU's group, each split over the etp
-                # GPUs of the group; the dp ranks' tokens together are routed over all E, so
-                # each GPU computes 1 / etp of k x dp / ep expert rows per row of its own.
+                # GPUs of the group (DP without EP: one group, every expert over all tp x dp
+                # GPUs); the dp ranks' tokens together are routed over all E, so each GPU
+                # computes 1 / etp of k x dp / ep expert rows per row of its own.
+                ep = max(ep, 1)
                 etp = expert_tensor_parallel_size or max(tp * dp // ep, 1)
                 up_all, ffn_all, per = m.mlp_in_size / etp, m.intermediate_size / etp, dp / ep
                 self._experts = ExpertLayer(
@@ -262,13 +264,17 @@ class RooflineCostModel(StepPricer):
                     memory_per_row=k_top * (2 * hd + up_all + ffn_all) * ab / gemm_bw * per,
                     latency=2 * e.gemm_latency_s, num_experts=m.num_experts, top_k=k_top,
                     global_rows=dp, local_share=1.0 / ep)
-                # Dispatch and combine: each token's hidden state to its k experts and back,
-                # (ep - 1) / ep of them on other GPUs.
-                link = h.interconnect_bandwidth if ep <= h.gpus_per_node else h.network_bandwidth
+                # Dispatch and combine: under EP each token's hidden state to its k experts
+                # and back, (ep - 1) / ep of them on other GPUs; without EP the other dp - 1
+                # ranks' hidden states gathered in and the partial outputs scattered back.
+                group = ep if ep > 1 else tp * dp
+                link = h.interconnect_bandwidth if group <= h.gpus_per_node else h.network_bandwidth
                 self._a2a_fixed = 2 * e.allreduce_latency_s
-                self._a2a_per_row = (2 * k_top * hd * ab * (ep - 1) / ep
-                                     / (link * e.allreduce_bandwidth))
+                moved = k_top * (ep - 1) / ep if ep > 1 else dp - 1
+                self._a2a_per_row = 2 * moved * hd * ab / (link * e.allreduce_bandwidth)
         self.expert_parallel_size = expert_parallel_size if m.is_moe else 1
+        #: Whether each MoE layer exchanges tokens between GPUs (EP, or DP attention).
+        self._dispatch = m.is_moe and (expert_parallel_size > 1 or data_parallel_size > 1)
         self.data_parallel_size = data_parallel_size
         # LM head: 16-bit weights, 16-bit compute, vocab-parallel over tp.
         head_peak = h.flops(DTYPE_COMPUTE[p.dtype]) * e.gemm_compute
@@ -458,7 +464,7 @@ class RooflineCostModel(StepPricer):
             row_bytes = m.hidden_size * act_bytes
             a += (pp - 1) * 2 * e.p2p_latency_s
             b += (pp - 1) * 2 * self._p2p_per_byte * row_bytes
-        if self.expert_parallel_size > 1:  # all-to-all dispatch and combine per MoE layer
+        if self._dispatch:  # all-to-all (or DP gather) dispatch and combine per MoE layer
             a += m.num_moe_layers * self._a2a_fixed
             b += m.num_moe_layers * self._a2a_per_row
         # Every GEMM runs in ``_gemm_layers[name]`` layers: all of them, but the dense and
@@ -611,7 +617,7 @@ class RooflineCostModel(StepPricer):
                 out["norms_elementwise"] += L * e.elementwise_latency_s
             out["pp_send_recv"] = (self.pipeline_parallel_size - 1) * 2 * self.send_recv_time(
                 row_bytes)
-            if self.expert_parallel_size > 1:
+            if self._dispatch:
                 out["ep_all_to_all"] = m.num_moe_layers * (self._a2a_fixed + self._a2a_per_row * rows)
         out["overhead"] = self.overhead_time(s.batch_size)
         return out
