@@ -454,8 +454,9 @@ def scenario_summary(sc: Scenario, dep: Deployment) -> dict:
         "seed": sc.seed,
         "async_scheduling": async_scheduling_of(sc, dep),
     }
-    if dep.model.is_moe and sc.parallel.expert_shards > 1:
-        out["expert_tensor_parallel_size"] = sc.parallel.expert_tensor_shards
+    par = sc.parallel
+    if dep.model.is_moe and (par.expert_shards > 1 or par.expert_tensor_shards != par.tensor_parallel_size):
+        out["expert_tensor_parallel_size"] = par.expert_tensor_shards  # GPUs each expert is split over
     if dep.model.is_hybrid_linear:  # the linear-attention layers' state, and where it lives
         out["state_mb_per_request"] = m.state_bytes_per_request / 1e6
         if m.max_state_requests is not None:

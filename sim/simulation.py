@@ -123,6 +123,9 @@ class Replica:
         self.busy_until = math.inf
         self.num_steps = 0
         self.num_wakeups = 0
+        #: Times the scheduler was asked for a step: fewer than ``num_steps`` when decode
+        #: windows were taken (one plan for a whole window).
+        self.num_plans = 0
         if not lockstep:
             env.process(self.run())
 
@@ -189,6 +192,7 @@ class Replica:
                 if req.num_uncomputed_tokens == 1:
                     req.num_draft_tokens = self.spec.sample_drafts()
         plan = sched.schedule(self.env.now)
+        self.num_plans += 1
         flushed = bool(self._pending)
         if flushed:  # arrivals of the last step: seen by the step after this one
             pending, self._pending = self._pending, []

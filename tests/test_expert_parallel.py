@@ -145,6 +145,7 @@ def test_dp_without_ep_splits_every_expert_over_all_gpus():
     s = res.summary["scenario"]
     assert res.summary["completed"] == 40
     assert s["expert_parallel_size"] == 1 and s["gpus_per_replica"] == 2
+    assert s["expert_tensor_parallel_size"] == 2  # each expert over both GPUs
     # The roofline gathers the other rank's rows for the experts (priced beside EP's exchange).
     cm = RooflineCostModel(m, "h100-sxm", expert_parallel_size=1, data_parallel_size=2,
                            expert_tensor_parallel_size=2)
