@@ -305,7 +305,7 @@ class LockstepGroup:
     CUDA graph size for all; the gathered MoE input is ``dp x`` that count). So a step lasts
     as long as its slowest rank, padded, and a prefill chunk on one rank stalls every rank's
     decodes: something independent ranks, each priced as if the others were loaded alike,
-    miss (on vLLM's DP + EP points of the silicon sample they put TPOT 25-45% low).
+    miss.
 
     The group takes one step at a time (no decode windows); each rank logs its own step with
     the group's duration."""
