@@ -286,6 +286,24 @@ def weights_quantization(gemm_mode: str, moe_mode: str, checkpoint: Optional[Map
 FP8_KV_FORMATS = ("fp8", "fp8_block", "nvfp4")
 
 
+def moe_activations(row: Mapping, weights: str) -> tuple[Optional[str], Optional[str]]:
+    """``quantization.moe_activations`` for a row, and a note: ``mxfp8`` for a vLLM row of MXFP4
+    experts on Blackwell, else None (the engine's default). vLLM's own default there is BF16
+    activations, but its gpt-oss recipe for Blackwell sets ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``,
+    and the rows rule the default out: on B200 at TP 1 the 8k-prompt rows' mean TTFT at 4 clients
+    (116 ms) is below what the BF16 kernel's measured rows give one 8k prefill on an idle server
+    (157 ms, 108 of it the experts); with MXFP8 activations it is 78 ms. SGLang's default is
+    MXFP8 already."""
+    from sim.pricing.table_data import GPU_ARCH
+
+    if (weights != "mxfp4" or (_text(row, "backend") or "vllm") != "vllm"
+            or GPU_ARCH.get(_text(row, "system")) != "sm100"):
+        return None, None
+    return "mxfp8", ("MXFP4 experts with MXFP8 activations (vLLM's gpt-oss recipe on Blackwell: "
+                     "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1; vLLM's default, BF16, prices an idle 8k "
+                     "prefill above these rows' measured TTFT)")
+
+
 def kv_cache_dtype(weights: str) -> str:
     """``kv_cache.dtype`` for the row: ``fp8`` for FP8 and NVFP4 weights, else
     ``auto`` (the model dtype). The CSV records no KV-cache dtype; AIConfigurator's own model
@@ -462,6 +480,9 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     if note:
         notes.append(note)
     kv_dtype = kv_cache_dtype(weights)
+    activations, note = moe_activations(row, weights)
+    if note:
+        notes.append(note)
     labelled = row
     row, note = relabel_squared_ep(row)
     if note:
@@ -501,7 +522,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         "model": model,
         "hardware": hardware,
         "dtype": "bfloat16",
-        "quantization": {"weights": weights},
+        "quantization": {"weights": weights, **({"moe_activations": activations} if activations else {})},
         "engine": {"name": _text(row, "backend") or "vllm", "version": version},
         "parallel": parallel,
         "kv_cache": {"max_model_len": isl + longest, "dtype": kv_dtype},
@@ -923,7 +944,10 @@ ASSUMPTIONS = {
                     "rows with fp8_block experts (Qwen3.5: gemm fp8 / moe fp8_block), else "
                     "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16 on the routed experts only, "
                     "as Kimi-K2.5's checkpoint; Marlin MoE rows); gpt-oss (labelled nvfp4) -> mxfp4, "
-                    "its checkpoint's format (experts only; FlashInfer MoE rows on Blackwell, Triton on Hopper)",
+                    "its checkpoint's format (experts only; FlashInfer MoE rows on Blackwell, Triton on Hopper); "
+                    "on Blackwell with MXFP8 activations (quantization.moe_activations mxfp8: vLLM's gpt-oss "
+                    "recipe sets VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 there, and vLLM's BF16 default prices an "
+                    "idle 8k prefill on B200 TP 1 at 157 ms, above the 116 ms those rows measure as mean TTFT)",
     "engine_version": f"the row's backend_version; nightly-* -> kvplan's default {DEFAULT_VLLM_VERSION}; "
                       f"missing and measured before {PRE_ASYNC_BEFORE} -> {PRE_ASYNC_RELEASE}",
     "parallel": "tensor_parallel_size = tp_size, data_parallel_size = attention_dp_size, "

@@ -87,3 +87,50 @@ def test_int4_moe_reads_marlin_rows(no_env):
     # not the nearer 0.19 folder's Triton WNA16 row, which is about twice as slow.
     assert float(p._gemm_ms["experts"][i]) == pytest.approx(marlin[4096], rel=0.05)
     assert old[4096] > 1.8 * marlin[4096]
+
+
+@needs_package
+def test_mxfp8_activations_read_flashinfers_fp8_rows(no_env):
+    """``quantization.moe_activations: mxfp8`` (VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1) prices
+    gpt-oss's experts on B200 from the same FlashInfer kernel's MXFP4 x MXFP8 rows, which
+    AIConfigurator timed for this shape under its SGLang collector only; the BF16 rows stay
+    vLLM's default. SGLang's default is MXFP8; Hopper has no such kernel."""
+    vllm = get_engine("vllm", "0.15.1")
+    bf16 = make_pricer("operator_tables", "openai/gpt-oss-120b", "b200", dtype="bfloat16",
+                       weight_dtype="mxfp4", engine=vllm)
+    fp8 = make_pricer("operator_tables", "openai/gpt-oss-120b", "b200", dtype="bfloat16",
+                      weight_dtype="mxfp4", engine=vllm, moe_activations="mxfp8")
+    assert bf16.moe_activations == "bf16" and bf16.moe_dtype == "w4a16_mxfp4"
+    assert fp8.moe_activations == "mxfp8" and fp8.moe_dtype == "w4a8_mxfp4_mxfp8"
+    assert fp8.table_source()["tables_read"]["moe/moe_perf"] == "sglang/0.5.14"
+    d = PACKAGE / "b200_sxm" / "moe" / "sglang" / "0.5.14" / "moe_perf.parquet"
+    rows = _rows(d, 2880, 2880, 128, 4, 1, "w4a8_mxfp4_mxfp8", "flashinfer_trtllm")
+    i = int(np.searchsorted(fp8._gemm_m, 8192))
+    assert fp8._gemm_m[i] == 8192
+    assert float(fp8._gemm_ms["experts"][i]) == pytest.approx(rows[8192], rel=0.05)
+    # A whole 8k prefill: the experts at FP8 rate make it far cheaper.
+    from sim.policies.step import StepShape
+    s = StepShape(num_prefill_tokens=8192, num_prefill_seqs=1, prefill_attention_work=8192 * 8193 // 2)
+    assert fp8.price(s) < 0.7 * bf16.price(s)
+    sgl = make_pricer("operator_tables", "openai/gpt-oss-120b", "b200", dtype="bfloat16",
+                      weight_dtype="mxfp4", engine=get_engine("sglang"))
+    assert sgl.moe_activations == "mxfp8" and sgl.moe_dtype == "w4a8_mxfp4_mxfp8"
+    hopper = make_pricer("operator_tables", "openai/gpt-oss-120b", "h200", dtype="bfloat16",
+                         weight_dtype="mxfp4", engine=get_engine("sglang"))
+    assert hopper.moe_activations == "bf16"
+    from sim.errors import ConfigError
+    with pytest.raises(ConfigError, match="quantization.moe_activations: mxfp8 needs Blackwell"):
+        make_pricer("operator_tables", "openai/gpt-oss-120b", "h200", dtype="bfloat16",
+                    weight_dtype="mxfp4", engine=vllm, moe_activations="mxfp8")
+
+
+def test_mxfp8_activations_need_mxfp4_weights():
+    from sim.config import build_scenario
+    from sim.errors import ConfigError
+    with pytest.raises(ConfigError, match="quantization.moe_activations"):
+        build_scenario({"quantization": {"weights": "fp8", "moe_activations": "mxfp8"}})
+    with pytest.raises(ConfigError, match="quantization.moe_activations"):
+        build_scenario({"quantization": {"moe_activations": "fp16"}})
+    sc = build_scenario({"model": "openai/gpt-oss-120b", "hardware": "b200",
+                         "quantization": {"weights": "mxfp4", "moe_activations": "mxfp8"}})
+    assert sc.quantization.moe_activations == "mxfp8"

@@ -104,6 +104,18 @@ def test_gpt_oss_labelled_nvfp4_is_its_mxfp4_checkpoint():
     assert p.config["quantization"]["weights"] == "mxfp4"
     assert any("MXFP4" in n for n in p.notes)
     assert p.partition[2] == "fp4"  # reported under the row's own label
+    assert "moe_activations" not in p.config["quantization"]  # Hopper: BF16 activations only
+
+
+def test_gpt_oss_on_blackwell_runs_mxfp8_activations():
+    r = row(model_path="openai/gpt-oss-120b", system="b200_sxm", precision="fp4",
+            gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size=1, moe_tp_size=1)
+    p = point(r, quant=MXFP4, moe=True)
+    assert p.config["quantization"] == {"weights": "mxfp4", "moe_activations": "mxfp8"}
+    assert any("VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8" in n for n in p.notes)
+    # SGLang's default is MXFP8 already: its rows keep the engine default.
+    assert "moe_activations" not in point(dict(r, backend="sglang", backend_version="0.5.6"),
+                                          quant=MXFP4, moe=True).config["quantization"]
 
 
 def test_dp_attention_with_expert_parallel():

@@ -54,6 +54,7 @@ from sim.pricing.features import sampled_rows
 from sim.pricing.roofline import QK_VARIANCE_BYTES, RooflineCostModel
 from sim.pricing.table_data import (
     GPU_ARCH, GPU_TABLE_DIRS, MISSING_TABLES_NOTE, TableError, default_tables_root, gpu_dir,
+    recollected, recollected_file,
     latest_file, package_tables_root, package_version, read_columns, read_columns_present,
     table_file, table_files,
 )
@@ -129,6 +130,31 @@ DEFAULT_MOE_KERNELS: dict[str, dict[str, tuple[str, ...]]] = {
               "*": ("marlinexperts",)},
     "int4": {"*": ("marlinexperts",)},
 }
+
+
+#: The fused-MoE table's ``moe_dtype`` of MXFP4 experts fed MXFP8 activations.
+MXFP8_MOE_DTYPE = "w4a8_mxfp4_mxfp8"
+#: ``quantization.moe_activations: auto`` for MXFP4 experts on Blackwell, by engine: vLLM's
+#: ``get_mxfp4_backend`` picks FlashInfer's TRT-LLM BF16 x MXFP4 MoE on SM10x unless told
+#: otherwise (0.10.1 to 0.24); SGLang's ``--flashinfer-mxfp4-moe-precision default`` quantises
+#: the activations to MXFP8. Other GPUs run BF16 activations (Triton, Marlin) under both.
+MXFP4_ACTIVATIONS_DEFAULT: dict[str, str] = {"vllm": "bf16", "sglang": "mxfp8"}
+
+
+def mxfp4_moe_activations(setting: str, engine: str, gpu: str, weight_dtype: str) -> Optional[str]:
+    """``quantization.moe_activations`` for this deployment: None unless the experts are MXFP4;
+    ``auto`` resolved by engine on Blackwell, ``bf16`` elsewhere. ``mxfp8`` on a GPU without
+    FP8 x FP4 tensor cores (before Blackwell) is a ``ConfigError``."""
+    if weight_dtype != "mxfp4":
+        return None
+    blackwell = GPU_ARCH.get(GPU_TABLE_DIRS.get(gpu, ""), "") == "sm100"
+    if setting == "auto":
+        return MXFP4_ACTIVATIONS_DEFAULT.get(engine, "bf16") if blackwell else "bf16"
+    if setting == "mxfp8" and not blackwell:
+        raise ConfigError(f"quantization.moe_activations: mxfp8 needs Blackwell's FP8 x FP4 MoE "
+                          f"kernels (FlashInfer TRT-LLM); {gpu} runs MXFP4 experts with bf16 "
+                          f"activations")
+    return setting
 
 
 def default_moe_kernel(weight_dtype: str, gpu_folder: str) -> Optional[tuple[str, ...]]:
@@ -334,7 +360,8 @@ class OperatorTableCostModel(StepPricer):
                  engine: Optional[EngineRelease] = None, speculative: bool = False,
                  expert_parallel_size: int = 1, data_parallel_size: int = 1,
                  table_engine: Optional[EngineRelease] = None,
-                 expert_tensor_parallel_size: Optional[int] = None) -> None:
+                 expert_tensor_parallel_size: Optional[int] = None,
+                 moe_activations: str = "auto") -> None:
         self.model = m = get_model(model)
         #: The engine release priced: its backend folder, the version folder nearest it, its
         #: capture sizes and (``async_scheduling`` None) its async-scheduling default.
@@ -399,6 +426,11 @@ class OperatorTableCostModel(StepPricer):
         if p.dtype == "float32":
             raise TablesNotCovering("cost_model.source operator_tables: tables are measured "
                                     "in 16-bit and FP8 only, not float32")
+        #: What an MXFP4 MoE's experts take as activations (``quantization.moe_activations``,
+        #: ``auto`` resolved for this engine and GPU): ``mxfp8`` or ``bf16``; None for any
+        #: other MoE (its table dtype says it all).
+        self.moe_activations = mxfp4_moe_activations(moe_activations, engine.name, h.name,
+                                                     p.weight_dtype if m.is_moe else "")
         self._warnings: list[str] = []
         self.max_num_seqs = max_num_seqs
         self.cuda_graphs, self.async_scheduling = cuda_graphs, async_scheduling
@@ -425,6 +457,24 @@ class OperatorTableCostModel(StepPricer):
         path, version = table_file(self.gpu_dir / op / self.backend, table, self.table_engine.version)
         self.tables_read[f"{op}/{table}"] = version
         return path, version
+
+    def _mla_module_table(self, table: str) -> Path:
+        """An MLA module table of vLLM's: the version nearest the engine, unless its rows
+        predate AIConfigurator's fused-op collector and a re-collected one exists for this GPU
+        or its same-die twin (``table_data.recollected_file``): the old rows timed eager norm
+        kernels serving never runs, about twice the re-collected rows at small batches (B300,
+        GB200 and GB300's 0.24 folders against B200's and GB300's 0.27)."""
+        path, version = self._table("mla", table)
+        if self.backend != "vllm" or recollected(path.parent, table):
+            return path
+        found = recollected_file(self.gpu_dir, "mla", self.backend, table, self.table_engine.version)
+        if found is None:
+            return path
+        self.tables_read[f"mla/{table}"] = found[1]
+        self._warnings.append(f"operator tables: {self.gpu_dir.name}'s vLLM {version} MLA module rows predate "
+                        f"AIConfigurator's fused-op collector (eager norm kernels serving does not run); "
+                        f"read from the re-collected {found[1]} rows")
+        return found[0]
 
     def _gemm_dtype(self, available: set) -> str:
         """The GEMM table's dtype for this deployment's weights: the quantised kernel where
@@ -556,6 +606,8 @@ class OperatorTableCostModel(StepPricer):
         dp = self.data_parallel_size
         moe_tp, moe_ep = self.expert_tensor_parallel_size, self.expert_parallel_size
         want = MOE_DTYPES.get(self.precision.weight_dtype, "bfloat16")
+        if self.moe_activations == "mxfp8":
+            want = MXFP8_MOE_DTYPE
         # This model's experts are measured in some version folders and dtypes only (on H200,
         # DeepSeek-V3's in bf16 under 0.19 and block FP8 under 0.24): the wanted format in the
         # version nearest the engine first, then bf16. FP8 is one family: per-tensor rows are
@@ -565,6 +617,14 @@ class OperatorTableCostModel(StepPricer):
         family = {"fp8": ("fp8", "fp8_block"), "fp8_block": ("fp8", "fp8_block")}.get(want, (want,))
         files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.table_engine.version)
         kernel = default_moe_kernel(self.precision.weight_dtype, self.gpu_dir.name)
+        if self.moe_activations == "mxfp8":
+            # FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE: vLLM's 0.24 tables hold it for other
+            # shapes only; AIConfigurator's SGLang collector timed the same kernel on gpt-oss's
+            # (its BF16-activation rows of that kernel read vLLM's to 1-3% at 1-8,192 tokens).
+            kernel = ("trtllm",)
+            other = self.gpu_dir / "moe" / "sglang"
+            if self.backend != "sglang" and other.is_dir():
+                files = files + [(f, f"sglang/{v}") for f, v in table_files(other, "moe_perf")]
         found = None
         # vLLM's default kernel for the format (any version folder), then the version-nearest
         # rows of the format, then bf16; for a uniform router whose shape has no balanced rows
@@ -829,8 +889,8 @@ class OperatorTableCostModel(StepPricer):
             # vLLM 0.19+ tables name the MLA module's rows ``mla_*_module_perf`` (decode
             # ``step`` = KV length), 0.14's ``*_mla_perf`` (``step`` = tokens cached before).
             try:
-                gen, _ = self._table("mla", "mla_generation_module_perf")
-                ctx, _ = self._table("mla", "mla_context_module_perf")
+                gen = self._mla_module_table("mla_generation_module_perf")
+                ctx = self._mla_module_table("mla_context_module_perf")
                 step_offset = 0.0
             except TableError:
                 gen, _ = self._table("mla", "generation_mla_perf")
@@ -1164,7 +1224,9 @@ class OperatorTableCostModel(StepPricer):
                    else "")
                 + f", {mode} up to {self.max_capture} tokens, "
                 f"async scheduling {'on' if self.async_scheduling else 'off'}"
-                + (f", MoE experts from the fused-MoE table, {self.moe_routing} routing"
+                + (f", MoE experts from the fused-MoE table"
+                   + (f" (MXFP4 x {self.moe_activations.upper()})" if self.moe_activations else "")
+                   + f", {self.moe_routing} routing"
                    + (" (balanced rows scaled to the experts touched)"
                       if self.moe_routing == "uniform" and self.moe_rows_routing == "balanced"
                       else f" ({self.moe_rows_routing} rows as measured)"

@@ -185,6 +185,56 @@ def table_file(op_dir: Path, table: str, target: tuple[int, ...] = TARGET_VLLM
     return table_files(op_dir, table, target)[0]
 
 
+#: Systems folders whose GPUs are the same die: a Grace-Blackwell superchip's GPU is the HGX
+#: board's (GB200's the B200, GB300's the B300, SM103), same HBM, same kernels. Where one
+#: folder's table is known to be stale and the other's re-collected, the other's stands in.
+SAME_DIE: dict[str, str] = {"b200_sxm": "gb200", "gb200": "b200_sxm",
+                            "b300_sxm": "gb300", "gb300": "b300_sxm"}
+
+
+def recollected(folder: Path, table: str) -> bool:
+    """Whether ``folder/collection_meta.yaml`` records ``table`` as collected with
+    AIConfigurator's fused-op collector (ai-dynamo/aiconfigurator#1423): a ``norm_dispatch``
+    on the table, or a provenance other than ``legacy`` with the collector's commit. The MLA
+    module rows before it ran "the never-in-serving native chain" of eager norm kernels
+    (+34% against an in-engine trace at 64 heads, batch 16, 8k context, by the B200 folder's
+    own note; about twice the re-collected rows at small batches and contexts)."""
+    f = folder / "collection_meta.yaml"
+    if not f.is_file():
+        return False
+    import yaml
+
+    try:
+        data = yaml.safe_load(f.read_text()) or {}
+    except (OSError, yaml.YAMLError):
+        return False
+    entry = (data.get("tables") or {}).get(table) or {}
+    if not isinstance(entry, dict):
+        return False
+    return bool(entry.get("norm_dispatch")) or (data.get("provenance") not in (None, "legacy")
+                                                and bool(entry.get("collector_ref")))
+
+
+def recollected_file(gpu_folder: Path, op: str, backend: str, table: str,
+                     target: tuple[int, ...] = TARGET_VLLM) -> Optional[tuple[Path, str]]:
+    """The nearest re-collected ``table`` (``recollected``) for this GPU: its own version
+    folders first, then its same-die twin's (``SAME_DIE``); the file and a label (``0.27.0``,
+    or ``gb300/0.27.0`` from the twin). None when neither has one."""
+    folders = [(gpu_folder, "")]
+    twin = SAME_DIE.get(gpu_folder.name)
+    if twin and (gpu_folder.parent / twin).is_dir():
+        folders.append((gpu_folder.parent / twin, f"{twin}/"))
+    for folder, prefix in folders:
+        try:
+            files = table_files(folder / op / backend, table, target)
+        except TableError:
+            continue
+        for path, version in files:
+            if recollected(path.parent, table):
+                return path, prefix + version
+    return None
+
+
 def latest_file(op_dir: Path, table: str) -> Path:
     """NCCL tables are versioned by NCCL, not vLLM: the newest folder that has ``table``."""
     if not op_dir.is_dir():
