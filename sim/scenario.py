@@ -54,6 +54,8 @@ COST_MODEL_SOURCES: tuple[str, ...] = ("auto", "roofline", "operator_tables", "p
 #: such a router touches) or one of the routing skews the tables hold (AIConfigurator's
 #: ``distribution``).
 MOE_ROUTINGS: tuple[str, ...] = ("uniform", "balanced", "power_law_1.01", "power_law_1.2")
+#: ``quantization.moe_activations``: what MXFP4 experts take as activations (``auto``: the
+#: engine's default for the GPU, ``sim.pricing.operator_tables.mxfp4_moe_activations``).
 MOE_ACTIVATIONS: tuple[str, ...] = ("auto", "bf16", "mxfp8")
 
 #: Bytes in a GiB. ``kv_cache.swap_space_gb`` is in GiB, like vLLM's ``swap_space``; the
@@ -366,8 +368,8 @@ class QuantizationConfig(_Section):
     weights: str = choice("none", WEIGHT_QUANT)
     #: What an MXFP4 MoE's experts multiply their weights with (gpt-oss on Blackwell, where
     #: FlashInfer's TRT-LLM MoE takes either): ``bf16`` activations or ``mxfp8`` (quantised
-    #: per 32-element block before the experts; 2-4x faster prefill at 2k-8k tokens in the
-    #: measured tables). ``auto``: the engine's default, vLLM ``bf16`` (its ``trtllm`` MXFP4
+    #: per 32-element block before the experts: on B200, gpt-oss-120b's experts 1.3x faster
+    #: at 2k tokens and 3.8x at 8k in the measured tables). ``auto``: the engine's default, vLLM ``bf16`` (its ``trtllm`` MXFP4
     #: backend; ``VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1``, or ``--mxfp4-backend trtllm-mxfp8``,
     #: is ``mxfp8``, as vLLM's gpt-oss recipe sets for Blackwell), SGLang ``mxfp8``
     #: (``--flashinfer-mxfp4-moe-precision default``; ``bf16`` is its other choice).

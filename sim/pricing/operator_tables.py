@@ -471,9 +471,9 @@ class OperatorTableCostModel(StepPricer):
         if found is None:
             return path
         self.tables_read[f"mla/{table}"] = found[1]
-        self._warnings.append(f"operator tables: {self.gpu_dir.name}'s vLLM {version} MLA module rows predate "
-                        f"AIConfigurator's fused-op collector (eager norm kernels serving does not run); "
-                        f"read from the re-collected {found[1]} rows")
+        self._warnings.append(f"operator tables: {self.gpu_dir.name}'s vLLM {version} MLA module rows "
+                              f"predate AIConfigurator's fused-op collector (eager norm kernels serving "
+                              f"does not run); read from the re-collected {found[1]} rows")
         return found[0]
 
     def _gemm_dtype(self, available: set) -> str:
