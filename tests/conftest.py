@@ -20,6 +20,15 @@ def _roofline_by_default(tmp_path_factory):
 
 
 @pytest.fixture
+def no_env(monkeypatch):
+    """No ``KVPLAN_GPU_TABLES`` for one test: the default tables are the installed package's
+    (or none, where it is absent)."""
+    from sim.pricing import table_data
+
+    monkeypatch.delenv(table_data.ENV_TABLES, raising=False)
+
+
+@pytest.fixture
 def installed_tables(monkeypatch):
     """The installed aiconfigurator-core tables for one test (the suite prices with the roofline
     by default); skipped where the package is absent."""

@@ -28,11 +28,6 @@ PACKAGE = table_data.package_tables_root()
 needs_package = pytest.mark.skipif(PACKAGE is None, reason="aiconfigurator-core is not installed")
 
 
-@pytest.fixture
-def no_env(monkeypatch):
-    monkeypatch.delenv(table_data.ENV_TABLES, raising=False)
-
-
 @needs_package
 def test_package_data_is_found_without_importing_the_package(no_env):
     assert "aiconfigurator_core" not in sys.modules  # find_spec locates it, nothing imports it

@@ -24,11 +24,6 @@ needs_package = pytest.mark.skipif(PACKAGE is None, reason="aiconfigurator-core 
 MINIMAX = "MiniMaxAI/MiniMax-M2.5"  # 256 experts of 1536, top 8, hidden 3072; block FP8
 
 
-@pytest.fixture
-def no_env(monkeypatch):
-    monkeypatch.delenv(table_data.ENV_TABLES, raising=False)
-
-
 def _pricer(tp, dp, ep, hw="h100-sxm", version="0.18.0"):
     return make_pricer("operator_tables", MINIMAX, hw, dtype="bfloat16", weight_dtype="fp8_block",
                        tensor_parallel_size=tp, engine=get_engine("vllm", version),

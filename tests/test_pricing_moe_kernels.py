@@ -21,11 +21,6 @@ PACKAGE = table_data.package_tables_root()
 needs_package = pytest.mark.skipif(PACKAGE is None, reason="aiconfigurator-core is not installed")
 
 
-@pytest.fixture
-def no_env(monkeypatch):
-    monkeypatch.delenv(table_data.ENV_TABLES, raising=False)
-
-
 def test_default_kernel_by_architecture():
     assert default_moe_kernel("mxfp4", "b200_sxm") == ("mxfp4_bf16", "trtllmmxfp4experts")
     assert default_moe_kernel("mxfp4", "gb300") == ("mxfp4_bf16", "trtllmmxfp4experts")

@@ -60,11 +60,6 @@ def test_recollected_file_prefers_the_gpu_then_its_twin(tmp_path):
     assert recollected_file(tmp_path / "h200_sxm", "mla", "vllm", TABLE) is None  # no twin
 
 
-@pytest.fixture
-def no_env(monkeypatch):
-    monkeypatch.delenv(table_data.ENV_TABLES, raising=False)
-
-
 def _kimi(gpu: str):
     return make_pricer("operator_tables", "moonshotai/Kimi-K2.5", gpu, dtype="bfloat16",
                        weight_dtype="nvfp4" if gpu.startswith("b") else "int4",

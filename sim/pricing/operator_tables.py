@@ -606,8 +606,16 @@ class OperatorTableCostModel(StepPricer):
         dp = self.data_parallel_size
         moe_tp, moe_ep = self.expert_tensor_parallel_size, self.expert_parallel_size
         want = MOE_DTYPES.get(self.precision.weight_dtype, "bfloat16")
+        files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.table_engine.version)
+        kernel = default_moe_kernel(self.precision.weight_dtype, self.gpu_dir.name)
         if self.moe_activations == "mxfp8":
-            want = MXFP8_MOE_DTYPE
+            # FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE: vLLM's 0.24 tables hold it for other
+            # shapes only; AIConfigurator's SGLang collector timed the same kernel on gpt-oss's
+            # (its BF16-activation rows of that kernel read vLLM's to 1-3% at 1-8,192 tokens).
+            want, kernel = MXFP8_MOE_DTYPE, ("trtllm",)
+            other = self.gpu_dir / "moe" / "sglang"
+            if self.backend != "sglang" and other.is_dir():
+                files = files + [(f, f"sglang/{v}") for f, v in table_files(other, "moe_perf")]
         # This model's experts are measured in some version folders and dtypes only (on H200,
         # DeepSeek-V3's in bf16 under 0.19 and block FP8 under 0.24): the wanted format in the
         # version nearest the engine first, then bf16. FP8 is one family: per-tensor rows are
@@ -615,16 +623,6 @@ class OperatorTableCostModel(StepPricer):
         # Qwen3-235B's experts), block rows vLLM's own Fp8MoEMethod (Triton, FlashInfer, TRT-LLM),
         # which also runs per-tensor FP8.
         family = {"fp8": ("fp8", "fp8_block"), "fp8_block": ("fp8", "fp8_block")}.get(want, (want,))
-        files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.table_engine.version)
-        kernel = default_moe_kernel(self.precision.weight_dtype, self.gpu_dir.name)
-        if self.moe_activations == "mxfp8":
-            # FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE: vLLM's 0.24 tables hold it for other
-            # shapes only; AIConfigurator's SGLang collector timed the same kernel on gpt-oss's
-            # (its BF16-activation rows of that kernel read vLLM's to 1-3% at 1-8,192 tokens).
-            kernel = ("trtllm",)
-            other = self.gpu_dir / "moe" / "sglang"
-            if self.backend != "sglang" and other.is_dir():
-                files = files + [(f, f"sglang/{v}") for f, v in table_files(other, "moe_perf")]
         found = None
         # vLLM's default kernel for the format (any version folder), then the version-nearest
         # rows of the format, then bf16; for a uniform router whose shape has no balanced rows

@@ -135,17 +135,23 @@ def _distance(v: tuple[int, ...], target: tuple[int, ...] = TARGET_VLLM) -> tupl
     return (abs(vm - tm), vm > tm, abs(v[2] - target[2]) if len(v) > 2 else 0)
 
 
-def _reuse_source(folder: Path, table: str) -> Optional[str]:
-    """``from_version`` of ``table`` in ``folder/reuse.yaml`` (a small YAML; parsed with yaml)."""
-    f = folder / "reuse.yaml"
+def _folder_yaml(f: Path, what: str) -> dict:
+    """A version folder's small YAML note (``reuse.yaml``, ``collection_meta.yaml``) as a dict
+    ({} when absent); ``TableError`` naming the file when it cannot be read."""
     if not f.is_file():
-        return None
+        return {}
     import yaml
 
     try:
         data = yaml.safe_load(f.read_text()) or {}
     except (OSError, yaml.YAMLError) as exc:
-        raise TableError(f"{f}: cannot read reuse file ({exc.__class__.__name__})") from None
+        raise TableError(f"{f}: cannot read {what} ({exc.__class__.__name__})") from None
+    return data if isinstance(data, dict) else {}
+
+
+def _reuse_source(folder: Path, table: str) -> Optional[str]:
+    """``from_version`` of ``table`` in ``folder/reuse.yaml``."""
+    data = _folder_yaml(folder / "reuse.yaml", "reuse file")
     for item in data.get("reuse", []) or []:
         if isinstance(item, dict) and item.get("table") == table:
             return str(item.get("from_version"))
@@ -199,14 +205,9 @@ def recollected(folder: Path, table: str) -> bool:
     module rows before it ran "the never-in-serving native chain" of eager norm kernels
     (+34% against an in-engine trace at 64 heads, batch 16, 8k context, by the B200 folder's
     own note; about twice the re-collected rows at small batches and contexts)."""
-    f = folder / "collection_meta.yaml"
-    if not f.is_file():
-        return False
-    import yaml
-
     try:
-        data = yaml.safe_load(f.read_text()) or {}
-    except (OSError, yaml.YAMLError):
+        data = _folder_yaml(folder / "collection_meta.yaml", "collection note")
+    except TableError:  # an unreadable note proves nothing: the rows stay as found
         return False
     entry = (data.get("tables") or {}).get(table) or {}
     if not isinstance(entry, dict):
