@@ -34,7 +34,8 @@ Assumptions about the measurement (the CSV does not record the client's settings
   ``together`` simulate ``2N`` warm-up requests and drop them (``--warmup-per-client``,
   ``--requests-per-client``). The summary's all-request means are reported beside them.
 - Server: vLLM's defaults for the release (``engine.version``: chunked prefill, its batch
-  limits by GPU class, CUDA graphs, async scheduling from 0.14), ``gpu_memory_utilization``
+  limits by GPU class, CUDA graphs, async scheduling from 0.14), ``max_num_seqs`` raised to the
+  clients per DP rank where they exceed the default (``server_seats``), ``gpu_memory_utilization``
   0.9, the KV cache in FP8 for FP8 / NVFP4 weights and in the model dtype otherwise
   (``kv_cache_dtype``), prefix caching irrelevant (no shared prefixes),
   ``max_model_len = isl + osl``.
@@ -69,6 +70,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # silicon_sample, beside this scri
 
 from sim.catalog.engines import DEFAULT_SGLANG_VERSION, DEFAULT_VLLM_VERSION, get_engine  # noqa: E402
 from sim.catalog.package_models import package_root  # noqa: E402
+from sim.catalog.hardware import get_hardware  # noqa: E402
 from sim.config import parse_override  # noqa: E402
 from sim.errors import ConfigError, DoesNotFitError, KvplanError  # noqa: E402
 from silicon_sample import CSV_NAME, package_version, read_rows, silicon_csv  # noqa: E402,F401
@@ -410,6 +412,23 @@ def client_concurrency(row: Mapping, dp: int) -> int:
     return _int(row, "batch_size", 0) * max(dp, 1)
 
 
+def server_seats(backend: str, version: str, hardware: str, clients: int, dp: int) -> Optional[int]:
+    """``scheduler.max_num_seqs`` for a vLLM row whose clients per DP rank exceed the release's
+    default on the GPU (1024 on an H100-class GPU), else None (the default stands).
+
+    Why: the rows record no server flags, but a benchmark of N clients is run on a server sized
+    for them. AIConfigurator's generator writes ``--max-num-seqs`` as twice the batch size from
+    512 up (``generator/rule_plugin/vllm.rule``), and the one vLLM row beyond the default says so
+    itself: B300 MiniMax-M2.5 at 2,048 clients measures a mean TTFT of 3.7 s and TPOT 66 ms, so by
+    Little's law about 1,940 requests were decoding at once, not 1,024. Each DP rank runs its
+    own scheduler: the seats are per rank."""
+    if backend != "vllm":
+        return None
+    per_rank = -(-clients // max(dp, 1))
+    default = get_engine("vllm", version).default_max_num_seqs(get_hardware(hardware))
+    return per_rank if per_rank > default else None
+
+
 def _model_error(model: str) -> Optional[tuple[str, str]]:
     """(skip kind, message) when kvplan cannot resolve ``model``, else None."""
     from sim.catalog.models import get_model
@@ -500,6 +519,11 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     if clients > 256:
         notes.append(f"N = {clients} > 256: AIConfigurator's genai-perf runner passes --max-threads 256, "
                      f"so fewer requests may have been in flight and TTFT may include time queued in the client")
+    seats = server_seats(_text(row, "backend") or "vllm", version, hardware, clients,
+                         parallel["data_parallel_size"])
+    if seats is not None:
+        notes.append(f"max_num_seqs {seats}: {clients} clients exceed vLLM's default on {hardware}; "
+                     f"the server admitted them all (assumption: a benchmark server is sized for its clients)")
     if "silicon_concurrency=" not in _text(row, "silicon_data_source"):
         notes.append(f"no silicon_concurrency recorded: N = batch_size x attention DP = {clients}")
     if phases == "burst":
@@ -533,6 +557,8 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
             "output_len": out_len,
         },
     }
+    if seats is not None:
+        config["scheduler"] = {"max_num_seqs": seats}
     for item in overrides:
         keys, value = parse_override(item)
         node = config
@@ -935,7 +961,9 @@ ASSUMPTIONS = {
               "runner, aiconfigurator/eval/benchmarks/genai_perf_runner.py: genai-perf --concurrency N "
               "--request-count 10N --warmup-request-count 2N --max-threads 256, chat endpoint, ignore_eos, "
               "min_tokens = max_tokens = osl)",
-    "server": "vLLM defaults of the release: chunked prefill, batch limits by GPU class, CUDA graphs, "
+    "server": "vLLM defaults of the release: chunked prefill, batch limits by GPU class (max_num_seqs raised "
+              "to the clients per DP rank where they exceed it: a benchmark server is sized for its clients, "
+              "and B300 MiniMax-M2.5's 2,048-client row decodes about 1,940 at once by Little's law), CUDA graphs, "
               "async scheduling from 0.14, gpu_memory_utilization 0.9, bf16 activations, KV cache in bf16 "
               "(kv_cache.dtype auto) for bf16, mxfp4 and int4 weights, fp8 for fp8, fp8_block and nvfp4 weights "
               "(AIConfigurator's model gives a quantised checkpoint an FP8 KV cache, sdk/models/helpers.py; "

@@ -402,3 +402,18 @@ def test_fp8_and_nvfp4_rows_run_an_fp8_kv_cache():
                               moe_quant_mode="nvfp4", tp_size=1, moe_tp_size=1),
                           checkpoint_quant=lambda m: MXFP4, is_moe=lambda m: True)
     assert gpt.config["quantization"]["weights"] == "mxfp4" and gpt.config["kv_cache"]["dtype"] == "auto"
+
+
+def test_server_seats_cover_the_clients_beyond_vllms_default():
+    # 2,048 clients on one B300 rank: vLLM's default of 1,024 seats would queue half of them.
+    r = row(model_path="MiniMaxAI/MiniMax-M2.5", system="b300_sxm", tp_size=2, moe_tp_size=1,
+            moe_ep_size=2, batch_size=2048, backend_version="0.19.0")
+    p = point(r, quant=BLOCK_FP8, moe=True)
+    assert p.config["scheduler"] == {"max_num_seqs": 2048}
+    assert any(n.startswith("max_num_seqs 2048") for n in p.notes)
+    # Up to the default nothing changes, and the seats are per DP rank (4 ranks x 512 clients).
+    assert "scheduler" not in point(dict(r, batch_size=1024), quant=BLOCK_FP8, moe=True).config
+    dp = dict(r, attention_dp_size=4, batch_size=512, tp_size=2, moe_ep_size=8)
+    assert "scheduler" not in point(dp, quant=BLOCK_FP8, moe=True).config
+    assert sm.server_seats("vllm", "0.19.0", "b300", 4 * 1100, 4) == 1100
+    assert sm.server_seats("sglang", "0.5.6", "b300", 4096, 1) is None
