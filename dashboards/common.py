@@ -23,6 +23,7 @@ from sim.catalog.engines import ENGINE_NAMES
 from sim.config import (ALLOCATORS, DEFAULTS, KV_DTYPES, POLICIES, PREEMPTIONS, QUEUE_POLICIES,
                         RESERVES, ROUTERS, WEIGHT_QUANT, build_config, parse_override)
 from sim.errors import KvplanError
+from sim.scenario import MOE_ACTIVATIONS, MOE_ROUTINGS
 
 Progress = Callable[[float, Optional[str]], None]
 
@@ -247,6 +248,10 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
             f.add("hardware", st.selectbox, "GPU", hws, index=hws.index(d["hardware"]))
             f.add("dtype", st.selectbox, "Activation dtype", ["float16", "bfloat16"])
             f.add("quantization.weights", st.selectbox, "Weight quantisation", list(WEIGHT_QUANT))
+            f.add("quantization.moe_activations", st.selectbox, "MoE activations (MXFP4 experts)",
+                  list(MOE_ACTIVATIONS),
+                  help="auto: the engine's default on the GPU (Blackwell: vLLM bf16, SGLang mxfp8; "
+                       "elsewhere bf16); mxfp8 needs Blackwell and mxfp4 weights")
             f.add("parallel.tensor_parallel_size", st.selectbox, "Tensor parallel (GPUs per replica)", [1, 2, 4, 8])
             f.add("parallel.pipeline_parallel_size", st.selectbox, "Pipeline parallel (stages)", [1, 2, 4, 8])
             f.add("parallel.num_replicas", st.number_input, "Replicas", min_value=1, max_value=64, value=1)
@@ -257,6 +262,11 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
                        "(prefill-first extend batches, radix cache, mem_fraction_static); "
                        "docs/engines.md")
             cost_model_field(f)
+            f.add("cost_model.moe_routing", st.selectbox, "MoE routing (operator tables)",
+                  list(MOE_ROUTINGS),
+                  help="How tokens spread over the experts: uniform (a random router), balanced "
+                       "(every expert the same load), power_law_* (a skewed router, as "
+                       "AIConfigurator measures); docs/cost_model.md")
     if "kv" in sections:
         with st.expander("KV cache", expanded="kv" in expanded):
             f.add("kv_cache.allocator", st.selectbox, "Allocator", list(ALLOCATORS),

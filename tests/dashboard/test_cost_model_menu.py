@@ -139,3 +139,17 @@ def test_the_serving_engine_is_a_choice_on_the_what_if_page():
     vllm = what_if()
     tiles = lambda at: [(m.label, m.value) for m in at.metric]  # noqa: E731
     assert tiles(sglang) and tiles(sglang) != tiles(vllm)   # another scheduler served the requests
+
+
+def test_moe_routing_and_activations_reach_the_pricer(tables):
+    """The two MoE knobs are sidebar choices that change what prices the steps: the router the
+    operator tables price, and MXFP4 experts' activations (an error, under its field, where the
+    GPU has no FP8 x FP4 MoE kernels)."""
+    at = what_if(**{"model": "qwen3-30b-a3b", "hardware": "h100-sxm", "cost_model.moe_routing": "balanced"})
+    assert at.sidebar.selectbox(key="wi.cost_model.moe_routing").options[0] == "uniform"
+    assert any(n.startswith("Priced by: operator tables") and "balanced routing" in n
+               for n in notes(at)), notes(at)
+    at = what_if(**{"model": "gpt-oss-20b", "hardware": "h100-sxm",
+                    "quantization.weights": "mxfp4", "quantization.moe_activations": "mxfp8"})
+    said = [e.value for e in at.sidebar.error]
+    assert any("quantization.moe_activations" in e and "Blackwell" in e for e in said), said
