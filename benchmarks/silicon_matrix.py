@@ -133,6 +133,8 @@ class ReplayPoint:
     silicon_ttft_ms: float
     silicon_tpot_ms: float
     notes: list[str] = field(default_factory=list)
+    #: Where the CSV says the row was measured (``data_source``): the report's by-source table.
+    source: str = ""
     #: ``burst``: the profiling phase alone, all clients at t=0 on an idle server, phases drifting
     #: apart after it; ``spread``: the clients start one by one over one request's lifetime
     #: (``ramp_up``), warm-up dropped; ``together``: all at t=0, in lock-step, warm-up dropped.
@@ -166,6 +168,23 @@ def precision_label(row: Mapping) -> str:
 
 def partition_of(row: Mapping) -> tuple[str, str, str]:
     return (_text(row, "system"), _text(row, "model_path"), precision_label(row))
+
+
+def data_source(row: Mapping) -> str:
+    """The collection a row came from, from ``silicon_data_source``: the dump (``db-dump/2026-04-27``)
+    or the file's name (``2026-04-06.csv``; ``aic-auto-gap-analysis`` for that project's per-run
+    files). Why: the collections differ in ways the CSV does not record (client, server flags,
+    harness), and their errors differ with them; the report shows each one's."""
+    text = _text(row, "silicon_data_source")
+    first = text.split(";")[0].strip()
+    if first.startswith("db-dump/"):
+        return first
+    if first.startswith("source_file="):
+        path = first[len("source_file="):].strip()
+        if "aic-auto-gap-analysis/" in path:
+            return "aic-auto-gap-analysis"
+        return path.rsplit("/", 1)[-1] or "?"
+    return first or "?"
 
 
 def measured_date(row: Mapping) -> Optional[str]:
@@ -570,7 +589,8 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         notes.append(f"--set {item}")
     return ReplayPoint(row_id=_text(row, "id"), partition=partition_of(row), config=config,
                        warmup=warmup, silicon_ttft_ms=_num(row, "silicon_ttft_ms") or math.nan,
-                       silicon_tpot_ms=_num(row, "silicon_tpot_ms") or math.nan, notes=notes, phases=phases)
+                       silicon_tpot_ms=_num(row, "silicon_tpot_ms") or math.nan, notes=notes, phases=phases,
+                       source=data_source(row))
 
 
 # --- replay -------------------------------------------------------------------------------------
@@ -629,7 +649,7 @@ def replay(point: ReplayPoint, seed: int = 0) -> dict:
     from sim.api import simulate
 
     out: dict[str, Any] = {"id": point.row_id, "system": point.partition[0], "model": point.partition[1],
-                           "precision": point.partition[2], "notes": list(point.notes),
+                           "precision": point.partition[2], "source": point.source, "notes": list(point.notes),
                            "config": point.config, "warmup_requests": point.warmup,
                            "silicon_ttft_ms": point.silicon_ttft_ms, "silicon_tpot_ms": point.silicon_tpot_ms}
     t0 = time.perf_counter()
@@ -692,7 +712,8 @@ def _replay_row(args: tuple[dict, dict, int]) -> dict:
         point = row_to_point(row, **opts)
     except (RowNotExpressible, KvplanError) as exc:
         return {"id": _text(row, "id"), "system": _text(row, "system"), "model": _text(row, "model_path"),
-                "precision": precision_label(row), "status": "skipped", "skip_reason": skip_kind(exc),
+                "precision": precision_label(row), "source": data_source(row),
+                "status": "skipped", "skip_reason": skip_kind(exc),
                 "error": _short(exc), "wall_s": 0.0,
                 "silicon_ttft_ms": _num(row, "silicon_ttft_ms"), "silicon_tpot_ms": _num(row, "silicon_tpot_ms")}
     return replay(point, seed)
@@ -774,8 +795,10 @@ def summarize(results: Sequence[dict], all_rows: Sequence[Mapping]) -> dict:
     by_gpu: dict[str, list] = defaultdict(list)
     by_part: dict[str, list] = defaultdict(list)
     by_pricer: dict[str, list] = defaultdict(list)
+    by_source: dict[str, list] = defaultdict(list)
     for r in done:
         by_gpu[r["system"]].append(r)
+        by_source[r.get("source") or "?"].append(r)
         by_part[f"{r['system']} | {r['model']} | {r['precision']}"].append(r)
         by_pricer[r.get("pricer") or "?"].append(r)
     reasons = Counter(r["skip_reason"] for r in skipped)
@@ -803,6 +826,7 @@ def summarize(results: Sequence[dict], all_rows: Sequence[Mapping]) -> dict:
         "by_gpu": {k: _stats(v) for k, v in sorted(by_gpu.items())},
         "by_partition": {k: _stats(v) for k, v in sorted(by_part.items())},
         "by_pricer": {k: _stats(v) for k, v in sorted(by_pricer.items())},
+        "by_source": {k: _stats(v) for k, v in sorted(by_source.items())},
         "roofline_reasons": dict(roof.most_common()),
         "time": {"total_wall_s": sum(r["wall_s"] for r in results),
                  "mean_s_per_replayed_point": statistics.fmean(walls) if walls else None,
@@ -913,6 +937,11 @@ def markdown(report: dict) -> str:
     lines += ["", "By pricer:", "", "| pricer " + head[0], head[1]]
     for k, st in s["by_pricer"].items():
         lines.append(row(k, st))
+    if s.get("by_source"):
+        lines += ["", "By data source (the CSV's `silicon_data_source`: collections that differ in client, "
+                  "server flags and harness, none of which the CSV records):", "", "| source " + head[0], head[1]]
+        for k, st in s["by_source"].items():
+            lines.append(row(k, st))
     lines += ["", "By GPU x model x precision:", "",
               "| GPU / model / precision " + head[0], head[1]]
     for k, st in s["by_partition"].items():

@@ -417,3 +417,23 @@ def test_server_seats_cover_the_clients_beyond_vllms_default():
     assert "scheduler" not in point(dp, quant=BLOCK_FP8, moe=True).config
     assert sm.server_seats("vllm", "0.19.0", "b300", 4 * 1100, 4) == 1100
     assert sm.server_seats("sglang", "0.5.6", "b300", 4096, 1) is None
+
+
+def test_data_source_names_the_collection():
+    src = lambda s: sm.data_source(row(silicon_data_source=s))  # noqa: E731
+    assert src("db-dump/2026-04-27; config_id=734; silicon_concurrency=512") == "db-dump/2026-04-27"
+    assert src("source_file=2026-04-06.csv; model=GPT-OSS-120B; silicon_concurrency=512") == "2026-04-06.csv"
+    assert src("source_file=/Users/x/aic-auto-gap-analysis/data/h200_sxm/vllm/0.12.0/a.csv; m=1") \
+        == "aic-auto-gap-analysis"
+    assert src("") == "?"
+    p = point(row(silicon_data_source="source_file=kimi-k2.5-gap-analysis.csv; measured=2026-01-01"), moe=False)
+    assert p.source == "kimi-k2.5-gap-analysis.csv"
+
+
+def test_report_has_a_table_by_data_source():
+    def result(source, err):
+        return {"status": "replayed", "system": "b200_sxm", "model": "m", "precision": "fp8", "source": source,
+                "ttft_err": err, "tpot_err": err, "ttft_all_err": err, "wall_s": 1.0, "pricer": "operator_tables"}
+    s = sm.summarize([result("a.csv", 0.1), result("a.csv", -0.3), result("db-dump/x", 0.05)], [])
+    assert s["by_source"]["a.csv"]["n"] == 2 and s["by_source"]["a.csv"]["ttft_mape"] == pytest.approx(0.2)
+    assert s["by_source"]["db-dump/x"]["tpot_bias"] == pytest.approx(0.05)
