@@ -317,9 +317,13 @@ def test_burst_replays_the_profiling_phase_from_an_idle_server():
     # The first wave queues: its mean TTFT over all requests exceeds a spread loop's.
     dense = row(model_path="meta-llama/Llama-3.1-8B", precision="", gemm_quant_mode="", moe_quant_mode="",
                 tp_size=1, moe_tp_size=1, batch_size=16, isl=2048, osl=32)
-    ttft = {ph: sm.replay(point(dense, moe=False, phases=ph, requests_per_client=3))["sim_ttft_ms"]
-            for ph in ("burst", "spread")}
-    assert ttft["burst"] > 1.25 * ttft["spread"]
+    runs = {ph: sm.replay(point(dense, moe=False, phases=ph, requests_per_client=3)) for ph in ("burst", "spread")}
+    assert runs["burst"]["sim_ttft_ms"] > 1.25 * runs["spread"]["sim_ttft_ms"]
+    # E2E as the clients would compute it, on both sides, and its error.
+    r = runs["burst"]
+    assert r["sim_e2el_ms"] == pytest.approx(r["sim_ttft_ms"] + 31 * r["sim_tpot_ms"])
+    assert r["silicon_e2el_ms"] == pytest.approx(100.0 + 31 * 10.0)
+    assert r["e2el_err"] == pytest.approx(r["sim_e2el_ms"] / r["silicon_e2el_ms"] - 1)
 
 
 def test_the_package_csv_is_found_when_installed():
@@ -437,3 +441,12 @@ def test_report_has_a_table_by_data_source():
     s = sm.summarize([result("a.csv", 0.1), result("a.csv", -0.3), result("db-dump/x", 0.05)], [])
     assert s["by_source"]["a.csv"]["n"] == 2 and s["by_source"]["a.csv"]["ttft_mape"] == pytest.approx(0.2)
     assert s["by_source"]["db-dump/x"]["tpot_bias"] == pytest.approx(0.05)
+
+
+def test_e2e_latency_is_ttft_plus_the_tokens_after_the_first():
+    assert sm.e2el_ms(100.0, 10.0, 128) == pytest.approx(100.0 + 127 * 10.0)
+    assert sm.e2el_ms(None, 10.0, 128) is None
+    s = sm.summarize([{"status": "replayed", "system": "b200_sxm", "model": "m", "precision": "fp8",
+                       "source": "a", "ttft_err": 0.5, "tpot_err": -0.2, "ttft_all_err": 0.5,
+                       "e2el_err": -0.04, "wall_s": 1.0, "pricer": "operator_tables"}], [])
+    assert s["overall"]["e2el_mape"] == pytest.approx(0.04) and s["overall"]["e2el_bias"] == pytest.approx(-0.04)
