@@ -193,6 +193,30 @@ def test_tp_adds_allreduce(tables):
     assert one.price(s) > two.price(s) > 0
 
 
+def test_allreduce_tables_are_priced_by_their_lower_envelope(tmp_path):
+    """A larger message never prices cheaper than a smaller one: a slow reading (B200's TP 8
+    graph curve reads 26 us at 128-256k values, 16.7 us at 512k) gives way to the fastest at its
+    size or above, as a collective's one-sided noise says; a monotone curve is untouched."""
+    root = synthetic_tables(tmp_path / "systems")
+    f = root / "h100_sxm/comm/vllm/0.14.0/custom_allreduce_perf.parquet"
+    t = pq.read_table(f).to_pydict()
+    line = lambda size: 0.005 + size * 2 / 2e8  # noqa: E731  (the synthetic graph curve)
+    spike = {2 ** 17: 0.026, 2 ** 18: 0.026}
+    t["latency"] = [spike.get(size, lat) if be == "vllm_graph" and g == 2 else lat
+                    for be, g, size, lat in zip(t["backend"], t["num_gpus"], t["message_size"], t["latency"])]
+    _write(f, t)
+    two = pricer(root, 2)
+    at = lambda size, graph: two._allreduce_ms(np.array([float(size)]), graph=graph)[0]  # noqa: E731
+    assert at(2 ** 17, True) == pytest.approx(line(2 ** 19)) and at(2 ** 18, True) == pytest.approx(line(2 ** 19))
+    assert at(2 ** 16, True) == pytest.approx(line(2 ** 16)) and at(2 ** 19, True) == pytest.approx(line(2 ** 19))
+    sizes = [2.0 ** i for i in range(8, 22)]
+    for graph in (True, False):
+        curve = [at(b, graph) for b in sizes]
+        assert all(b >= a for a, b in zip(curve, curve[1:]))
+    # Untouched where the table was already monotone: the eager curve is the synthetic line.
+    assert at(2 ** 17, False) == pytest.approx(0.02 + 2 ** 17 * 2 / 2e8)
+
+
 # --- source choice, summary, errors -----------------------------------------------------------
 
 def _cfg(tables: Path | None, **extra) -> list[str]:
