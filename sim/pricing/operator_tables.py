@@ -247,7 +247,8 @@ class _Grid:
 
 def _lower_envelope(y: np.ndarray) -> np.ndarray:
     """Each point's latency replaced by the least at its size or above (the running minimum
-    from the largest message down): the all-reduce tables' smoothing. Why not ``_isotonic``:
+    from the largest message down): the collective tables' smoothing (all-reduce, and the
+    all-gather / reduce-scatter of DP + EP). Why not ``_isotonic``:
     a collective's noise is one-sided (contention and jitter only slow it; nothing runs it
     faster than it can go), so the faster of two readings is the one to trust, and a message
     can always be sent as a larger one would be. The tables need it: 84 of the package's custom
@@ -714,7 +715,7 @@ class OperatorTableCostModel(StepPricer):
                 raise TablesNotCovering(f"cost_model.tables: no NCCL {op} measured on {dp} GPUs "
                                         f"of {self.hardware.name} (DP attention + EP)")
             o = np.argsort(nc["message_size"][s])
-            xs, ys = nc["message_size"][s][o].astype(float), nc["latency"][s][o].astype(float)
+            xs, ys = nc["message_size"][s][o].astype(float), _lower_envelope(nc["latency"][s][o].astype(float))
             total += np.array([_loglog(xs, ys, max(float(x) * dp * hidden, 1.0)) for x in ms])
         return total
 
