@@ -59,10 +59,10 @@ from sim.pricing.table_data import (
     table_file, table_files,
 )
 
-#: vLLM's custom all-reduce buffer (``CustomAllreduce`` ``max_size``, 8 MiB): bigger messages
-#: go to NCCL.
+#: vLLM's custom all-reduce buffer (``CustomAllreduce`` ``max_size``, 8 MiB; SGLang's, derived
+#: from it, the same): bigger messages go to NCCL.
 CUSTOM_ALLREDUCE_MAX_BYTES = 8 * 1024 * 1024
-#: GPU counts vLLM's custom all-reduce supports.
+#: GPU counts vLLM's (and SGLang's) custom all-reduce supports.
 CUSTOM_ALLREDUCE_GPUS = (2, 4, 6, 8)
 
 # Host-side costs the kernel tables do not include. Sources, not fits: a CUDA kernel launch
@@ -1012,7 +1012,9 @@ class OperatorTableCostModel(StepPricer):
         self.gdn_kernels = ", ".join(scan_kernels + [k for k, _, _ in steps])
 
     def _allreduce_ms(self, elements: np.ndarray, graph: bool) -> np.ndarray:
-        """Milliseconds of one all-reduce of ``elements`` 16-bit values over the TP group."""
+        """Milliseconds of one all-reduce of ``elements`` 16-bit values over the TP group: the
+        engine's custom all-reduce (its graph or eager rows; vLLM's and SGLang's both serve 2,
+        4, 6 or 8 GPUs up to an 8 MiB buffer) where it applies, NCCL's otherwise."""
         tp = self.tensor_parallel_size
         if tp == 1:
             return np.zeros_like(elements, dtype=float)
@@ -1023,11 +1025,12 @@ class OperatorTableCostModel(StepPricer):
             nc = read_columns(latest_file(cdir / "nccl", "nccl_perf"),
                               ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency"))
             tabs = {}
-            for be in ("vllm_graph", "vllm_eager"):
-                s = (cc["backend"] == be) & (cc["num_gpus"] == tp)
+            for mode in ("graph", "eager"):
+                # The engine's own custom all-reduce: ``vllm_graph`` / ``sglang_eager`` ...
+                s = (cc["backend"] == f"{self.backend}_{mode}") & (cc["num_gpus"] == tp)
                 o = np.argsort(cc["message_size"][s])
-                tabs[be] = (cc["message_size"][s][o].astype(float),
-                            _lower_envelope(cc["latency"][s][o].astype(float)))
+                tabs[mode] = (cc["message_size"][s][o].astype(float),
+                              _lower_envelope(cc["latency"][s][o].astype(float)))
             s = (nc["op_name"] == "all_reduce") & (nc["nccl_dtype"] == "half") & (nc["num_gpus"] == tp)
             o = np.argsort(nc["message_size"][s])
             tabs["nccl"] = (nc["message_size"][s][o].astype(float), _lower_envelope(nc["latency"][s][o].astype(float)))
@@ -1036,7 +1039,7 @@ class OperatorTableCostModel(StepPricer):
                                         f"{tp} GPUs on {self.hardware.name}")
             self._ar_tables = tabs
         tabs = self._ar_tables
-        custom = tabs["vllm_graph" if graph else "vllm_eager"]
+        custom = tabs["graph" if graph else "eager"]
         out = []
         for e in np.asarray(elements, dtype=float):
             use_custom = (custom[0].size and tp in CUSTOM_ALLREDUCE_GPUS
