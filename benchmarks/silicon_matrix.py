@@ -13,8 +13,9 @@ leave-one-model-out.
     .venv/bin/python benchmarks/silicon_matrix.py --limit 10 --workers 2
 
 Writes ``benchmarks/results/silicon_matrix_<backend>.json`` and ``.md`` (``--out`` changes the
-stem): coverage (rows replayed / rows, skip reasons with counts), TTFT and TPOT MAPE overall, per
-GPU and per GPU x model x precision, the pricer that priced each partition, seconds per point.
+stem): coverage (rows replayed / rows, skip reasons with counts), TTFT, TPOT and E2E MAPE overall,
+per GPU, per data source and per GPU x model x precision, the pricer that priced each partition,
+seconds per point.
 
 The CSV is found with ``importlib.util.find_spec("aiconfigurator_core")`` (the package's
 folder; its code is never imported).
