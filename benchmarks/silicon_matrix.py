@@ -806,6 +806,40 @@ def mapping_coverage(rows: Sequence[Mapping], opts: Mapping) -> dict:
             "not_mapped": dict(reasons.most_common())}
 
 
+def repeat_spread(results: Sequence[dict]) -> dict:
+    """How far the CSV agrees with itself: the points (GPU, model, precision, release, layout,
+    lengths, clients) that two or more collections measured with different numbers, and the
+    spread of their TTFTs and TPOTs (largest / smallest - 1). Identical copies of one
+    measurement in several files are not repeats and are left out. Why: an error target means
+    little below the data's own repeat spread."""
+    groups: dict[tuple, dict] = defaultdict(dict)
+    for r in results:
+        c = r.get("config")
+        if r.get("status") != "replayed" or not c:
+            continue
+        p, w = c["parallel"], c["workload"]
+        key = (r["system"], r["model"], r["precision"], c["engine"].get("version"),
+               p.get("tensor_parallel_size"), p.get("data_parallel_size", 1), p.get("enable_expert_parallel"),
+               p.get("expert_parallel_size"), w["input_len"]["mean"], w["output_len"]["mean"],
+               w["arrival"]["concurrency"])
+        groups[key].setdefault(r.get("source") or "?", (r["silicon_ttft_ms"], r["silicon_tpot_ms"]))
+    ttft, tpot = [], []
+    for by_source in groups.values():
+        if len(by_source) < 2:
+            continue
+        t = [v[0] for v in by_source.values()]
+        q = [v[1] for v in by_source.values()]
+        if max(t) == min(t) and max(q) == min(q):
+            continue
+        ttft.append(max(t) / min(t) - 1)
+        tpot.append(max(q) / min(q) - 1)
+    return {"points": len(ttft),
+            "ttft_spread_mean": statistics.fmean(ttft) if ttft else None,
+            "ttft_spread_median": statistics.median(ttft) if ttft else None,
+            "tpot_spread_mean": statistics.fmean(tpot) if tpot else None,
+            "tpot_spread_median": statistics.median(tpot) if tpot else None}
+
+
 def summarize(results: Sequence[dict], all_rows: Sequence[Mapping]) -> dict:
     done = [r for r in results if r["status"] == "replayed"]
     skipped = [r for r in results if r["status"] == "skipped"]
@@ -844,6 +878,7 @@ def summarize(results: Sequence[dict], all_rows: Sequence[Mapping]) -> dict:
         "by_partition": {k: _stats(v) for k, v in sorted(by_part.items())},
         "by_pricer": {k: _stats(v) for k, v in sorted(by_pricer.items())},
         "by_source": {k: _stats(v) for k, v in sorted(by_source.items())},
+        "repeats": repeat_spread(done),
         "roofline_reasons": dict(roof.most_common()),
         "time": {"total_wall_s": sum(r["wall_s"] for r in results),
                  "mean_s_per_replayed_point": statistics.fmean(walls) if walls else None,
@@ -959,6 +994,14 @@ def markdown(report: dict) -> str:
                   "server flags and harness, none of which the CSV records):", "", "| source " + head[0], head[1]]
         for k, st in s["by_source"].items():
             lines.append(row(k, st))
+    rep = s.get("repeats") or {}
+    if rep.get("points"):
+        lines += ["", f"Repeat measurements: {rep['points']} points (same GPU, model, precision, release, "
+                  f"layout, lengths and clients) were measured by two or more collections with different "
+                  f"numbers; between collections their TTFT differs by {_pct(rep['ttft_spread_mean'])} on "
+                  f"average (median {_pct(rep['ttft_spread_median'])}), their TPOT by "
+                  f"{_pct(rep['tpot_spread_mean'])} (median {_pct(rep['tpot_spread_median'])}): the data's "
+                  f"own spread."]
     lines += ["", "By GPU x model x precision:", "",
               "| GPU / model / precision " + head[0], head[1]]
     for k, st in s["by_partition"].items():

@@ -450,3 +450,20 @@ def test_e2e_latency_is_ttft_plus_the_tokens_after_the_first():
                        "source": "a", "ttft_err": 0.5, "tpot_err": -0.2, "ttft_all_err": 0.5,
                        "e2el_err": -0.04, "wall_s": 1.0, "pricer": "operator_tables"}], [])
     assert s["overall"]["e2el_mape"] == pytest.approx(0.04) and s["overall"]["e2el_bias"] == pytest.approx(-0.04)
+
+
+def test_repeat_spread_compares_collections_measuring_the_same_point():
+    def result(source, ttft, tpot, clients=4, tp=8):
+        return {"status": "replayed", "system": "b200_sxm", "model": "m", "precision": "fp4", "source": source,
+                "silicon_ttft_ms": ttft, "silicon_tpot_ms": tpot,
+                "config": {"engine": {"version": "0.17.0"},
+                           "parallel": {"tensor_parallel_size": tp, "data_parallel_size": 1},
+                           "workload": {"input_len": {"mean": 1024}, "output_len": {"mean": 1024},
+                                        "arrival": {"concurrency": clients}}}}
+    rows = [result("dump", 74.0, 7.0), result("a.csv", 148.0, 7.7),          # a repeat: 100% / 10%
+            result("b.csv", 74.0, 7.0, clients=8), result("c.csv", 74.0, 7.0, clients=8),  # a copy
+            result("dump", 50.0, 5.0, tp=4)]                                   # measured once
+    rep = sm.repeat_spread(rows)
+    assert rep["points"] == 1
+    assert rep["ttft_spread_mean"] == pytest.approx(1.0) and rep["tpot_spread_median"] == pytest.approx(0.1)
+    assert sm.repeat_spread(rows[2:])["points"] == 0 and sm.repeat_spread([])["ttft_spread_mean"] is None
