@@ -812,7 +812,7 @@ def repeat_spread(results: Sequence[dict]) -> dict:
     spread of their TTFTs and TPOTs (largest / smallest - 1). Identical copies of one
     measurement in several files are not repeats and are left out. Why: an error target means
     little below the data's own repeat spread."""
-    groups: dict[tuple, dict] = defaultdict(dict)
+    groups: dict[tuple, list] = defaultdict(list)
     for r in results:
         c = r.get("config")
         if r.get("status") != "replayed" or not c:
@@ -822,13 +822,13 @@ def repeat_spread(results: Sequence[dict]) -> dict:
                p.get("tensor_parallel_size"), p.get("data_parallel_size", 1), p.get("enable_expert_parallel"),
                p.get("expert_parallel_size"), w["input_len"]["mean"], w["output_len"]["mean"],
                w["arrival"]["concurrency"])
-        groups[key].setdefault(r.get("source") or "?", (r["silicon_ttft_ms"], r["silicon_tpot_ms"]))
+        groups[key].append((r.get("source") or "?", r["silicon_ttft_ms"], r["silicon_tpot_ms"]))
     ttft, tpot = [], []
-    for by_source in groups.values():
-        if len(by_source) < 2:
+    for measured in groups.values():  # every measurement of the point: independent of row order
+        if len({m[0] for m in measured}) < 2:
             continue
-        t = [v[0] for v in by_source.values()]
-        q = [v[1] for v in by_source.values()]
+        t = [m[1] for m in measured]
+        q = [m[2] for m in measured]
         if max(t) == min(t) and max(q) == min(q):
             continue
         ttft.append(max(t) / min(t) - 1)

@@ -467,3 +467,7 @@ def test_repeat_spread_compares_collections_measuring_the_same_point():
     assert rep["points"] == 1
     assert rep["ttft_spread_mean"] == pytest.approx(1.0) and rep["tpot_spread_median"] == pytest.approx(0.1)
     assert sm.repeat_spread(rows[2:])["points"] == 0 and sm.repeat_spread([])["ttft_spread_mean"] is None
+    # Every measurement counts, whatever the rows' order (a collection may hold the point twice).
+    twice = rows + [result("dump", 80.0, 7.0)]
+    assert sm.repeat_spread(twice) == sm.repeat_spread(list(reversed(twice)))
+    assert sm.repeat_spread(twice)["ttft_spread_mean"] == pytest.approx(1.0)
