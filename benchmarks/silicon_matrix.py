@@ -806,6 +806,10 @@ def mapping_coverage(rows: Sequence[Mapping], opts: Mapping) -> dict:
             "not_mapped": dict(reasons.most_common())}
 
 
+#: Relative difference under which two rows are one measurement copied (the files round differently).
+SAME_MEASUREMENT = 1e-6
+
+
 def repeat_spread(results: Sequence[dict]) -> dict:
     """How far the CSV agrees with itself: the points (GPU, model, precision, release, layout,
     lengths, clients) that two or more collections measured with different numbers, and the
@@ -829,8 +833,8 @@ def repeat_spread(results: Sequence[dict]) -> dict:
             continue
         t = [m[1] for m in measured]
         q = [m[2] for m in measured]
-        if max(t) == min(t) and max(q) == min(q):
-            continue
+        if max(t) / min(t) - 1 < SAME_MEASUREMENT and max(q) / min(q) - 1 < SAME_MEASUREMENT:
+            continue  # one measurement copied into several files (to the float's last digits)
         ttft.append(max(t) / min(t) - 1)
         tpot.append(max(q) / min(q) - 1)
     return {"points": len(ttft),
