@@ -260,6 +260,14 @@ def _lower_envelope(y: np.ndarray) -> np.ndarray:
     return np.minimum.accumulate(y[::-1])[::-1] if y.size else y.copy()
 
 
+def _collective_curve(cols: dict, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(message sizes, latencies)`` of a collective table's selected ``rows``, in size order
+    and through their lower envelope: the one way every collective curve is read."""
+    o = np.argsort(cols["message_size"][rows])
+    return (cols["message_size"][rows][o].astype(float),
+            _lower_envelope(cols["latency"][rows][o].astype(float)))
+
+
 def _isotonic(y: np.ndarray) -> np.ndarray:
     """The least-squares non-decreasing fit of ``y`` (pool adjacent violators). Why not a
     running maximum: one slow sample (a measurement hiccup: H100's 12288x4096 GEMM reads
@@ -714,8 +722,7 @@ class OperatorTableCostModel(StepPricer):
             if not s.any():
                 raise TablesNotCovering(f"cost_model.tables: no NCCL {op} measured on {dp} GPUs "
                                         f"of {self.hardware.name} (DP attention + EP)")
-            o = np.argsort(nc["message_size"][s])
-            xs, ys = nc["message_size"][s][o].astype(float), _lower_envelope(nc["latency"][s][o].astype(float))
+            xs, ys = _collective_curve(nc, s)
             total += np.array([_loglog(xs, ys, max(float(x) * dp * hidden, 1.0)) for x in ms])
         return total
 
@@ -1027,13 +1034,10 @@ class OperatorTableCostModel(StepPricer):
             tabs = {}
             for mode in ("graph", "eager"):
                 # The engine's own custom all-reduce: ``vllm_graph`` / ``sglang_eager`` ...
-                s = (cc["backend"] == f"{self.backend}_{mode}") & (cc["num_gpus"] == tp)
-                o = np.argsort(cc["message_size"][s])
-                tabs[mode] = (cc["message_size"][s][o].astype(float),
-                              _lower_envelope(cc["latency"][s][o].astype(float)))
-            s = (nc["op_name"] == "all_reduce") & (nc["nccl_dtype"] == "half") & (nc["num_gpus"] == tp)
-            o = np.argsort(nc["message_size"][s])
-            tabs["nccl"] = (nc["message_size"][s][o].astype(float), _lower_envelope(nc["latency"][s][o].astype(float)))
+                tabs[mode] = _collective_curve(cc, (cc["backend"] == f"{self.backend}_{mode}")
+                                               & (cc["num_gpus"] == tp))
+            tabs["nccl"] = _collective_curve(nc, (nc["op_name"] == "all_reduce") & (nc["nccl_dtype"] == "half")
+                                             & (nc["num_gpus"] == tp))
             if tabs["nccl"][0].size == 0:
                 raise TablesNotCovering(f"cost_model.tables: no NCCL all-reduce measured for "
                                         f"{tp} GPUs on {self.hardware.name}")
