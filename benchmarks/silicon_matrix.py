@@ -677,16 +677,14 @@ def replay(point: ReplayPoint, seed: int = 0) -> dict:
                warnings=s.get("warnings"))
     if cm.get("source") == "roofline":
         out["roofline_reason"] = roofline_reason(point.config)
-    for m in ("ttft", "tpot"):
-        real, sim = out[f"silicon_{m}_ms"], out[f"sim_{m}_ms"]
-        out[f"{m}_err"] = (sim - real) / real if sim is not None and real and real > 0 else None
-    real, sim = out["silicon_ttft_ms"], out["sim_ttft_all_ms"]
-    out["ttft_all_err"] = (sim - real) / real if sim is not None and real and real > 0 else None
     osl = int(point.config["workload"]["output_len"]["mean"])
     out["silicon_e2el_ms"], out["sim_e2el_ms"] = (e2el_ms(out["silicon_ttft_ms"], out["silicon_tpot_ms"], osl),
                                                   e2el_ms(ttft, tpot, osl))
-    real, sim = out["silicon_e2el_ms"], out["sim_e2el_ms"]
-    out["e2el_err"] = (sim - real) / real if sim is not None and real and real > 0 else None
+    for name, real, sim in (("ttft", "silicon_ttft_ms", "sim_ttft_ms"), ("tpot", "silicon_tpot_ms", "sim_tpot_ms"),
+                            ("ttft_all", "silicon_ttft_ms", "sim_ttft_all_ms"),
+                            ("e2el", "silicon_e2el_ms", "sim_e2el_ms")):
+        r, s_ = out[real], out[sim]
+        out[f"{name}_err"] = (s_ - r) / r if s_ is not None and r and r > 0 else None
     return out
 
 
