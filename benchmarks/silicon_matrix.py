@@ -24,15 +24,20 @@ Assumptions about the measurement (the CSV does not record the client's settings
 
 - Client: N concurrent clients, N = ``silicon_concurrency`` (in ``silicon_data_source``), else
   ``batch_size`` x ``attention_dp_size`` (AIConfigurator's ``batch_size`` is per attention-DP
-  rank: the two agree on every row that has both), no think time, fixed lengths, prompts that share
-  no prefix (random tokens), as AIConfigurator's own evaluation runs genai-perf
+  rank: the two agree on every row that has both), no think time, prompts that share no prefix
+  (random tokens), ignore_eos, 10N requests. Which client measured a row (``client_of``): every
+  collection but ``aic-auto-gap-analysis`` holds InferenceX's single-node sweep alone (its three
+  ISL / OSL pairs, its concurrencies, models and GPUs), measured by its ``benchmark_serving.py``
+  (``benchmarks/benchmark_lib.sh``: ``--num-prompts 10 x CONC --max-concurrency CONC
+  --random-range-ratio 0.8 --num-warmups 2 x CONC``): prompt and output lengths uniform on
+  [int(0.8 L), L]. The ``aic-auto-gap-analysis`` rows are AIConfigurator's genai-perf runner's
   (``aiconfigurator/eval/benchmarks/genai_perf_runner.py``: ``--concurrency N --request-count
-  10N --warmup-request-count 2N --max-threads 256``, ignore_eos, min = max tokens = osl).
-  Default here (``--phases burst``): the profiling phase alone, as those tools run it: the
-  warm-up phase drains before profiling starts (aiperf waits for every warm-up response), so
-  the ``10N`` profiled requests begin on an idle server with all N clients sending at once, and
-  all of them count (the first wave and the drain at the end included). ``--phases spread`` /
-  ``together`` simulate ``2N`` warm-up requests and drop them (``--warmup-per-client``,
+  10N --warmup-request-count 2N``, min = max tokens = osl): fixed lengths.
+  Default here (``--phases burst``): the measured phase alone, as both clients run it: the
+  warm-up drains before it starts (both await every warm-up response), so the ``10N`` measured
+  requests begin on an idle server with all N clients sending at once, and all of them count
+  (the first wave and the drain at the end included). ``--phases spread`` / ``together``
+  simulate ``2N`` warm-up requests and drop them (``--warmup-per-client``,
   ``--requests-per-client``). The summary's all-request means are reported beside them.
 - Server: vLLM's defaults for the release (``engine.version``: chunked prefill, its batch
   limits by GPU class, CUDA graphs, async scheduling from 0.14), ``max_num_seqs`` raised to the
@@ -41,11 +46,12 @@ Assumptions about the measurement (the CSV does not record the client's settings
   (``kv_cache_dtype``), prefix caching irrelevant (no shared prefixes),
   ``max_model_len = isl + osl``.
 
-After the first wave the real clients drift apart, though their lengths are fixed: their mean
-TTFTs are those of one burst averaged over ten waves plus a desynchronised loop's, where N
-identical clients kept in step (as a deterministic simulation keeps them, ``--phases together``)
-give 2-3 times that. What drifts them is not modelled; ``--phases burst`` spreads output lengths
-by 1% (CV) to stand in for it. ``--output-cv`` is a sensitivity check of that spread.
+After the first wave the clients drift apart: InferenceX's lengths differ from request to
+request. Fixed lengths would keep identical clients in step for ever in a deterministic
+simulation (``--phases together``: 2-3 times the measured TTFTs); for the fixed-length rows
+(and under ``--client fixed``) a 1% output spread (CV) stands in for what drifts real clients
+apart. ``--output-cv`` is a sensitivity check of that spread. ``--server`` replays with
+AIConfigurator's generator flags instead of the release's defaults (a what-if).
 """
 
 from __future__ import annotations
@@ -186,6 +192,47 @@ def data_source(row: Mapping) -> str:
             return "aic-auto-gap-analysis"
         return path.rsplit("/", 1)[-1] or "?"
     return first or "?"
+
+
+#: InferenceX's (SemiAnalysis) single-node sweep: its three ISL / OSL pairs, measured with
+#: ``utils/bench_serving/benchmark_serving.py`` (``benchmarks/benchmark_lib.sh``).
+INFERENCEX_SHAPES = frozenset({(1024, 1024), (1024, 8192), (8192, 1024)})
+#: ``--random-range-ratio`` of every InferenceX run (``RANDOM_RANGE_RATIO: 0.8`` in
+#: ``.github/workflows/benchmark-tmpl.yml`` from 2025-08 on): each prompt and output length is
+#: an integer uniform on ``[int(0.8 L), L]``.
+INFERENCEX_RANGE_RATIO = 0.8
+#: ``--client``: ``auto`` replays each row with the client that measured it (``client_of``);
+#: ``fixed`` replays every row with fixed lengths (InferenceX's rows too), as kvplan did before
+#: it knew their client: a 1% output spread then stands in for the drift.
+CLIENT_READINGS = ("auto", "fixed")
+
+
+def client_of(row: Mapping) -> str:
+    """Which benchmark client measured ``row``: ``inferencex`` or ``genai-perf``.
+
+    Why: the two draw lengths differently, and a closed loop's TTFT depends on it. Every
+    collection but ``aic-auto-gap-analysis`` holds InferenceX's sweep and nothing else: its three
+    ISL / OSL pairs (1k / 1k, 1k / 8k, 8k / 1k), its concurrencies (4 to 256, 512 on some) and its
+    models and GPUs (``benchmarks/single_node/fixed_seq_len/<model>_<precision>_<gpu>.sh``:
+    dsr1, gptoss, kimik2.5 int4 / fp4, minimaxm2.5, qwen3.5, glm5 on H100 / H200 / B200 / B300).
+    Its client (``run_benchmark_serving``) sends ``10 x CONC`` prompts of random tokens with
+    ``--random-range-ratio 0.8`` (lengths uniform on [0.8 L, L], mean 0.9 L), ``--ignore-eos``,
+    ``--max-concurrency CONC``, after ``2 x CONC`` warm-up requests it waits for. The
+    ``aic-auto-gap-analysis`` rows (other shapes, fixed lengths) are AIConfigurator's genai-perf
+    runner's."""
+    shape = (_int(row, "isl", 0), _int(row, "osl", 0))
+    if data_source(row) != "aic-auto-gap-analysis" and shape in INFERENCEX_SHAPES:
+        return "inferencex"
+    return "genai-perf"
+
+
+def length_spec(length: int, client: str) -> dict:
+    """``workload.input_len`` / ``output_len`` for a nominal ``length`` as ``client`` draws it:
+    InferenceX's integers uniform on ``[int(0.8 L), L]``, genai-perf's fixed ``L``."""
+    if client == "inferencex":
+        low = max(1, int(length * INFERENCEX_RANGE_RATIO))
+        return {"dist": "uniform", "mean": (low + length) / 2, "min": low, "max": length}
+    return {"dist": "fixed", "mean": length, "min": length, "max": length}
 
 
 def measured_date(row: Mapping) -> Optional[str]:
@@ -449,6 +496,40 @@ def server_seats(backend: str, version: str, hardware: str, clients: int, dp: in
     return per_rank if per_rank > default else None
 
 
+#: ``--server``: which server flags a row is replayed with (the CSV records none).
+SERVERS = ("defaults", "aic-generator", "aic-benchmark")
+
+
+def generator_flags(backend: str, server: str, batch: int, isl: int, osl: int) -> dict:
+    """The config sections AIConfigurator's generator writes for an aggregated worker of
+    ``batch`` sequences (per DP rank) serving ``isl`` / ``osl``; {} for ``defaults`` (the
+    engine release's own defaults).
+
+    Why: the measured rows name AIConfigurator configs (``config_id=`` in the db dump) and record
+    no flags; if they were deployed through its generator, their servers ran its rules
+    (``generator/rule_plugin/vllm.rule`` / ``sglang.rule`` since 2025-12, and the benchmark mode's
+    ``rule_plugin/benchmark/*.rule`` since 2026-01-30; ``config/backend_config_mapping.yaml`` maps
+    the keys to flags):
+
+    - vLLM: ``--max-num-seqs`` = the batch (benchmark mode) or 512 below 512 and twice the batch
+      from 512 (the default rules); ``--max-num-batched-tokens`` = that + isl + 1500;
+      ``--max-model-len`` = isl + osl + 1500.
+    - SGLang: ``--max-running-requests`` as vLLM's seats, ``--max-prefill-tokens`` = isl + 1500,
+      ``--enable-mixed-chunk``; ``--context-length`` = isl + osl + 1500.
+
+    Chunk sizes change how a wave of prompts is split over steps, which is most of a closed
+    loop's TTFT: at isl 1024 vLLM's budget is 2.5-3k tokens a step instead of 8k."""
+    if server == "defaults":
+        return {}
+    seats = batch if server == "aic-benchmark" else (512 if batch < 512 else 2 * batch)
+    if backend == "sglang":
+        return {"sglang": {"max_running_requests": seats, "max_prefill_tokens": isl + 1500,
+                           "enable_mixed_chunk": True},
+                "kv_cache": {"max_model_len": isl + osl + 1500}}
+    return {"scheduler": {"max_num_seqs": seats, "max_num_batched_tokens": seats + isl + 1500},
+            "kv_cache": {"max_model_len": isl + osl + 1500}}
+
+
 def _model_error(model: str) -> Optional[tuple[str, str]]:
     """(skip kind, message) when kvplan cannot resolve ``model``, else None."""
     from sim.catalog.models import get_model
@@ -473,7 +554,8 @@ def _is_moe(model: str) -> Optional[bool]:
 
 def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
                  warmup_per_client: int = DEFAULT_WARMUP_PER_CLIENT, output_cv: float = 0.0,
-                 phases: str = "burst", overrides: Sequence[str] = (),
+                 phases: str = "burst", overrides: Sequence[str] = (), server: str = "defaults",
+                 client: str = "auto",
                  checkpoint_quant: Optional[Callable[[str], Optional[dict]]] = None,
                  is_moe: Optional[Callable[[str], Optional[bool]]] = None) -> ReplayPoint:
     """One CSV row -> the kvplan scenario that replays it (``RowNotExpressible`` when kvplan's
@@ -546,15 +628,20 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
                      f"the server admitted them all (assumption: a benchmark server is sized for its clients)")
     if "silicon_concurrency=" not in _text(row, "silicon_data_source"):
         notes.append(f"no silicon_concurrency recorded: N = batch_size x attention DP = {clients}")
+    client = client_of(row) if client == "auto" else "genai-perf"
     if phases == "burst":
         warmup = 0
-        if output_cv <= 0:
+        if output_cv <= 0 and client != "inferencex":
             output_cv = BURST_DESYNC_CV
             notes.append(f"profiling phase from an idle server, all {clients} clients at t=0; output "
                          f"lengths spread {output_cv:.0%} (CV) to stand in for the clients' drift")
+        elif client == "inferencex":
+            notes.append(f"InferenceX's client: profiling from an idle server, all {clients} clients at t=0, "
+                         f"prompt and output lengths uniform on [0.8 L, L] (--random-range-ratio 0.8)")
     else:
         warmup = warmup_per_client * clients
-    out_len: dict = {"dist": "fixed", "mean": osl, "min": osl, "max": osl}
+    in_len = length_spec(isl, client)
+    out_len: dict = length_spec(osl, client)
     longest = osl
     if output_cv > 0:
         longest = int(math.ceil(osl * (1 + 6 * output_cv)))
@@ -573,12 +660,20 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         "workload": {
             "num_requests": warmup + requests_per_client * clients,
             "arrival": {"process": "closed", "concurrency": clients, "think_time_s": 0},
-            "input_len": {"dist": "fixed", "mean": isl, "min": isl, "max": isl},
+            "input_len": in_len,
             "output_len": out_len,
         },
     }
     if seats is not None:
         config["scheduler"] = {"max_num_seqs": seats}
+    dp = max(parallel["data_parallel_size"], 1)
+    flags = generator_flags(config["engine"]["name"], server, -(-clients // dp) if config["engine"]["name"] == "vllm"
+                            else clients, isl, longest)
+    if flags:
+        for section, values in flags.items():
+            config.setdefault(section, {}).update(values)
+        notes.append(f"server flags of AIConfigurator's generator ({server}): "
+                     + ", ".join(f"{s}.{k}={v}" for s, vs in flags.items() for k, v in vs.items()))
     for item in overrides:
         keys, value = parse_override(item)
         node = config
@@ -928,16 +1023,23 @@ def _client_line(a: Mapping) -> str:
     """The report's one-line summary of the client the replay assumed."""
     n, w = a["requests_per_client"], a["warmup_per_client"]
     phases, cv = a.get("phases", "spread"), a.get("output_cv") or 0
-    head = "N = silicon_concurrency clients (batch_size x attention DP), fixed isl/osl, no think time, "
+    head = "N = silicon_concurrency clients (batch_size x attention DP), no think time, "
+    fixed = a.get("client_reading", "auto") == "fixed"
+    lengths = ("fixed isl/osl for every row (`--client fixed`)" if fixed else
+               "InferenceX's sweep (every collection but aic-auto-gap-analysis) with its client's lengths, "
+               "prompt and output uniform on [0.8 L, L] (--random-range-ratio 0.8); the "
+               "aic-auto-gap-analysis rows with fixed isl/osl")
     if phases == "burst":
-        line = (f"the profiling phase alone: {n}N requests, all counted, the N clients sending at once on an "
-                f"idle server ({w}N warm-up requests drained before it), output lengths spread "
-                f"{(cv or BURST_DESYNC_CV):.0%} (CV) so the clients drift apart after the first wave "
-                f"(`--phases burst`)")
+        line = (f"{lengths}; the measured phase alone: {n}N requests, all counted, the N clients sending at "
+                f"once on an idle server ({w}N warm-up requests drained before it); fixed output lengths "
+                f"spread {(cv or BURST_DESYNC_CV):.0%} (CV) so those clients drift apart after the first "
+                f"wave (`--phases burst`)")
     else:
-        line = (f"{w}N warm-up requests dropped, {n}N measured, "
+        line = (f"{lengths}; {w}N warm-up requests dropped, {n}N measured, "
                 + ("clients started one by one over one request's lifetime (`--phases spread`)"
                    if phases == "spread" else "**all clients started at t=0, kept in step (`--phases together`)**"))
+    if a.get("server_flags", "defaults") != "defaults":
+        line += f"; **server flags of AIConfigurator's generator (`--server {a['server_flags']}`)**"
     if is_sensitivity_run(phases, cv):
         line += (f". **Sensitivity run: output lengths lognormal with CV {cv:g}, not the measurement's "
                  f"fixed osl**")
@@ -1036,16 +1138,21 @@ def markdown(report: dict) -> str:
 
 
 ASSUMPTIONS = {
-    "client": "genai-perf / aiperf style closed loop: N = silicon_concurrency clients (else batch_size x "
-              "attention_dp_size: batch_size is per DP rank), no think time, fixed isl/osl "
-              "(ignore_eos), random prompts (no shared prefix); the CSV records none of the client's settings",
-    "phases": "burst (default): the profiling phase starts on an idle server with all N clients sending at "
-              "once, because genai-perf / aiperf wait for every warm-up response before profiling (aiperf "
-              "docs/tutorials/warmup.md); after the first wave the clients drift apart, which a 1% (CV) spread "
-              "of output lengths stands in for (the measured lengths are fixed; clients kept in lock-step give "
-              "TTFTs 2-3 times the measured ones). spread: clients started one by one over one request's "
-              "lifetime priced on an idle server (the old default: no first wave); together: all at t=0 and "
-              "kept in step",
+    "client": "closed loop of N = silicon_concurrency clients (else batch_size x attention_dp_size: batch_size "
+              "is per DP rank), no think time, ignore_eos, random prompts (no shared prefix), 10N requests. "
+              "Every collection but aic-auto-gap-analysis is InferenceX's single-node sweep (its three ISL/OSL "
+              "pairs, concurrencies, models and GPUs), measured by its benchmark_serving.py "
+              "(SemiAnalysisAI/InferenceX benchmarks/benchmark_lib.sh: --num-prompts 10 x CONC, --max-concurrency "
+              "CONC, --random-range-ratio 0.8 from .github/workflows/benchmark-tmpl.yml, --num-warmups 2 x CONC "
+              "awaited before the run): prompt and output lengths uniform on [int(0.8 L), L]. The "
+              "aic-auto-gap-analysis rows: AIConfigurator's genai-perf runner, fixed lengths",
+    "phases": "burst (default): the measured phase starts on an idle server with all N clients sending at "
+              "once, because both clients await every warm-up response first (benchmark_serving.py gathers "
+              "its warm-up tasks; aiperf docs/tutorials/warmup.md); InferenceX's length spread drifts the clients "
+              "apart after the first wave; for fixed lengths a 1% (CV) output spread stands in for the drift "
+              "(clients kept in lock-step give TTFTs 2-3 times the measured ones). spread: clients started one "
+              "by one over one request's lifetime priced on an idle server (no first wave); together: all at "
+              "t=0 and kept in step",
     "warmup": "burst: the warm-up phase is not simulated (it drains before profiling; the simulator has no "
               "cold start) and all 10N profiled requests count, the drain at the end included; spread and "
               "together: the first warmup_per_client x N requests sent are dropped (AIConfigurator's own "
@@ -1114,6 +1221,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                          "(the warm-up drained before it), output lengths spread 1%% so the clients drift "
                          "apart after the first wave; spread: clients started one by one over one "
                          "request's lifetime, warm-up dropped; together: all at t=0 in lock-step, warm-up dropped")
+    ap.add_argument("--client", default="auto", choices=CLIENT_READINGS,
+                    help="auto (default): each row replayed with the client that measured it: InferenceX's "
+                         "(lengths uniform on [0.8 L, L]) for its sweep's rows, fixed lengths for the rest; "
+                         "fixed: fixed lengths for every row, a 1%% output spread standing in for the drift")
+    ap.add_argument("--server", default="defaults", choices=SERVERS,
+                    help="the server flags a row is replayed with: defaults (the engine release's), "
+                         "aic-generator / aic-benchmark (AIConfigurator's generator rules, default or "
+                         "benchmark mode: batch limits, vLLM's token budget = seats + isl + 1500, SGLang's "
+                         "max-prefill-tokens = isl + 1500 and mixed chunking)")
     ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                     help="a config override for every row (as kvplan --set; repeatable): a what-if, "
                          "e.g. cost_model.moe_routing=balanced")
@@ -1137,7 +1253,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     if args.limit is not None:
         rows = rows[:args.limit]
     opts = {"requests_per_client": args.requests_per_client, "warmup_per_client": args.warmup_per_client,
-            "output_cv": args.output_cv, "phases": args.phases, "overrides": tuple(args.overrides)}
+            "output_cv": args.output_cv, "phases": args.phases, "overrides": tuple(args.overrides), "server": args.server,
+            "client": args.client}
     for item in args.overrides:
         try:
             parse_override(item)
@@ -1163,6 +1280,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     stem = args.out or RESULTS / (f"silicon_matrix_{args.backend}"
                                   + (f"_output_cv{args.output_cv:g}" if args.output_cv else "")
                                   + (f"_phases_{args.phases}" if args.phases != "burst" else "")
+                                  + (f"_server_{args.server}" if args.server != "defaults" else "")
+                                  + (f"_client_{args.client}" if args.client != "auto" else "")
                                   + (f"_match-{_slug(args.match)}" if args.match else "")
                                   + "".join(f"_set-{_slug(o)}" for o in args.overrides))
     report = {
@@ -1178,7 +1297,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "assumptions": {**ASSUMPTIONS, **(SGLANG_ASSUMPTIONS if args.backend == "sglang" else {}),
                         "requests_per_client": args.requests_per_client,
                         "warmup_per_client": args.warmup_per_client, "output_cv": args.output_cv,
-                        "phases": args.phases, "overrides": list(args.overrides)},
+                        "phases": args.phases, "overrides": list(args.overrides), "server_flags": args.server,
+                        "client_reading": args.client},
         "summary": {**summarize(results, all_rows), "mapping_all_rows": mapping_coverage(all_rows, opts)},
         "rows": results,
     }

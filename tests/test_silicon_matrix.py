@@ -471,3 +471,55 @@ def test_repeat_spread_compares_collections_measuring_the_same_point():
     twice = rows + [result("dump", 80.0, 7.0)]
     assert sm.repeat_spread(twice) == sm.repeat_spread(list(reversed(twice)))
     assert sm.repeat_spread(twice)["ttft_spread_mean"] == pytest.approx(1.0)
+
+
+def test_inferencex_rows_replay_with_its_clients_lengths():
+    """InferenceX's sweep (its three ISL / OSL pairs, every collection but aic-auto-gap-analysis)
+    is measured by its benchmark_serving.py with --random-range-ratio 0.8: lengths uniform on
+    [int(0.8 L), L], 10N prompts after a drained warm-up. That spread, not a stand-in, drifts the
+    clients apart; ``client="fixed"`` keeps the old fixed-length reading."""
+    ix = row(isl=8192, osl=1024, silicon_data_source="source_file=2026-04-06.csv; silicon_concurrency=8")
+    assert sm.client_of(ix) == "inferencex"
+    p = point(ix, moe=False)
+    w = p.config["workload"]
+    assert w["input_len"] == {"dist": "uniform", "mean": (6553 + 8192) / 2, "min": 6553, "max": 8192}
+    assert w["output_len"] == {"dist": "uniform", "mean": (819 + 1024) / 2, "min": 819, "max": 1024}
+    assert w["num_requests"] == 80 and p.warmup == 0
+    assert p.config["kv_cache"]["max_model_len"] == 8192 + 1024
+    assert any("InferenceX" in n for n in p.notes) and not any("CV" in n for n in p.notes)
+    # The drawn lengths are the client's: inside the range, about 0.9 L on average.
+    res = sm.replay(point(dict(ix, model_path="meta-llama/Llama-3.1-8B", precision="", gemm_quant_mode="",
+                                 moe_quant_mode="", tp_size=1, moe_tp_size=1), moe=False,
+                          requests_per_client=2))
+    assert res["status"] == "replayed" and res["completed"] == 16
+    fixed = point(ix, moe=False, client="fixed")
+    assert fixed.config["workload"]["input_len"]["dist"] == "fixed"
+    assert fixed.config["workload"]["output_len"]["cv"] == sm.BURST_DESYNC_CV
+    # Shapes outside the sweep, and the AIConfigurator project's own runs, keep fixed lengths.
+    assert sm.client_of(row(isl=1024, osl=128, silicon_data_source="source_file=2026-04-06.csv")) == "genai-perf"
+    gap = "source_file=/Users/x/aic-auto-gap-analysis/data/h100_sxm/vllm/0.12.0/a.csv"
+    assert sm.client_of(row(isl=1024, osl=1024, silicon_data_source=gap)) == "genai-perf"
+
+
+def test_generator_flags_are_aiconfigurators_rules():
+    """--server aic-benchmark / aic-generator: the flags AIConfigurator's generator writes
+    (rule_plugin/benchmark/vllm.rule, vllm.rule, sglang.rule): seats, vLLM's token budget =
+    seats + isl + 1500, SGLang's max-prefill-tokens = isl + 1500 with mixed chunking."""
+    assert sm.generator_flags("vllm", "defaults", 8, 1024, 1024) == {}
+    assert sm.generator_flags("vllm", "aic-benchmark", 8, 1024, 1024) == {
+        "scheduler": {"max_num_seqs": 8, "max_num_batched_tokens": 8 + 1024 + 1500},
+        "kv_cache": {"max_model_len": 1024 + 1024 + 1500}}
+    assert sm.generator_flags("vllm", "aic-generator", 8, 8192, 1024)["scheduler"] == {
+        "max_num_seqs": 512, "max_num_batched_tokens": 512 + 8192 + 1500}
+    assert sm.generator_flags("vllm", "aic-generator", 600, 1024, 1024)["scheduler"]["max_num_seqs"] == 1200
+    assert sm.generator_flags("sglang", "aic-benchmark", 64, 1024, 8192)["sglang"] == {
+        "max_running_requests": 64, "max_prefill_tokens": 2524, "enable_mixed_chunk": True}
+    # Applied per DP rank for vLLM, recorded in the notes, and the config stays valid.
+    r = row(batch_size=16)
+    p = point(r, moe=False, server="aic-benchmark")
+    assert p.config["scheduler"] == {"max_num_seqs": 16, "max_num_batched_tokens": 16 + 1024 + 1500}
+    assert any("aic-benchmark" in n for n in p.notes)
+    res = sm.replay(point(dict(r, model_path="meta-llama/Llama-3.1-8B", precision="", gemm_quant_mode="",
+                                 moe_quant_mode="", tp_size=1, moe_tp_size=1, batch_size=4), moe=False,
+                          server="aic-benchmark", requests_per_client=2))
+    assert res["status"] == "replayed" and res["completed"] == 8
