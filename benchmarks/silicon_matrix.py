@@ -530,6 +530,29 @@ def generator_flags(backend: str, server: str, batch: int, isl: int, osl: int) -
             "kv_cache": {"max_model_len": isl + osl + 1500}}
 
 
+def sglang_recv_interval(row: Mapping, clients: int, tp: int, dp: int) -> Optional[int]:
+    """``--scheduler-recv-interval`` of InferenceX's SGLang script for ``row`` (None: SGLang's
+    default, 1). Why: on B200 and B300 its scripts poll for new requests every 10 or 30 decode
+    steps (``benchmarks/single_node/fixed_seq_len/<model>_<precision>_<gpu>.sh``, from 2025-09
+    on: ``SCHEDULER_RECV_INTERVAL=30`` at 16 clients or more, else 10, for DeepSeek-R1 and
+    Qwen3.5; 10 for GLM-5 FP4 and Qwen3.5 FP8 on B300; 10 for DeepSeek-R1 FP8 at TP 4 on B200;
+    1 with DP attention), and a request waits for the next poll (``RecvSkipper``). Their Hopper
+    scripts and GLM-5 FP8 leave the default."""
+    if (_text(row, "backend") != "sglang" or client_of(row) != "inferencex" or dp > 1
+            or _text(row, "system") not in ("b200_sxm", "b300_sxm")):
+        return None
+    model, precision = _text(row, "model_path").lower(), precision_label(row)
+    if "glm-5" in model:
+        return 10 if precision == "fp4" else None
+    if "qwen3.5" in model and precision == "fp8" and _text(row, "system") == "b300_sxm":
+        return 10
+    if "deepseek" in model and precision == "fp8" and tp == 4 and _text(row, "system") == "b200_sxm":
+        return 10
+    if "deepseek" in model or "qwen3.5" in model:
+        return 30 if clients >= 16 else 10
+    return None
+
+
 def _model_error(model: str) -> Optional[tuple[str, str]]:
     """(skip kind, message) when kvplan cannot resolve ``model``, else None."""
     from sim.catalog.models import get_model
@@ -666,6 +689,11 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     }
     if seats is not None:
         config["scheduler"] = {"max_num_seqs": seats}
+    recv = sglang_recv_interval(row, clients, parallel["tensor_parallel_size"], parallel["data_parallel_size"])
+    if recv is not None:
+        config.setdefault("sglang", {})["scheduler_recv_interval"] = recv
+        notes.append(f"sglang.scheduler_recv_interval {recv}: InferenceX's SGLang script on {system} polls for "
+                     f"new requests every {recv} decode steps")
     dp = max(parallel["data_parallel_size"], 1)
     flags = generator_flags(config["engine"]["name"], server, -(-clients // dp) if config["engine"]["name"] == "vllm"
                             else clients, isl, longest)
@@ -1196,7 +1224,10 @@ SGLANG_ASSUMPTIONS = {
     "server": "SGLang defaults of the release (engine.name sglang): prefill-first extend batches, "
               "chunked_prefill_size and cuda_graph_max_bs by GPU memory, mem_fraction_static by GPU "
               "memory and TP, max_running_requests from the KV pool, radix cache with page size 1, "
-              "the overlap scheduler, fcfs; KV cache fp8 for fp8, fp8_block and nvfp4 weights (as for vLLM rows), else bf16, context length = isl + osl",
+              "the overlap scheduler, fcfs; KV cache fp8 for fp8, fp8_block and nvfp4 weights (as for vLLM rows), else bf16, context length = isl + osl; "
+              "on B200 / B300 InferenceX's --scheduler-recv-interval (30 at 16 clients or more, else 10, for "
+              "DeepSeek-R1 and Qwen3.5; 10 for GLM-5 FP4 and Qwen3.5 FP8 on B300; 1 with DP attention: "
+              "its benchmarks/single_node/fixed_seq_len/*.sh; sglang_recv_interval)",
     "engine_version": f"the row's backend_version (0.5.x); nightly-* or missing -> kvplan's default "
                       f"SGLang {DEFAULT_SGLANG_VERSION}; custom builds (glm5-hopper) skipped",
 }

@@ -91,6 +91,11 @@ class LLMEngine:
         self.tracer = StepTracer(args.trace_path)
         self.eos_token_ids = self._eos_ids()
         self._live: dict[str, _Live] = {}
+        #: SGLang's ``--scheduler-recv-interval`` (``sim.policies.schedulers.sglang.RecvSkipper``,
+        #: the simulator's object): requests added while the engine is busy wait here until
+        #: the loop polls after a step; an idle engine takes them at once.
+        self._recv_skipper = getattr(self.scheduler, "recv_skipper", None)
+        self._unreceived: list[Request] = []
         self._ids = itertools.count()
         self._t0 = time.perf_counter()
 
@@ -215,12 +220,23 @@ class LLMEngine:
                       prompt_len=len(ids), max_output_tokens=params.max_tokens, prompt_token_ids=ids)
         if self.proposer is not None:
             req.num_draft_tokens = 0  # nothing proposed until its first token is sampled
-        if self.scheduler.add_request(req, now):
+        if self._recv_skipper is not None and self.scheduler.has_unfinished():
+            self._unreceived.append(req)  # the scheduler sees it at the next poll (``_poll``)
+            self._live[rid] = _Live(req, params, params.stop_ids(self.eos_token_ids), text)
+        elif self.scheduler.add_request(req, now):
             self._live[rid] = _Live(req, params, params.stop_ids(self.eos_token_ids), text)
         return req
 
+    def _poll(self) -> list[RequestOutput]:
+        """The loop reads what arrived since its last poll; a request the scheduler cannot
+        serve comes back rejected."""
+        held, self._unreceived = self._unreceived, []
+        now = self.now()
+        return [self._retire(req) for req in held if not self.scheduler.add_request(req, now)]
+
     def abort(self, request_id: str) -> Optional[RequestOutput]:
         """Stop a request wherever it is; its KV blocks go back to the pool now."""
+        self._unreceived = [r for r in self._unreceived if r.request_id != request_id]
         req = self.scheduler.abort(request_id, self.now())
         live = self._live.pop(request_id, None)
         self._drafts.pop(request_id, None)
@@ -231,7 +247,7 @@ class LLMEngine:
         return self._output(req, live.prompt, live.params)
 
     def has_unfinished(self) -> bool:
-        return self.scheduler.has_unfinished()
+        return self.scheduler.has_unfinished() or bool(self._unreceived)
 
     @property
     def num_unfinished(self) -> int:
@@ -240,11 +256,14 @@ class LLMEngine:
     # --- the step -----------------------------------------------------------------------------
     def step(self) -> list[RequestOutput]:
         """Run one scheduler step; return the requests that finished (or were rejected) in it."""
+        polled: list[RequestOutput] = []
+        if self._unreceived and not self.scheduler.has_unfinished():
+            polled = self._poll()  # an idle loop polls at once
         t_sched = self.now()
         plan = self.scheduler.schedule(t_sched)
         start = self.now()
         self._move_kv(plan)
-        done: list[RequestOutput] = [self._retire(r) for r in plan.rejected]
+        done: list[RequestOutput] = polled + [self._retire(r) for r in plan.rejected]
         if not plan.scheduled:
             if not plan.shape.is_empty:
                 # Padding only: a static batch whose live members were all preempted. Nothing to
@@ -278,6 +297,9 @@ class LLMEngine:
         result = StepResult(sampled_token_ids=emitted, stopped=stopped)
         for req in self.scheduler.update(plan, result, end):
             done.append(self._retire(req))
+        skipper = self._recv_skipper
+        if skipper is not None and skipper.handle(1, plan.shape.num_prefill_tokens > 0):
+            done.extend(self._poll())
         if self.proposer is not None:
             self._propose(prepared.sample_requests)
         return done

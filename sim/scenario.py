@@ -488,6 +488,9 @@ class SglangConfig(_Section):
     mem_fraction_static: Optional[float] = number(None, 0.0, 1.0, lo_open=True, optional=True)
     #: ``--enable-mixed-chunk``: running decodes join the extend batch.
     enable_mixed_chunk: bool = _field(False, _Check("bool"))
+    #: ``--scheduler-recv-interval``: the scheduler polls for new requests after this many
+    #: decode steps (and after every extend batch); 1, SGLang's default, polls every step.
+    scheduler_recv_interval: int = integer(1, 1, 1_000_000)
     #: ``--page-size``: tokens per KV page; the radix cache matches whole pages.
     page_size: int = integer(1, 1, 1024)
     #: ``--disable-radix-cache``: no prefix cache.
@@ -501,7 +504,8 @@ class SglangConfig(_Section):
         return {"schedule_policy": self.schedule_policy,
                 "schedule_conservativeness": self.schedule_conservativeness,
                 "enable_mixed_chunk": self.enable_mixed_chunk,
-                "max_prefill_tokens": self.max_prefill_tokens}
+                "max_prefill_tokens": self.max_prefill_tokens,
+                "scheduler_recv_interval": self.scheduler_recv_interval}
 
 
 @dataclass(frozen=True)

@@ -112,6 +112,11 @@ class Replica:
             self.bulk = BulkDecode(scheduler, step_time, decode_pricer)
         self.next_arrival = next_arrival
         self.async_scheduling = async_scheduling
+        #: SGLang's ``--scheduler-recv-interval`` (``sim.policies.schedulers.sglang.RecvSkipper``):
+        #: requests that reached a busy replica wait in ``_unreceived`` until its loop polls.
+        #: Not with DP attention's lock-step ranks (SGLang refuses the combination).
+        self.recv_skipper = None if lockstep else getattr(scheduler, "recv_skipper", None)
+        self._unreceived: list[Request] = []
         #: Arrivals during a step under async scheduling: the next step was already scheduled
         #: when they came, so they reach the scheduler only after it (vLLM V1's one-step lag).
         self._pending: list[Request] = []
@@ -131,7 +136,7 @@ class Replica:
 
     @property
     def num_unfinished(self) -> int:
-        return self.scheduler.num_unfinished + len(self._pending)
+        return self.scheduler.num_unfinished + len(self._pending) + len(self._unreceived)
 
     @property
     def kv_free_fraction(self) -> float:
@@ -145,6 +150,9 @@ class Replica:
 
     def submit(self, req: Request) -> None:
         idle = self._wakeup is not None
+        if self.recv_skipper is not None and not idle:
+            self._unreceived.append(req)  # read when the loop next polls (``_polled``)
+            return
         if self.async_scheduling and not idle:
             self._pending.append(req)
             return
@@ -209,17 +217,31 @@ class Replica:
                 f"replica {self.index}: scheduler {sched.name} made no progress with "
                 f"{len(sched.waiting)} waiting, {len(sched.running)} running")
 
-    def finish_step(self, plan: StepPlan) -> None:
-        """The step of ``plan`` has ended now: hand its result to the scheduler."""
+    def finish_step(self, plan: StepPlan, steps: int = 1) -> None:
+        """The step of ``plan`` (the last of ``steps`` decode steps of a window) has ended
+        now: hand its result to the scheduler, and let a polling loop read what arrived."""
         self.num_steps += 1
         for req in self.scheduler.update(plan, self._result(plan), self.env.now):
             self.on_finish(req)
+        skipper = self.recv_skipper
+        if skipper is not None and skipper.handle(steps, plan.shape.num_prefill_tokens > 0):
+            self._polled()
+
+    def _polled(self) -> None:
+        """The loop read its socket: what arrived since is the scheduler's now (the next plan
+        sees it, as SGLang's next iteration schedules what ``recv_requests`` returned)."""
+        held, self._unreceived = self._unreceived, []
+        for req in held:
+            self._admit(req)
 
     def run(self):
         env, bulk = self.env, self.bulk
         while True:
             plan, flushed = self.plan_step()
             if plan.is_empty:
+                if self._unreceived:  # an idle loop polls at once (SGLang's idle iterations)
+                    self._polled()
+                    continue
                 if flushed:
                     continue
                 self.check_progress()
@@ -233,8 +255,9 @@ class Replica:
             start = env.now
             self._record(plan, start, dt)
             # Admitted arrivals change the next step's batch: no window starts here.
+            # Requests waiting for a poll end windows: the poll's step is where they join.
             dts = (bulk.durations(plan, dt, start, self.next_arrival())
-                   if bulk is not None and not flushed else [dt])
+                   if bulk is not None and not flushed and not self._unreceived else [dt])
             if len(dts) > 1:
                 self._record_window(bulk, plan, start, dts)  # reads step 0's holdings: before apply
                 bulk.apply(plan, len(dts))
@@ -255,7 +278,7 @@ class Replica:
                 bulk.advance(plan, ends)
                 self.num_steps += len(dts) - 1
                 # The last step of the window as any step ends: someone may finish in it.
-                self.finish_step(plan)
+                self.finish_step(plan, len(dts))
                 continue
             self.busy_until = start + dt
             yield env.timeout(dt)

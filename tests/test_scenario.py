@@ -114,6 +114,7 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "sglang.page_size": (16, {}),
         "sglang.disable_radix_cache": (True, {}),
         "sglang.mamba_full_memory_ratio": (0.5, {}),
+        "sglang.scheduler_recv_interval": (10, {}),
         "slo.ttft_ms": (250.5, {}),
         "slo.tpot_ms": (40, {}),
         "disaggregation.enabled": (True, {}),

@@ -218,3 +218,52 @@ def test_same_seed_same_result():
     cfg = {**SG, "model": "llama-3.1-8b", "hardware": "a100-80gb", "workload": _workload(n=40),
            "cost_model": {"source": "roofline"}}
     assert simulate(cfg, seed=3).summary == simulate(cfg, seed=3).summary
+
+
+# --- --scheduler-recv-interval -----------------------------------------------------------------
+
+def test_recv_skipper_counts_decode_steps_and_polls_after_every_extend():
+    """SchedulerRecvSkipper.handle: a decode step weighs 1, an extend batch enough to poll; the
+    counter restarts at each poll, and a decode window keeps only its phase."""
+    from sim.policies.schedulers.sglang import RecvSkipper
+
+    s = RecvSkipper(3)
+    assert [s.handle(1, False) for _ in range(3)] == [False, False, True] and s.counter == 0
+    assert s.handle(1, False) is False and s.handle(1, True) is True and s.counter == 0
+    assert s.handle(7, False) is True and s.counter == 1  # polled at steps 3 and 6 of the window
+    assert s.handle(1, False) is False and s.handle(1, False) is True
+    with pytest.raises(ValueError):
+        RecvSkipper(0)
+
+
+def _two_requests(interval: int, arrive_at: float = None, fast_decode: bool = True):
+    from sim.policies.request import Request
+
+    cfg = {**SG, "model": "llama-3.1-8b", "hardware": "a100-80gb", "engine": {"name": "sglang", "frontend": "none"},
+           "cost_model": {"source": "roofline"}, "sglang": {"scheduler_recv_interval": interval},
+           "workload": {"num_requests": 2, "arrival": {"process": "poisson", "rate": 1.0},
+                        "input_len": {"dist": "fixed", "mean": 512}, "output_len": {"dist": "fixed", "mean": 64}}}
+    reqs = [Request("a", 0.0, 512, 200)]
+    if arrive_at is not None:
+        reqs.append(Request("b", arrive_at, 512, 10))
+    res = simulate(cfg, requests=reqs, fast_decode=fast_decode)
+    return {r.request_id: r for r in res.requests}
+
+
+def test_a_request_waits_for_the_loops_next_poll():
+    """With --scheduler-recv-interval 30 a request reaching a decoding server is read after the
+    30th decode step since the last extend batch (hand count), then prefilled: its TTFT grows
+    by the decode steps it waited; with the default (1) it is read after the step under way.
+    The decode fast path gives the same times as step by step."""
+    alone = _two_requests(30)["a"]
+    arrive = alone.token_times[2] + 1e-4  # during A's third decode step
+    polled = _two_requests(30, arrive)
+    assert polled["b"].first_scheduled_time == pytest.approx(polled["a"].token_times[30])
+    every = _two_requests(1, arrive)
+    assert every["b"].first_scheduled_time <= every["a"].token_times[4] + 1e-9
+    assert polled["b"].ttft > every["b"].ttft + 25 * (alone.token_times[10] - alone.token_times[9])
+    stepwise = _two_requests(30, arrive, fast_decode=False)
+    assert stepwise["b"].ttft == pytest.approx(polled["b"].ttft, rel=1e-12)
+    assert all(r.finish_time is not None for r in polled.values())
+    # An idle server polls at once: a lone request's TTFT does not depend on the interval.
+    assert _two_requests(30)["a"].ttft == pytest.approx(_two_requests(1)["a"].ttft)

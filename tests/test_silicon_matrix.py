@@ -523,3 +523,26 @@ def test_generator_flags_are_aiconfigurators_rules():
                                  moe_quant_mode="", tp_size=1, moe_tp_size=1, batch_size=4), moe=False,
                           server="aic-benchmark", requests_per_client=2))
     assert res["status"] == "replayed" and res["completed"] == 8
+
+
+def test_inferencex_sglang_rows_poll_as_its_scripts_do():
+    """InferenceX's SGLang scripts on B200 / B300 set --scheduler-recv-interval: 30 at 16 clients
+    or more, else 10 (DeepSeek-R1, Qwen3.5), 10 for GLM-5 FP4; 1 with DP attention; Hopper and
+    GLM-5 FP8 keep SGLang's default."""
+    ix = "source_file=2026-04-06.csv; silicon_concurrency={n}"
+    def r(**kw):
+        base = dict(backend="sglang", backend_version="0.5.9", system="b200_sxm", isl=1024, osl=1024,
+                    model_path="deepseek-ai/DeepSeek-R1", tp_size=8, moe_tp_size=8)
+        return row(**{**base, **kw})
+
+    assert sm.sglang_recv_interval(r(silicon_data_source=ix.format(n=32)), 32, 8, 1) == 30
+    assert sm.sglang_recv_interval(r(silicon_data_source=ix.format(n=8)), 8, 8, 1) == 10
+    assert sm.sglang_recv_interval(r(silicon_data_source=ix.format(n=32)), 32, 8, 8) is None  # DP attention
+    assert sm.sglang_recv_interval(r(silicon_data_source=ix.format(n=32), system="h200_sxm"), 32, 8, 1) is None
+    assert sm.sglang_recv_interval(r(silicon_data_source=ix.format(n=32), model_path="zai-org/GLM-5"), 32, 8, 1) is None
+    glm_fp4 = r(silicon_data_source=ix.format(n=32), model_path="zai-org/GLM-5", precision="fp4")
+    assert sm.sglang_recv_interval(glm_fp4, 32, 8, 1) == 10
+    assert sm.sglang_recv_interval(row(silicon_data_source=ix.format(n=32), isl=1024, osl=1024), 32, 4, 1) is None  # vLLM
+    p = point(r(silicon_data_source=ix.format(n=32), batch_size=32), quant=None, moe=True)
+    assert p.config["sglang"] == {"scheduler_recv_interval": 30}
+    assert any("scheduler_recv_interval 30" in n for n in p.notes)

@@ -77,3 +77,31 @@ def test_engine_args_from_an_sglang_scenario():
     assert args.kv_allocator == "radix" and args.policy() == "sglang" and args.block_size == 4
     assert args.sglang_options["schedule_policy"] == "lpm"
     assert EngineArgs.from_scenario(Scenario.from_dict({})).kv_allocator == "paged"
+
+
+def test_the_real_engine_polls_for_requests_as_sglang_does(gqa):
+    """--scheduler-recv-interval 3 in the real engine, through the simulator's RecvSkipper: a
+    request added while A decodes reaches the scheduler only after the third decode step since
+    A's extend batch; both outputs still equal transformers' greedy ones."""
+    path, model = gqa
+    rng = random.Random(7)
+    pa, pb = ([rng.randrange(3, VOCAB) for _ in range(n)] for n in (9, 7))
+    params = SamplingParams(temperature=0.0, max_tokens=12)
+    llm = LLM(path, block_size=1, num_kv_blocks=200, max_model_len=64, scheduling_policy="sglang",
+              kv_allocator="radix", sglang_options={"scheduler_recv_interval": 3})
+    eng = llm.engine
+    outs = {}
+    a = eng.add_request(pa, params)
+    eng.step()                       # A's extend batch: the loop polls after it
+    eng.step()                       # decode 1
+    b = eng.add_request(pb, params)  # arrives while A decodes
+    eng.step()                       # decode 2: B not read yet
+    assert b not in eng.scheduler.waiting and b.first_scheduled_time is None
+    eng.step()                       # decode 3: the loop polls after it
+    assert b in eng.scheduler.waiting
+    while eng.has_unfinished():
+        for o in eng.step():
+            outs[o.request_id] = o
+    assert outs[a.request_id].token_ids == hf_greedy(model, pa, 12)
+    assert outs[b.request_id].token_ids == hf_greedy(model, pb, 12)
+    assert eng.num_leaked_blocks() == 0

@@ -37,7 +37,8 @@ def make_scheduler(policy: str, allocator: KVAllocator, max_model_len: int = 204
     """Build a scheduler from vLLM-named knobs. ``emit_block_tables``: fill every
     ``ScheduledRequest.block_table`` (for an executor that addresses KV memory, the runtime).
     ``sglang``: the ``sglang`` policy's own knobs (``SglangScheduler``'s keyword arguments:
-    schedule_policy, schedule_conservativeness, enable_mixed_chunk, max_prefill_tokens)."""
+    schedule_policy, schedule_conservativeness, enable_mixed_chunk, max_prefill_tokens,
+    scheduler_recv_interval)."""
     if policy not in SCHEDULERS:
         raise ValueError(f"scheduler policy must be one of {', '.join(SCHEDULERS)}, got {policy!r}")
     config = SchedulerConfig(

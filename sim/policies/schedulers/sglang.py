@@ -33,6 +33,12 @@ What differs from vLLM V1's chunked scheduler (``sim.policies.schedulers.chunked
   retracted requests at the end), ``lpm`` (longest cached prefix first, a request sharing an
   uncached prefix with one ahead of it held back; FCFS when more than 128 wait), ``dfs-weight`` (the waiting requests' matched tree nodes walked depth first,
   heavier subtrees first), ``lof`` (longest output first).
+- **Polling for new requests** (``--scheduler-recv-interval N``, ``SchedulerRecvSkipper``):
+  the loop reads the request socket only once its counter reaches N; a decode step adds 1,
+  an extend or mixed batch 1000 (so the loop polls after every one), and the counter restarts
+  at each poll. Under steady decoding a request that reached the server waits about N / 2
+  decode steps before the scheduler sees it (``RecvSkipper``; not with DP attention, which
+  SGLang refuses to combine with it).
 - **Limits**: ``max_running_requests`` (``max_num_seqs`` here; SGLang's default is half the KV
   pool's tokens, at most the request-to-token pool's 2048-4096 rows,
   ``sim.catalog.engines.sglang_max_running_requests``) and ``max_prefill_tokens`` (16384
@@ -69,6 +75,39 @@ IN_BATCH_THRESHOLD = 32
 DEFAULT_MAX_PREFILL_TOKENS = 16384
 
 
+class RecvSkipper:
+    """``--scheduler-recv-interval`` as SGLang runs it (``SchedulerRecvSkipper.handle``,
+    ``python/sglang/srt/managers/scheduler_recv_skipper.py``): whether the scheduler loop reads
+    new requests before planning its next batch. A decode step weighs 1 (``ForwardMode.DECODE``,
+    ``TARGET_VERIFY``), anything else 1000 (``_DEFAULT_WEIGHT``: an extend or mixed batch makes
+    the next iteration poll); at ``interval`` the loop polls and the counter restarts.
+
+    Why it matters: benchmark configurations set it to 10-30 (InferenceX's SGLang scripts on
+    B200 / B300) to save the poll's CPU time between decode steps, and each new request then
+    waits half that many decode steps on average before it can be prefilled: tens to hundreds
+    of milliseconds of TTFT that no step price shows."""
+
+    def __init__(self, interval: int) -> None:
+        if interval < 1:
+            raise ValueError("sglang.scheduler_recv_interval must be >= 1")
+        self.interval = interval
+        self.counter = 0
+
+    def handle(self, decode_steps: int, extend: bool) -> bool:
+        """After ``decode_steps`` decode steps (a decode window's) or one extend / mixed
+        batch (``extend``): whether the loop polled at the last of them. A window polls at
+        every ``interval``-th step; only its phase carries over."""
+        if extend:
+            self.counter = 0
+            return True
+        total = self.counter + decode_steps
+        if total >= self.interval:
+            self.counter = total % self.interval
+            return True
+        self.counter = total
+        return False
+
+
 def _future_tokens(req: Request) -> int:
     """The output tokens ``req`` may still produce, as admission counts them: at most
     ``CLIP_MAX_NEW_TOKENS``."""
@@ -82,7 +121,8 @@ class SglangScheduler(Scheduler):
     def __init__(self, allocator: KVAllocator, config: SchedulerConfig,
                  emit_block_tables: bool = False, schedule_policy: str = "fcfs",
                  schedule_conservativeness: float = 1.0, enable_mixed_chunk: bool = False,
-                 max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS) -> None:
+                 max_prefill_tokens: int = DEFAULT_MAX_PREFILL_TOKENS,
+                 scheduler_recv_interval: int = 1) -> None:
         super().__init__(allocator, config, emit_block_tables=emit_block_tables)
         if schedule_policy not in SGLANG_SCHEDULE_POLICIES:
             raise ValueError(f"sglang.schedule_policy must be one of "
@@ -97,6 +137,10 @@ class SglangScheduler(Scheduler):
             schedule_policy = "fcfs"
         self.schedule_policy = schedule_policy
         self.enable_mixed_chunk = enable_mixed_chunk
+        #: ``--scheduler-recv-interval`` above 1: the loop that drives this scheduler polls
+        #: for new requests through it (None: every iteration, SGLang's default).
+        self.recv_skipper: Optional[RecvSkipper] = (RecvSkipper(scheduler_recv_interval)
+                                                   if scheduler_recv_interval != 1 else None)
         self.max_prefill_tokens = max_prefill_tokens
         self.init_new_token_ratio = min(INIT_NEW_TOKEN_RATIO * schedule_conservativeness, 1.0)
         self.min_new_token_ratio = min(self.init_new_token_ratio * MIN_NEW_TOKEN_RATIO_FACTOR, 1.0)
