@@ -220,10 +220,10 @@ class LLMEngine:
                       prompt_len=len(ids), max_output_tokens=params.max_tokens, prompt_token_ids=ids)
         if self.proposer is not None:
             req.num_draft_tokens = 0  # nothing proposed until its first token is sampled
-        if self._recv_skipper is not None and self.scheduler.has_unfinished():
+        held = self._recv_skipper is not None and self.scheduler.has_unfinished()
+        if held:
             self._unreceived.append(req)  # the scheduler sees it at the next poll (``_poll``)
-            self._live[rid] = _Live(req, params, params.stop_ids(self.eos_token_ids), text)
-        elif self.scheduler.add_request(req, now):
+        if held or self.scheduler.add_request(req, now):
             self._live[rid] = _Live(req, params, params.stop_ids(self.eos_token_ids), text)
         return req
 
