@@ -479,6 +479,11 @@ def client_concurrency(row: Mapping, dp: int) -> int:
     return _int(row, "batch_size", 0) * max(dp, 1)
 
 
+def clients_per_rank(clients: int, dp: int) -> int:
+    """The clients one DP rank's scheduler serves (ranks share them, the last one fewer)."""
+    return -(-clients // max(dp, 1))
+
+
 def server_seats(backend: str, version: str, hardware: str, clients: int, dp: int) -> Optional[int]:
     """``scheduler.max_num_seqs`` for a vLLM row whose clients per DP rank exceed the release's
     default on the GPU (1024 on an H100-class GPU), else None (the default stands).
@@ -491,7 +496,7 @@ def server_seats(backend: str, version: str, hardware: str, clients: int, dp: in
     own scheduler: the seats are per rank."""
     if backend != "vllm":
         return None
-    per_rank = -(-clients // max(dp, 1))
+    per_rank = clients_per_rank(clients, dp)
     default = get_engine("vllm", version).default_max_num_seqs(get_hardware(hardware))
     return per_rank if per_rank > default else None
 
@@ -694,9 +699,9 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         config.setdefault("sglang", {})["scheduler_recv_interval"] = recv
         notes.append(f"sglang.scheduler_recv_interval {recv}: InferenceX's SGLang script on {system} polls for "
                      f"new requests every {recv} decode steps")
-    dp = max(parallel["data_parallel_size"], 1)
-    flags = generator_flags(config["engine"]["name"], server, -(-clients // dp) if config["engine"]["name"] == "vllm"
-                            else clients, isl, longest)
+    flags = generator_flags(config["engine"]["name"], server,
+                            clients_per_rank(clients, parallel["data_parallel_size"])
+                            if config["engine"]["name"] == "vllm" else clients, isl, longest)
     if flags:
         for section, values in flags.items():
             config.setdefault(section, {}).update(values)
