@@ -44,14 +44,19 @@ Assumptions about the measurement (the CSV does not record the client's settings
   clients per DP rank where they exceed the default (``server_seats``), ``gpu_memory_utilization``
   0.9, the KV cache in FP8 for FP8 / NVFP4 weights and in the model dtype otherwise
   (``kv_cache_dtype``), prefix caching irrelevant (no shared prefixes),
-  ``max_model_len = isl + osl``.
+  ``max_model_len = isl + osl``. InferenceX's rows add the flags its script passed on the row's
+  measured date (``--server scripts``, the default; ``inferencex_script_flags``): token
+  budgets, seats, memory fractions, KV dtypes, SGLang chunk sizes, running-request caps and
+  request polling, each with its commit in the row's notes, and what kvplan cannot express
+  (CUDA-graph sizes, kernel back ends, stream intervals) named there as not modelled.
 
 After the first wave the clients drift apart: InferenceX's lengths differ from request to
 request. Fixed lengths would keep identical clients in step for ever in a deterministic
 simulation (``--phases together``: 2-3 times the measured TTFTs); for the fixed-length rows
 (and under ``--client fixed``) a 1% output spread (CV) stands in for what drifts real clients
-apart. ``--output-cv`` is a sensitivity check of that spread. ``--server`` replays with
-AIConfigurator's generator flags instead of the release's defaults (a what-if).
+apart. ``--output-cv`` is a sensitivity check of that spread. ``--server defaults`` replays every
+row with the release's defaults, ``--server aic-benchmark | aic-generator`` with AIConfigurator's
+generator flags (what-ifs).
 """
 
 from __future__ import annotations
@@ -80,6 +85,9 @@ from sim.catalog.package_models import package_root  # noqa: E402
 from sim.catalog.hardware import get_hardware  # noqa: E402
 from sim.config import parse_override  # noqa: E402
 from sim.errors import ConfigError, DoesNotFitError, KvplanError  # noqa: E402
+from inferencex_sglang_flags import script_flags as sglang_script_flags  # noqa: E402
+import inferencex_vllm_flags  # noqa: E402
+from inferencex_vllm_flags import script_flags as vllm_script_flags  # noqa: E402
 from silicon_sample import CSV_NAME, package_version, read_rows, silicon_csv  # noqa: E402,F401
 RESULTS = ROOT / "benchmarks" / "results"
 
@@ -501,8 +509,11 @@ def server_seats(backend: str, version: str, hardware: str, clients: int, dp: in
     return per_rank if per_rank > default else None
 
 
-#: ``--server``: which server flags a row is replayed with (the CSV records none).
-SERVERS = ("defaults", "aic-generator", "aic-benchmark")
+#: ``--server``: which server flags a row is replayed with (the CSV records none): ``scripts``
+#: (the default) InferenceX's script flags at the row's measured date for its rows, the release's
+#: defaults for the rest; ``defaults`` the release's defaults for every row; ``aic-*``
+#: AIConfigurator's generator rules (a what-if).
+SERVERS = ("scripts", "defaults", "aic-generator", "aic-benchmark")
 
 
 def generator_flags(backend: str, server: str, batch: int, isl: int, osl: int) -> dict:
@@ -524,7 +535,7 @@ def generator_flags(backend: str, server: str, batch: int, isl: int, osl: int) -
 
     Chunk sizes change how a wave of prompts is split over steps, which is most of a closed
     loop's TTFT: at isl 1024 vLLM's budget is 2.5-3k tokens a step instead of 8k."""
-    if server == "defaults":
+    if server in ("scripts", "defaults"):
         return {}
     seats = batch if server == "aic-benchmark" else (512 if batch < 512 else 2 * batch)
     if backend == "sglang":
@@ -535,27 +546,39 @@ def generator_flags(backend: str, server: str, batch: int, isl: int, osl: int) -
             "kv_cache": {"max_model_len": isl + osl + 1500}}
 
 
-def sglang_recv_interval(row: Mapping, clients: int, tp: int, dp: int) -> Optional[int]:
-    """``--scheduler-recv-interval`` of InferenceX's SGLang script for ``row`` (None: SGLang's
-    default, 1). Why: on B200 and B300 its scripts poll for new requests every 10 or 30 decode
-    steps (``benchmarks/single_node/fixed_seq_len/<model>_<precision>_<gpu>.sh``, from 2025-09
-    on: ``SCHEDULER_RECV_INTERVAL=30`` at 16 clients or more, else 10, for DeepSeek-R1 and
-    Qwen3.5; 10 for GLM-5 FP4 and Qwen3.5 FP8 on B300; 10 for DeepSeek-R1 FP8 at TP 4 on B200;
-    1 with DP attention), and a request waits for the next poll (``RecvSkipper``). Their Hopper
-    scripts and GLM-5 FP8 leave the default."""
-    if (_text(row, "backend") != "sglang" or client_of(row) != "inferencex" or dp > 1
-            or _text(row, "system") not in ("b200_sxm", "b300_sxm")):
-        return None
-    model, precision = _text(row, "model_path").lower(), precision_label(row)
-    if "glm-5" in model:
-        return 10 if precision == "fp4" else None
-    if "qwen3.5" in model and precision == "fp8" and _text(row, "system") == "b300_sxm":
-        return 10
-    if "deepseek" in model and precision == "fp8" and tp == 4 and _text(row, "system") == "b200_sxm":
-        return 10
-    if "deepseek" in model or "qwen3.5" in model:
-        return 30 if clients >= 16 else 10
-    return None
+def inferencex_script_flags(row: Mapping, clients: int, parallel: Mapping) -> tuple[dict, list[str]]:
+    """(config sections, notes): the server flags InferenceX's script for ``row`` passed on the
+    row's measured date, as kvplan config keys; ({}, []) for a row InferenceX did not measure.
+
+    Why: the CSV records no server flags, and InferenceX's scripts
+    (``benchmarks/single_node/fixed_seq_len/<model>_<precision>_<gpu>.sh``) set many and changed
+    them over the months its rows span: vLLM token budgets of 2 x ISL on some Blackwell scripts,
+    SGLang's chunk sizes, ``--max-running-requests``, ``--mem-fraction-static`` and
+    ``--scheduler-recv-interval``. The tables and their sources live in
+    ``inferencex_vllm_flags`` / ``inferencex_sglang_flags`` (one per engine); flags kvplan cannot
+    express are named in the notes."""
+    if client_of(row) != "inferencex":
+        return {}, []
+    backend = _text(row, "backend") or "vllm"
+    script_flags = {"vllm": vllm_script_flags, "sglang": sglang_script_flags}.get(backend)
+    if script_flags is None:
+        return {}, []
+    tp, dp = parallel["tensor_parallel_size"], parallel["data_parallel_size"]
+    ep = parallel.get("expert_parallel_size") or (tp * dp if parallel.get("enable_expert_parallel") else 1)
+    return script_flags(_text(row, "model_path"), precision_label(row), _text(row, "system"),
+                        measured_date(row), _int(row, "isl", 0), _int(row, "osl", 0), clients, tp, ep, dp)
+
+
+def vllm_script_runs_dp_attention(row: Mapping) -> bool:
+    """Whether the InferenceX vLLM script version that measured ``row`` has a DP-attention branch
+    (``--tensor-parallel-size=1 --data-parallel-size=$TP``: MiniMax-M2.5 FP4's), which a row
+    labelled with attention DP then ran; the others run TP with EP whatever the label."""
+    measured = measured_date(row)
+    family = inferencex_vllm_flags.model_family(_text(row, "model_path"))
+    if not measured or family is None:
+        return False
+    recipe = inferencex_vllm_flags.find_recipe(family, _text(row, "system"), precision_label(row), measured)
+    return recipe is not None and recipe.parallel == "dp-attention"
 
 
 def _model_error(model: str) -> Optional[tuple[str, str]]:
@@ -582,7 +605,7 @@ def _is_moe(model: str) -> Optional[bool]:
 
 def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
                  warmup_per_client: int = DEFAULT_WARMUP_PER_CLIENT, output_cv: float = 0.0,
-                 phases: str = "burst", overrides: Sequence[str] = (), server: str = "defaults",
+                 phases: str = "burst", overrides: Sequence[str] = (), server: str = "scripts",
                  client: str = "auto",
                  checkpoint_quant: Optional[Callable[[str], Optional[dict]]] = None,
                  is_moe: Optional[Callable[[str], Optional[bool]]] = None) -> ReplayPoint:
@@ -694,11 +717,24 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     }
     if seats is not None:
         config["scheduler"] = {"max_num_seqs": seats}
-    recv = sglang_recv_interval(row, clients, parallel["tensor_parallel_size"], parallel["data_parallel_size"])
-    if recv is not None:
-        config.setdefault("sglang", {})["scheduler_recv_interval"] = recv
-        notes.append(f"sglang.scheduler_recv_interval {recv}: InferenceX's SGLang script on {system} polls for "
-                     f"new requests every {recv} decode steps")
+    if server == "scripts":
+        script, script_notes = inferencex_script_flags(row, clients, parallel)
+        ranks = _int(labelled, "attention_dp_size", 1) if labelled is not row else 1
+        budget = script.get("scheduler", {}).get("max_num_batched_tokens")
+        if budget and ranks > 1 and vllm_script_runs_dp_attention(labelled):
+            # The script's DP-attention branch runs DP e x TP 1, one scheduler and one token
+            # budget per rank; the relabelled replay runs one scheduler for the e ranks: theirs summed.
+            script = {**script, "scheduler": {**script["scheduler"], "max_num_batched_tokens": budget * ranks}}
+            script_notes = [*script_notes, f"max_num_batched_tokens {budget} per DP rank x {ranks} ranks "
+                                           f"(the relabelled deployment runs one scheduler for them)"]
+        for section, values in script.items():
+            values = dict(values)
+            if section == "kv_cache" and "max_model_len" in values:
+                # the script's context limit rejects nothing the replay sends (a longer replay:
+                # --output-cv) and sizes no memory in kvplan: the larger of the two
+                values["max_model_len"] = max(values["max_model_len"], config["kv_cache"]["max_model_len"])
+            config.setdefault(section, {}).update(values)
+        notes.extend(script_notes)
     flags = generator_flags(config["engine"]["name"], server,
                             clients_per_rank(clients, parallel["data_parallel_size"])
                             if config["engine"]["name"] == "vllm" else clients, isl, longest)
@@ -1071,8 +1107,13 @@ def _client_line(a: Mapping) -> str:
         line = (f"{lengths}; {w}N warm-up requests dropped, {n}N measured, "
                 + ("clients started one by one over one request's lifetime (`--phases spread`)"
                    if phases == "spread" else "**all clients started at t=0, kept in step (`--phases together`)**"))
-    if a.get("server_flags", "defaults") != "defaults":
-        line += f"; **server flags of AIConfigurator's generator (`--server {a['server_flags']}`)**"
+    server = a.get("server_flags")
+    if server == "scripts":
+        line += "; InferenceX's rows with its scripts' server flags at their measured dates (`--server scripts`)"
+    elif server == "defaults":
+        line += "; every row with the release's default server flags (`--server defaults`)"
+    elif server:
+        line += f"; **server flags of AIConfigurator's generator (`--server {server}`)**"
     if is_sensitivity_run(phases, cv):
         line += (f". **Sensitivity run: output lengths lognormal with CV {cv:g}, not the measurement's "
                  f"fixed osl**")
@@ -1198,7 +1239,13 @@ ASSUMPTIONS = {
               "async scheduling from 0.14, gpu_memory_utilization 0.9, bf16 activations, KV cache in bf16 "
               "(kv_cache.dtype auto) for bf16, mxfp4 and int4 weights, fp8 for fp8, fp8_block and nvfp4 weights "
               "(AIConfigurator's model gives a quantised checkpoint an FP8 KV cache, sdk/models/helpers.py; "
-              "long-prompt rows show no queue a bf16 cache would have caused), max_model_len = isl + osl",
+              "long-prompt rows show no queue a bf16 cache would have caused), max_model_len = isl + osl; "
+              "InferenceX's rows with the flags its script passed on the row's measured date "
+              "(inferencex_vllm_flags: --max-num-batched-tokens 2 x ISL on MiniMax-M2.5 B200 from "
+              "2026-04-03, B300 from 2026-04-17 and Kimi-K2.5 FP4 B200 from 2026-04-20, per DP rank "
+              "under MiniMax FP4's DP-attention branch, --max-num-seqs CONC, "
+              "--gpu-memory-utilization, --kv-cache-dtype, --block-size, --async-scheduling; per row "
+              "with its commit, and the flags kvplan cannot express named as not modelled)",
     "quantisation": "fp8 -> fp8_block for block-FP8 checkpoints (MiniMax-M2.5, Qwen3-235B-A22B-FP8) and for "
                     "rows with fp8_block experts (Qwen3.5: gemm fp8 / moe fp8_block), else "
                     "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16 on the routed experts only, "
@@ -1230,9 +1277,12 @@ SGLANG_ASSUMPTIONS = {
               "chunked_prefill_size and cuda_graph_max_bs by GPU memory, mem_fraction_static by GPU "
               "memory and TP, max_running_requests from the KV pool, radix cache with page size 1, "
               "the overlap scheduler, fcfs; KV cache fp8 for fp8, fp8_block and nvfp4 weights (as for vLLM rows), else bf16, context length = isl + osl; "
-              "on B200 / B300 InferenceX's --scheduler-recv-interval (30 at 16 clients or more, else 10, for "
-              "DeepSeek-R1 and Qwen3.5; 10 for GLM-5 FP4 and Qwen3.5 FP8 on B300; 1 with DP attention: "
-              "its benchmarks/single_node/fixed_seq_len/*.sh; sglang_recv_interval)",
+              "InferenceX's rows with the flags its script passed on the row's measured date "
+              "(inferencex_sglang_flags: --max-running-requests, --chunked-prefill-size, "
+              "--max-prefill-tokens, --mem-fraction-static, --kv-cache-dtype, --disable-radix-cache and, "
+              "on B200 / B300, --scheduler-recv-interval: 30 at 16 clients or more, else 10, for "
+              "DeepSeek-R1 and Qwen3.5; per row with its commit, and the flags kvplan cannot express "
+              "(--cuda-graph-max-bs, --stream-interval, back ends) named as not modelled)",
     "engine_version": f"the row's backend_version (0.5.x); nightly-* or missing -> kvplan's default "
                       f"SGLang {DEFAULT_SGLANG_VERSION}; custom builds (glm5-hopper) skipped",
 }
@@ -1261,8 +1311,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                     help="auto (default): each row replayed with the client that measured it: InferenceX's "
                          "(lengths uniform on [0.8 L, L]) for its sweep's rows, fixed lengths for the rest; "
                          "fixed: fixed lengths for every row, a 1%% output spread standing in for the drift")
-    ap.add_argument("--server", default="defaults", choices=SERVERS,
-                    help="the server flags a row is replayed with: defaults (the engine release's), "
+    ap.add_argument("--server", default="scripts", choices=SERVERS,
+                    help="the server flags a row is replayed with: scripts (default: InferenceX's rows with "
+                         "the flags its scripts passed on the measured date, the rest with the release's "
+                         "defaults), defaults (the engine release's, every row), "
                          "aic-generator / aic-benchmark (AIConfigurator's generator rules, default or "
                          "benchmark mode: batch limits, vLLM's token budget = seats + isl + 1500, SGLang's "
                          "max-prefill-tokens = isl + 1500 and mixed chunking)")
@@ -1316,7 +1368,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     stem = args.out or RESULTS / (f"silicon_matrix_{args.backend}"
                                   + (f"_output_cv{args.output_cv:g}" if args.output_cv else "")
                                   + (f"_phases_{args.phases}" if args.phases != "burst" else "")
-                                  + (f"_server_{args.server}" if args.server != "defaults" else "")
+                                  + (f"_server_{args.server}" if args.server != "scripts" else "")
                                   + (f"_client_{args.client}" if args.client != "auto" else "")
                                   + (f"_match-{_slug(args.match)}" if args.match else "")
                                   + "".join(f"_set-{_slug(o)}" for o in args.overrides))

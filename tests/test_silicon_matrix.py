@@ -525,24 +525,47 @@ def test_generator_flags_are_aiconfigurators_rules():
     assert res["status"] == "replayed" and res["completed"] == 8
 
 
-def test_inferencex_sglang_rows_poll_as_its_scripts_do():
-    """InferenceX's SGLang scripts on B200 / B300 set --scheduler-recv-interval: 30 at 16 clients
-    or more, else 10 (DeepSeek-R1, Qwen3.5), 10 for GLM-5 FP4; 1 with DP attention; Hopper and
-    GLM-5 FP8 keep SGLang's default."""
-    ix = "source_file=2026-04-06.csv; silicon_concurrency={n}"
-    def r(**kw):
-        base = dict(backend="sglang", backend_version="0.5.9", system="b200_sxm", isl=1024, osl=1024,
-                    model_path="deepseek-ai/DeepSeek-R1", tp_size=8, moe_tp_size=8)
-        return row(**{**base, **kw})
+def test_inferencex_rows_replay_their_scripts_flags_at_the_measured_date():
+    """--server scripts (the default): an InferenceX row runs the flags its script passed on the
+    row's measured date (SGLang DeepSeek-R1 FP8 on B200, 2026-03-25: --max-running-requests 128,
+    --chunked-prefill-size 32768, --mem-fraction-static 0.82, --scheduler-recv-interval 30 at 16
+    clients or more; vLLM MiniMax-M2.5 on B200: a token budget of 2 x ISL from 2026-04-03, none
+    before). ``--server defaults`` and rows InferenceX did not measure keep the release's defaults."""
+    def sglang_row(n: int, measured: str = "2026-03-25"):
+        return row(backend="sglang", backend_version="0.5.9", system="b200_sxm", isl=1024, osl=1024,
+                   model_path="deepseek-ai/DeepSeek-R1-0528", tp_size=8, moe_tp_size=8, batch_size=n,
+                   silicon_data_source=f"source_file=2026-04-06.csv; measured={measured}; silicon_concurrency={n}")
 
-    assert sm.sglang_recv_interval(r(silicon_data_source=ix.format(n=32)), 32, 8, 1) == 30
-    assert sm.sglang_recv_interval(r(silicon_data_source=ix.format(n=8)), 8, 8, 1) == 10
-    assert sm.sglang_recv_interval(r(silicon_data_source=ix.format(n=32)), 32, 8, 8) is None  # DP attention
-    assert sm.sglang_recv_interval(r(silicon_data_source=ix.format(n=32), system="h200_sxm"), 32, 8, 1) is None
-    assert sm.sglang_recv_interval(r(silicon_data_source=ix.format(n=32), model_path="zai-org/GLM-5"), 32, 8, 1) is None
-    glm_fp4 = r(silicon_data_source=ix.format(n=32), model_path="zai-org/GLM-5", precision="fp4")
-    assert sm.sglang_recv_interval(glm_fp4, 32, 8, 1) == 10
-    assert sm.sglang_recv_interval(row(silicon_data_source=ix.format(n=32), isl=1024, osl=1024), 32, 4, 1) is None  # vLLM
-    p = point(r(silicon_data_source=ix.format(n=32), batch_size=32), quant=None, moe=True)
-    assert p.config["sglang"] == {"scheduler_recv_interval": 30}
-    assert any("scheduler_recv_interval 30" in n for n in p.notes)
+    p = point(sglang_row(32), quant=None, moe=True)
+    assert p.config["sglang"] == {"max_running_requests": 128, "mem_fraction_static": 0.82,
+                                  "chunked_prefill_size": 32768, "max_prefill_tokens": 32768,
+                                  "disable_radix_cache": True, "scheduler_recv_interval": 30}
+    assert p.config["kv_cache"]["dtype"] == "fp8"
+    assert any("not modelled" in n and "--cuda-graph-max-bs" in n for n in p.notes)
+    assert point(sglang_row(8), quant=None, moe=True).config["sglang"]["scheduler_recv_interval"] == 10
+    assert "sglang" not in point(sglang_row(32), quant=None, moe=True, server="defaults").config
+
+    def minimax(measured: str):
+        return row(backend_version="0.19.0", system="b200_sxm", isl=8192, osl=1024, batch_size=64,
+                   model_path="MiniMaxAI/MiniMax-M2.5", tp_size=2, moe_tp_size=2,
+                   silicon_data_source=f"source_file=2026-04-27.csv; measured={measured}; silicon_concurrency=64")
+
+    after = point(minimax("2026-04-08"), quant={"quant_method": "fp8"}, moe=True).config
+    assert after["scheduler"]["max_num_batched_tokens"] == 2 * 8192
+    assert after["kv_cache"]["max_model_len"] >= 8192 + 1024
+    before = point(minimax("2026-03-28"), quant={"quant_method": "fp8"}, moe=True).config
+    assert "max_num_batched_tokens" not in before.get("scheduler", {})
+    # Labelled TP 2 x attention DP 2 / EP 4: the script's DP-attention branch (two ranks, a budget
+    # each) replayed as one scheduler over both ranks, so it gets their summed budget.
+    dp_row = row(backend_version="0.19.0", system="b300_sxm", isl=1024, osl=1024, batch_size=512,
+                 precision="fp4", model_path="nvidia/MiniMax-M2.5-NVFP4", tp_size=2, attention_dp_size=2,
+                 moe_tp_size=1, moe_ep_size=4,
+                 silicon_data_source="source_file=a.csv; measured=2026-04-21; silicon_concurrency=1024")
+    dp_point = point(dp_row, quant={"quant_method": "modelopt_fp4"}, moe=True)
+    assert dp_point.config["scheduler"]["max_num_batched_tokens"] == 2 * (2 * 1024)
+    assert any("per DP rank x 2 ranks" in n for n in dp_point.notes)
+    undated = point(row(isl=1024, osl=1024, silicon_data_source="silicon_concurrency=8"), moe=False)
+    assert "scheduler" not in undated.config and any("measured date" in n for n in undated.notes)
+    gap = point(row(isl=1000, osl=500, silicon_data_source="source_file=x/aic-auto-gap-analysis/r.csv; "
+                                                      "measured=2026-04-08"), moe=False)
+    assert "scheduler" not in gap.config and not any("InferenceX" in n and "script" in n for n in gap.notes)

@@ -1,0 +1,183 @@
+"""InferenceX vLLM script flags at a row's measured date: cases checked by hand against the
+scripts' history in SemiAnalysisAI/InferenceX (commits named in each test)."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from tests.benchmark_module import load_benchmark
+
+m = load_benchmark("inferencex_vllm_flags")
+
+ALLOWED = {
+    "scheduler": {"max_num_batched_tokens", "max_num_seqs", "async_scheduling"},
+    "kv_cache": {"gpu_memory_utilization", "block_size", "prefix_caching", "dtype", "max_model_len"},
+}
+
+MM = "MiniMaxAI/MiniMax-M2.5"
+
+
+def flags(model, precision, system, measured, isl=1024, osl=1024, clients=64, tp=4, ep=1, dp=1):
+    return m.script_flags(model, precision, system, measured, isl, osl, clients, tp, ep, dp)
+
+
+def test_minimax_b200_fp8_token_budget_from_pr_947():
+    # 0f78cf4eb (#966): prefix caching off, no token budget; bddbf4031 (#947, 2026-04-03): 2 x ISL.
+    before, _ = flags(MM, "fp8", "b200_sxm", "2026-03-28", isl=8192)
+    assert "max_num_batched_tokens" not in before.get("scheduler", {})
+    assert before["kv_cache"] == {"gpu_memory_utilization": 0.95, "max_model_len": 8192 + 1024 + 200,
+                                  "block_size": 32, "prefix_caching": False}
+    after, notes = flags(MM, "fp8", "b200_sxm", "2026-04-03", isl=8192)
+    assert after["scheduler"]["max_num_batched_tokens"] == 16384
+    assert after["kv_cache"]["dtype"] == "fp8" and after["kv_cache"]["gpu_memory_utilization"] == 0.90
+    assert any("#947" in n for n in notes)
+    assert any(n.startswith("not modelled:") and "--max-cudagraph-capture-size 2048" in n for n in notes)
+    assert any("measured day" in n for n in notes)  # #947 merged on 2026-04-03 itself
+
+
+def test_minimax_b200_fp8_first_version_keeps_prefix_caching_default():
+    config, notes = flags(MM, "fp8", "b200_sxm", "2026-03-11", tp=2)
+    assert "prefix_caching" not in config["kv_cache"]
+    assert any("VLLM_MOE_USE_DEEP_GEMM=0" in n for n in notes)
+    assert any("-ge 1" in n for n in notes)  # the script always passed --enable-expert-parallel
+
+
+def test_undated_row_gets_empty_config_and_reason():
+    config, notes = flags("moonshotai/Kimi-K2.5", "fp4", "b200_sxm", None)
+    assert config == {} and len(notes) == 1 and "no measured date" in notes[0]
+
+
+def test_hopper_gpt_oss_notes_marlin_as_not_modelled():
+    # cec542a9a (#960, 2026-03-27): VLLM_MXFP4_USE_MARLIN=1 since 4e52ed4c6 (#327);
+    # async-scheduling dropped by d2c2acb19 (#789); max-model-len still 10240 until #911.
+    config, notes = flags("openai/gpt-oss-120b", "fp4", "h100_sxm", "2026-03-27", clients=32, tp=2)
+    assert config["scheduler"] == {"max_num_batched_tokens": 8192, "max_num_seqs": 32}
+    assert config["kv_cache"] == {"prefix_caching": False, "gpu_memory_utilization": 0.9, "max_model_len": 10240}
+    not_modelled = [n for n in notes if n.startswith("not modelled:")]
+    assert len(not_modelled) == 1 and "VLLM_MXFP4_USE_MARLIN=1" in not_modelled[0]
+
+
+def test_gpt_oss_hopper_2025_had_async_scheduling_and_no_marlin():
+    config, notes = flags("openai/gpt-oss-120b", "fp4", "h200_sxm", "2025-11-02", isl=8192, tp=8, clients=16)
+    assert config["scheduler"]["async_scheduling"] is True
+    assert config["kv_cache"]["max_model_len"] == 8192 + 1024 + 200  # CALCULATED_MAX_MODEL_LEN
+    assert not any("MARLIN" in n for n in notes)
+
+
+def test_gpt_oss_h100_docker_client_bug_noted():
+    _, notes = flags("openai/gpt-oss-120b", "fp4", "h100_sxm", "2025-12-05", tp=2)
+    assert any("--max-concurrency 512" in n for n in notes)
+    _, fixed = flags("openai/gpt-oss-120b", "fp4", "h100_sxm", "2025-12-08", osl=8192, tp=2)
+    assert not any("--max-concurrency 512" in n for n in fixed)
+
+
+def test_kimi_fp4_b200_versions():
+    first, _ = flags("moonshotai/Kimi-K2.5", "fp4", "b200_sxm", "2026-03-11", clients=16, ep=4)
+    assert first == {"kv_cache": {"max_model_len": 2248, "gpu_memory_utilization": 0.90},
+                     "scheduler": {"max_num_seqs": 16}}
+    no_prefix, _ = flags("moonshotai/Kimi-K2.5", "fp4", "b200_sxm", "2026-03-27")
+    assert no_prefix["kv_cache"]["prefix_caching"] is False
+    assert "max_num_batched_tokens" not in no_prefix["scheduler"]
+    latest, notes = flags("nvidia/Kimi-K2.5-NVFP4", "fp4", "b200_sxm", "2026-04-20", isl=8192, clients=4)
+    assert latest["scheduler"] == {"max_num_seqs": 4, "max_num_batched_tokens": 16384}
+    assert latest["kv_cache"]["dtype"] == "fp8"
+    assert any("#1047" in n for n in notes)
+    assert any("--stream-interval 20" in n for n in notes if n.startswith("not modelled:"))
+
+
+def test_kimi_scripts_pass_no_expert_parallel_flag():
+    _, notes = flags("moonshotai/Kimi-K2.5", "fp4", "b200_sxm", "2026-03-11", ep=4)
+    assert any("passes no --enable-expert-parallel" in n for n in notes)
+
+
+def test_kimi_int4_b200_never_disabled_prefix_caching():
+    # #926 disabled prefix caching in the fp4 B200 and int4 H200 scripts, not in int4 B200.
+    config, notes = flags("moonshotai/Kimi-K2.5", "int4", "b200_sxm", "2026-03-24", tp=8)
+    assert config["kv_cache"] == {"max_model_len": 2248, "gpu_memory_utilization": 0.95}
+    assert any("VLLM_USE_FLASHINFER_MOE_INT4=1" in n for n in notes)
+    h200, _ = flags("moonshotai/Kimi-K2.5", "int4", "h200_sxm", "2026-03-27", tp=8)
+    assert h200["kv_cache"]["prefix_caching"] is False
+    h200_first, _ = flags("moonshotai/Kimi-K2.5", "int4", "h200_sxm", "2026-03-02", tp=8)
+    assert "prefix_caching" not in h200_first["kv_cache"]
+
+
+def test_minimax_fp4_b200_pr_branch_then_merged():
+    # 2026-04-03 rows ran PR #996's branch (08bcde8f1, nightly image): no token budget yet.
+    branch, notes = flags(MM, "fp4", "b200_sxm", "2026-04-03", tp=2)
+    assert "scheduler" not in branch
+    assert branch["kv_cache"]["gpu_memory_utilization"] == 0.95 and branch["kv_cache"]["block_size"] == 32
+    assert any("PR #996's branch" in n for n in notes)
+    merged, _ = flags(MM, "fp4", "b200_sxm", "2026-04-08", tp=2)
+    assert merged["scheduler"]["max_num_batched_tokens"] == 2048
+    assert "block_size" not in merged["kv_cache"]
+
+
+def test_b300():
+    mm, _ = flags(MM, "fp8", "b300_sxm", "2026-04-17", isl=8192, tp=2)
+    assert mm["scheduler"]["max_num_batched_tokens"] == 16384
+    fp4, _ = flags(MM, "fp4", "b300_sxm", "2026-04-21", tp=2, ep=2, dp=2)
+    assert fp4["scheduler"]["max_num_batched_tokens"] == 2048
+    early, notes = flags("moonshotai/Kimi-K2.5", "fp4", "b300_sxm", "2026-04-03")
+    assert early == {} and "2026-04-17" in notes[0]
+    kimi, _ = flags("moonshotai/Kimi-K2.5", "fp4", "b300_sxm", "2026-04-20", isl=8192)
+    assert kimi["kv_cache"]["prefix_caching"] is False
+    assert kimi["kv_cache"]["max_model_len"] == 8192 + 1024 + 256  # f34a83b25 (#1100)
+
+
+def test_minimax_hopper():
+    h100, _ = flags(MM, "fp8", "h100_sxm", "2026-03-27", ep=4)
+    assert h100 == {"kv_cache": {"gpu_memory_utilization": 0.90, "max_model_len": 2248},
+                    "scheduler": {"max_num_seqs": 256}}
+    h200, notes = flags(MM, "fp8", "h200_sxm", "2026-03-28", tp=8)
+    assert h200["kv_cache"] == {"gpu_memory_utilization": 0.95, "max_model_len": 2248, "prefix_caching": False}
+    assert any("-ge 1" in n for n in notes)
+    first, notes = flags(MM, "fp8", "h200_sxm", "2026-03-01")
+    assert not any("-ge 1" in n for n in notes)
+
+
+def test_llama_2025_10_29():
+    b200, _ = flags("nvidia/Llama-3.1-70B-Instruct-FP8", "fp8", "b200_sxm", "2025-10-29", tp=1)
+    assert b200["kv_cache"]["max_model_len"] == 2048  # the workflow's MAX_MODEL_LEN then
+    assert b200["scheduler"] == {"async_scheduling": True, "max_num_batched_tokens": 8192, "max_num_seqs": 512}
+    h200, _ = flags("meta-llama/Llama-3.1-70B", "fp8", "h200_sxm", "2025-10-29", clients=8, tp=2)
+    assert h200["kv_cache"] == {"dtype": "fp8", "prefix_caching": False, "gpu_memory_utilization": 0.9,
+                                "max_model_len": 2068}
+    assert h200["scheduler"]["max_num_seqs"] == 8
+    h100, _ = flags("meta-llama/Llama-3.3-70B-Instruct", "fp8", "h100_sxm", "2025-10-29", isl=8192)
+    assert h100["kv_cache"]["max_model_len"] == 10240
+    gone, _ = flags("meta-llama/Llama-3.1-70B", "fp8", "h200_sxm", "2025-11-02")
+    assert gone == {}
+
+
+def test_unknown_model_and_late_dates():
+    assert flags("Qwen/Qwen3-32B", "fp8", "h100_sxm", "2026-01-23")[0] == {}
+    config, notes = flags(MM, "fp8", "b200_sxm", "2026-06-01")
+    assert config == {} and "tabulated" in notes[0]
+
+
+def test_table_is_well_formed():
+    for rec in m.RECIPES:
+        assert rec.from_date < (rec.to_date or m.TABULATED_UNTIL), rec
+        for key, value in rec.flags.items():
+            section, name = key.split(".", 1)
+            assert name in ALLOWED[section], key
+            if isinstance(value, str) and key != "kv_cache.dtype":
+                assert value in m.RULES, (key, value)
+    key = lambda r: (r.family, r.system, r.precision)
+    for _, group in itertools.groupby(sorted(m.RECIPES, key=lambda r: (key(r), r.from_date)), key=key):
+        group = list(group)
+        for a, b in zip(group, group[1:]):
+            assert a.to_date == b.from_date, (a, b)  # contiguous, no overlap
+
+
+@pytest.mark.parametrize("rec", m.RECIPES, ids=lambda r: f"{r.family}-{r.system}-{r.precision}-{r.from_date}")
+def test_every_version_resolves(rec):
+    model = {"llama-70b": "meta-llama/Llama-3.1-70B", "gpt-oss": "openai/gpt-oss-120b",
+             "kimi-k2.5": "moonshotai/Kimi-K2.5", "minimax-m2.5": MM}[rec.family]
+    config, notes = flags(model, rec.precision, rec.system, rec.from_date, isl=8192, clients=32)
+    assert config and notes[0].startswith("InferenceX ")
+    for section, values in config.items():
+        assert set(values) <= ALLOWED[section]
+        assert all(not isinstance(v, str) or v in ("fp8", "auto") for v in values.values())
