@@ -86,6 +86,7 @@ from sim.catalog.hardware import get_hardware  # noqa: E402
 from sim.config import parse_override  # noqa: E402
 from sim.errors import ConfigError, DoesNotFitError, KvplanError  # noqa: E402
 from inferencex_sglang_flags import script_flags as sglang_script_flags  # noqa: E402
+from inferencex_sweeps import outside_sweep  # noqa: E402
 import inferencex_vllm_flags  # noqa: E402
 from inferencex_vllm_flags import script_flags as vllm_script_flags  # noqa: E402
 from silicon_sample import CSV_NAME, package_version, read_rows, silicon_csv  # noqa: E402,F401
@@ -556,17 +557,23 @@ def inferencex_script_flags(row: Mapping, clients: int, parallel: Mapping) -> tu
     SGLang's chunk sizes, ``--max-running-requests``, ``--mem-fraction-static`` and
     ``--scheduler-recv-interval``. The tables and their sources live in
     ``inferencex_vllm_flags`` / ``inferencex_sglang_flags`` (one per engine); flags kvplan cannot
-    express are named in the notes."""
+    express are named in the notes. A row beyond the concurrency InferenceX's sweep reached for
+    its config on that date (``inferencex_sweeps``) was measured by another harness: no flags."""
     if client_of(row) != "inferencex":
         return {}, []
     backend = _text(row, "backend") or "vllm"
     script_flags = {"vllm": vllm_script_flags, "sglang": sglang_script_flags}.get(backend)
     if script_flags is None:
         return {}, []
+    isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
+    outside = outside_sweep(_text(row, "model_path"), precision_label(row), _text(row, "system"), backend,
+                            measured_date(row), isl, osl, clients)
+    if outside:
+        return {}, [outside]
     tp, dp = parallel["tensor_parallel_size"], parallel["data_parallel_size"]
     ep = parallel.get("expert_parallel_size") or (tp * dp if parallel.get("enable_expert_parallel") else 1)
     return script_flags(_text(row, "model_path"), precision_label(row), _text(row, "system"),
-                        measured_date(row), _int(row, "isl", 0), _int(row, "osl", 0), clients, tp, ep, dp)
+                        measured_date(row), isl, osl, clients, tp, ep, dp)
 
 
 def vllm_script_runs_dp_attention(row: Mapping) -> bool:

@@ -525,6 +525,22 @@ def test_generator_flags_are_aiconfigurators_rules():
     assert res["status"] == "replayed" and res["completed"] == 8
 
 
+def test_inferencex_sweep_caps_by_date():
+    """The yaml's search spaces as tabulated: a version from its commit's day on, 0 for a shape it
+    dropped (#911 removed 1k / 8k on 2026-03-28), no record before the yaml existed."""
+    import inferencex_sweeps as sw
+
+    assert sw.config_key("deepseek-ai/DeepSeek-R1-0528", "fp8", "b200_sxm", "sglang") == "dsr1-fp8-b200-sglang"
+    assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2026-03-25", 1024, 1024)[0] == 64
+    assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2026-03-25", 8192, 1024)[0] == 32
+    assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2026-03-27", 1024, 8192)[0] == 64
+    assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2026-03-28", 1024, 8192)[0] == 0
+    assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2025-10-29", 1024, 1024) is None
+    assert sw.outside_sweep("openai/gpt-oss-120b", "fp4", "h100_sxm", "vllm", "2026-03-27", 1024, 1024, 64) is None
+    assert "went to 64" in sw.outside_sweep("openai/gpt-oss-120b", "fp4", "h100_sxm", "vllm", "2026-03-27",
+                                            1024, 1024, 512)
+
+
 def test_inferencex_rows_replay_their_scripts_flags_at_the_measured_date():
     """--server scripts (the default): an InferenceX row runs the flags its script passed on the
     row's measured date (SGLang DeepSeek-R1 FP8 on B200, 2026-03-25: --max-running-requests 128,
@@ -544,6 +560,11 @@ def test_inferencex_rows_replay_their_scripts_flags_at_the_measured_date():
     assert any("not modelled" in n and "--cuda-graph-max-bs" in n for n in p.notes)
     assert point(sglang_row(8), quant=None, moe=True).config["sglang"]["scheduler_recv_interval"] == 10
     assert "sglang" not in point(sglang_row(32), quant=None, moe=True, server="defaults").config
+    # InferenceX's sweep of this config went to 64 clients at 1k / 1k (nvidia-master.yaml): a row
+    # at 512 is another harness's, replayed with SGLang's defaults.
+    beyond = point(sglang_row(512), quant=None, moe=True)
+    assert "sglang" not in beyond.config
+    assert any("outside InferenceX's sweep" in n and "went to 64 clients" in n for n in beyond.notes)
 
     def minimax(measured: str):
         return row(backend_version="0.19.0", system="b200_sxm", isl=8192, osl=1024, batch_size=64,

@@ -31,7 +31,10 @@ def test_ttft_itl_e2e_match_the_server_delays():
         assert r.success, r.error
         assert r.output_tokens == n and r.num_chunks == n and len(r.itl_s) == n - 1
         assert ttft <= r.ttft_s < ttft + SLACK
-        assert all(x >= itl * 0.9 for x in r.itl_s)
+        # Token k leaves the server no sooner than ttft + k x itl after the request; one gap alone
+        # may be short (a busy event loop that read chunk k late reads chunk k + 1 on time).
+        since_start = r.ttft_s + np.cumsum(r.itl_s)
+        assert all(t >= ttft + (k + 1) * itl - 1e-3 for k, t in enumerate(since_start)), since_start
         assert np.mean(r.itl_s) < itl + SLACK / 2
         assert ttft + (n - 1) * itl <= r.e2el_s < ttft + (n - 1) * itl + 2 * SLACK
 

@@ -1,0 +1,221 @@
+"""Which points InferenceX's single-node sweep ran, by date: the concurrency each config's search
+space reached for each ISL / OSL pair.
+
+Why: the CSV's collections hold InferenceX-shaped rows (its three ISL / OSL pairs) that its sweep
+did not run. ``.github/configs/nvidia-master.yaml`` (SemiAnalysisAI/InferenceX) lists, for each
+``<model>-<precision>-<gpu>-<framework>`` config, the search space its single-node workflow swept:
+DeepSeek-R1 FP8 on B200 with SGLang went to 64 clients at 1k / 1k and 32 at 8k / 1k, yet the
+CSV holds rows of that deployment at 128-512 clients, whose measurements (TPOT 69 ms at 512
+clients, where the script's ``--max-running-requests 128`` would have held it near 25 ms and
+queued the rest for tens of seconds) say another harness's server measured them. The script's
+flags (``inferencex_vllm_flags``, ``inferencex_sglang_flags``) belong to the rows its sweep ran;
+a row outside it is replayed with the release's defaults.
+
+``SWEEPS`` was read off the yaml's history (``git log --first-parent`` of main, UTC commit
+dates; every commit that changed a config's caps, from the file's creation on 2025-11-03 to
+``TABULATED_UNTIL``; trt, mtp, dynamo, agentic and multi-node configs left out): per config, the
+versions ``(from_date, commit, ((isl, osl, max clients), ...))``, the maximum ``conc-end`` over
+the search spaces of that ISL / OSL pair (any TP, EP, DP attention). A version is in force from
+its commit's day on (a commit on a row's measured day counts, as for the scripts). Stdlib only.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+#: The yaml's history is tabulated up to (not including) this day; 2026-05-01 (b7ae44045)
+#: restructured the configs, after every measured row.
+TABULATED_UNTIL = "2026-05-01"
+
+#: The yaml's creation: no sweep record before it (the sweeps were in workflow files).
+FIRST_RECORD = "2025-11-03"
+
+#: ``model_path`` substring (lower case) -> the configs' model prefix.
+MODEL_PREFIXES = (("deepseek", "dsr1"), ("minimax-m2.5", "minimaxm2.5"), ("kimi-k2.5", "kimik2.5"),
+                  ("gpt-oss", "gptoss"), ("qwen3.5", "qwen3.5"), ("glm-5", "glm5"),
+                  ("llama-3.1-70b", "llama70b"), ("llama-3.3-70b", "llama70b"))
+
+Caps = tuple[tuple[int, int, int], ...]
+
+SWEEPS: dict[str, tuple[tuple[str, str, Caps], ...]] = {
+    'dsr1-fp4-b200-sglang': (
+        ('2025-11-03', '17d5e204f', ((1024, 1024, 128), (1024, 8192, 128), (8192, 1024, 128))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 128), (8192, 1024, 128))),
+    ),
+    'dsr1-fp4-b300-sglang': (
+        ('2026-04-17', '9ebeafb4e', ((1024, 1024, 128), (8192, 1024, 128))),
+    ),
+    'dsr1-fp8-b200-sglang': (
+        ('2025-11-03', '17d5e204f', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-01-13', '1d29967c4', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 32))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 32))),
+    ),
+    'dsr1-fp8-b300-sglang': (
+        ('2026-04-17', '5b302f147', ((1024, 1024, 64), (8192, 1024, 32))),
+    ),
+    'dsr1-fp8-h200-sglang': (
+        ('2025-11-03', '17d5e204f', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+    'glm5-fp4-b200-sglang': (
+        ('2026-04-02', '800f57aaf', ((1024, 1024, 64), (8192, 1024, 64))),
+        ('2026-04-09', '475cc1dbc', ((1024, 1024, 256), (8192, 1024, 256))),
+    ),
+    'glm5-fp4-b300-sglang': (
+        ('2026-04-17', '37120e65c', ((1024, 1024, 256), (8192, 1024, 256))),
+    ),
+    'glm5-fp8-b200-sglang': (
+        ('2026-03-20', '13930ca61', ((1024, 1024, 128), (1024, 8192, 128), (8192, 1024, 128))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 128), (8192, 1024, 128))),
+        ('2026-04-14', '8f1e330f9', ((1024, 1024, 256), (8192, 1024, 256))),
+    ),
+    'glm5-fp8-b300-sglang': (
+        ('2026-04-17', '6c66a00d9', ((1024, 1024, 256), (8192, 1024, 256))),
+    ),
+    'glm5-fp8-h200-sglang': (
+        ('2026-03-19', 'ebb48d4bc', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+    'glm5-nvfp4-b200-sglang': (
+        ('2026-03-29', 'd43805fc3', ((1024, 1024, 64), (8192, 1024, 64))),
+        ('2026-04-02', '800f57aaf', None),
+    ),
+    'gptoss-fp4-b200-vllm': (
+        ('2025-11-03', '17d5e204f', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2025-11-10', '7daaa8bb3', ((1024, 1024, 128), (1024, 8192, 128), (8192, 1024, 128))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 128), (8192, 1024, 128))),
+    ),
+    'gptoss-fp4-h100-vllm': (
+        ('2025-11-03', '17d5e204f', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-25', 'c674b81dd', ((1024, 1024, 4),)),
+        ('2026-03-25', '77d376b86', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+    'gptoss-fp4-h200-vllm': (
+        ('2025-11-03', '17d5e204f', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+    'kimik2.5-fp4-b200-vllm': (
+        ('2026-03-11', 'a58dedd5a', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+    'kimik2.5-fp4-b300-vllm': (
+        ('2026-04-17', 'a35e53694', ((1024, 1024, 64), (8192, 1024, 64))),
+        ('2026-04-20', '13d527ab9', None),
+        ('2026-04-20', 'f34a83b25', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+    'kimik2.5-int4-b200-vllm': (
+        ('2026-02-24', 'eb02101ef', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+    'kimik2.5-int4-b300-vllm': (
+        ('2026-04-17', '6e89e55b0', ((1024, 1024, 64), (8192, 1024, 64))),
+        ('2026-04-17', 'dd9c285b3', None),
+    ),
+    'kimik2.5-int4-h200-vllm': (
+        ('2026-03-02', '70072ef5b', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-02', '1c5c8b45c', None),
+        ('2026-03-02', '749096c4c', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+    'minimaxm2.5-fp4-b200-vllm': (
+        ('2026-04-08', '79bd988e9', ((1024, 1024, 512), (8192, 1024, 512))),
+        ('2026-04-22', '13962fcfa', ((1024, 1024, 1024), (8192, 1024, 512))),
+    ),
+    'minimaxm2.5-fp4-b300-vllm': (
+        ('2026-04-17', '22d0f12f7', ((1024, 1024, 512), (8192, 1024, 512))),
+        ('2026-04-21', '633fd2377', ((1024, 1024, 2048), (8192, 1024, 512))),
+    ),
+    'minimaxm2.5-fp8-b200-vllm': (
+        ('2026-03-11', 'f342df18e', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 64))),
+        ('2026-04-03', 'bddbf4031', ((1024, 1024, 512), (8192, 1024, 256))),
+        ('2026-04-08', '5d037dd4a', ((1024, 1024, 512), (8192, 1024, 512))),
+    ),
+    'minimaxm2.5-fp8-b300-vllm': (
+        ('2026-04-17', '340d7854c', ((1024, 1024, 512), (8192, 1024, 512))),
+        ('2026-04-21', '0c2467c15', ((1024, 1024, 1024), (8192, 1024, 256))),
+    ),
+    'minimaxm2.5-fp8-h100-vllm': (
+        ('2026-03-03', 'ac0d2a853', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+    'minimaxm2.5-fp8-h200-vllm': (
+        ('2026-03-01', 'a36346339', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-13', '5e2c705d3', ((1024, 1024, 128), (1024, 8192, 128), (8192, 1024, 128))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 128), (8192, 1024, 128))),
+    ),
+    'qwen3.5-bf16-b200-sglang': (
+        ('2026-02-17', '521d19951', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+    'qwen3.5-bf16-b300-sglang': (
+        ('2026-04-18', '77c8b9657', ((1024, 1024, 64), (8192, 1024, 64))),
+        ('2026-04-18', '47e63d5b6', None),
+        ('2026-04-18', '32274d6c1', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+    'qwen3.5-fp4-b200-sglang': (
+        ('2026-04-08', '48d35c480', ((1024, 1024, 128), (8192, 1024, 128))),
+    ),
+    'qwen3.5-fp4-b300-sglang': (
+        ('2026-04-18', '8acbd08b7', ((1024, 1024, 128), (8192, 1024, 128))),
+    ),
+    'qwen3.5-fp8-b200-sglang': (
+        ('2026-03-03', 'efd49e50b', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-24', '6a5dad463', ((1024, 1024, 128), (1024, 8192, 128), (8192, 1024, 128))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 128), (8192, 1024, 128))),
+        ('2026-04-30', '515294190', ((1024, 1024, 256), (8192, 1024, 256))),
+    ),
+    'qwen3.5-fp8-b300-sglang': (
+        ('2026-04-17', 'c0f62a2ef', ((1024, 1024, 256), (8192, 1024, 256))),
+    ),
+    'qwen3.5-fp8-h200-sglang': (
+        ('2026-03-04', 'f65d6b4b1', ((1024, 1024, 64), (1024, 8192, 64), (8192, 1024, 64))),
+        ('2026-03-28', '626932a11', ((1024, 1024, 64), (8192, 1024, 64))),
+    ),
+}
+
+
+def config_key(model_path: str, precision: str, system: str, backend: str) -> Optional[str]:
+    """The yaml's config name for a row (``dsr1-fp8-b200-sglang``), None for a model the sweep
+    does not cover."""
+    low = model_path.lower()
+    prefix = next((p for needle, p in MODEL_PREFIXES if needle in low), None)
+    if prefix is None:
+        return None
+    return f"{prefix}-{precision.lower()}-{system.lower().removesuffix('_sxm')}-{backend.lower()}"
+
+
+def sweep_cap(key: str, measured: str, isl: int, osl: int) -> Optional[tuple[int, str]]:
+    """(the most clients the sweep of ``key`` ran at ``isl`` / ``osl`` on ``measured``, the yaml
+    commit): 0 when the pair was not in its search space; None when there is no record (before
+    the yaml, after ``TABULATED_UNTIL``, or a config never listed by then)."""
+    if not (FIRST_RECORD <= measured < TABULATED_UNTIL):
+        return None
+    current = None
+    for from_date, commit, caps in SWEEPS.get(key, ()):
+        if from_date <= measured:
+            current = (commit, caps)
+    if current is None:
+        return None
+    commit, caps = current
+    return max((n for i, o, n in caps if (i, o) == (isl, osl)), default=0), commit
+
+
+def outside_sweep(model_path: str, precision: str, system: str, backend: str, measured: Optional[str],
+                  isl: int, osl: int, clients: int) -> Optional[str]:
+    """Why a row is outside InferenceX's sweep on its measured date (one line), or None when it
+    is inside or no record says either way."""
+    key = config_key(model_path, precision, system, backend)
+    if key is None or not measured:
+        return None
+    found = sweep_cap(key, measured, isl, osl)
+    if found is None:
+        return None
+    cap, commit = found
+    if clients <= cap:
+        return None
+    reach = f"went to {cap} clients" if cap else "did not run it"
+    return (f"outside InferenceX's sweep: {key} at {isl}/{osl} {reach} on {measured} "
+            f"(.github/configs/nvidia-master.yaml @ {commit}), so not its run: release defaults, "
+            f"no script flags")
