@@ -547,7 +547,8 @@ def generator_flags(backend: str, server: str, batch: int, isl: int, osl: int) -
             "kv_cache": {"max_model_len": isl + osl + 1500}}
 
 
-def inferencex_script_flags(row: Mapping, clients: int, parallel: Mapping) -> tuple[dict, list[str]]:
+def inferencex_script_flags(row: Mapping, clients: int, parallel: Mapping,
+                            labelled: Optional[Mapping] = None) -> tuple[dict, list[str]]:
     """(config sections, notes): the server flags InferenceX's script for ``row`` passed on the
     row's measured date, as kvplan config keys; ({}, []) for a row InferenceX did not measure.
 
@@ -558,7 +559,8 @@ def inferencex_script_flags(row: Mapping, clients: int, parallel: Mapping) -> tu
     ``--scheduler-recv-interval``. The tables and their sources live in
     ``inferencex_vllm_flags`` / ``inferencex_sglang_flags`` (one per engine); flags kvplan cannot
     express are named in the notes. A row beyond the concurrency InferenceX's sweep reached for
-    its config on that date (``inferencex_sweeps``) was measured by another harness: no flags."""
+    its config on that date (``inferencex_sweeps``) was measured by another harness: no flags.
+    ``labelled`` is the row as labelled where ``relabel_squared_ep`` replays it on another layout."""
     if client_of(row) != "inferencex":
         return {}, []
     backend = _text(row, "backend") or "vllm"
@@ -572,8 +574,17 @@ def inferencex_script_flags(row: Mapping, clients: int, parallel: Mapping) -> tu
         return {}, [outside]
     tp, dp = parallel["tensor_parallel_size"], parallel["data_parallel_size"]
     ep = parallel.get("expert_parallel_size") or (tp * dp if parallel.get("enable_expert_parallel") else 1)
-    return script_flags(_text(row, "model_path"), precision_label(row), _text(row, "system"),
-                        measured_date(row), isl, osl, clients, tp, ep, dp)
+    script, notes = script_flags(_text(row, "model_path"), precision_label(row), _text(row, "system"),
+                                 measured_date(row), isl, osl, clients, tp, ep, dp)
+    ranks = _int(labelled, "attention_dp_size", 1) if labelled is not None else 1
+    budget = script.get("scheduler", {}).get("max_num_batched_tokens")
+    if budget and ranks > 1 and vllm_script_runs_dp_attention(labelled):
+        # The script's DP-attention branch runs DP e x TP 1, one scheduler and one token budget
+        # per rank; the relabelled replay runs one scheduler for the e ranks: theirs summed.
+        script = {**script, "scheduler": {**script["scheduler"], "max_num_batched_tokens": budget * ranks}}
+        notes = [*notes, f"max_num_batched_tokens {budget} per DP rank x {ranks} ranks "
+                         f"(the relabelled deployment runs one scheduler for them)"]
+    return script, notes
 
 
 def vllm_script_runs_dp_attention(row: Mapping) -> bool:
@@ -725,15 +736,8 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     if seats is not None:
         config["scheduler"] = {"max_num_seqs": seats}
     if server == "scripts":
-        script, script_notes = inferencex_script_flags(row, clients, parallel)
-        ranks = _int(labelled, "attention_dp_size", 1) if labelled is not row else 1
-        budget = script.get("scheduler", {}).get("max_num_batched_tokens")
-        if budget and ranks > 1 and vllm_script_runs_dp_attention(labelled):
-            # The script's DP-attention branch runs DP e x TP 1, one scheduler and one token
-            # budget per rank; the relabelled replay runs one scheduler for the e ranks: theirs summed.
-            script = {**script, "scheduler": {**script["scheduler"], "max_num_batched_tokens": budget * ranks}}
-            script_notes = [*script_notes, f"max_num_batched_tokens {budget} per DP rank x {ranks} ranks "
-                                           f"(the relabelled deployment runs one scheduler for them)"]
+        script, script_notes = inferencex_script_flags(row, clients, parallel,
+                                                       labelled if labelled is not row else None)
         for section, values in script.items():
             values = dict(values)
             if section == "kv_cache" and "max_model_len" in values:
