@@ -1428,20 +1428,28 @@ def _rounded(obj: Any) -> Any:
 
 def results_json(report: Mapping) -> str:
     """The report as JSON small enough to keep in the repository (the full vLLM matrix was
-    2.8 MB indented): the header indented, one compact line per row, floats at 9 significant
-    digits, and each row's pricer description (long, repeated across rows) stored once in
-    ``pricer_descriptions`` and named by ``pricer_description_index``."""
+    2.8 MB indented, then 2.7 MB once each row named its script's flags): the header indented,
+    one compact line per row, floats at 9 significant digits, and the long strings rows repeat
+    stored once in the header: each row's pricer description in ``pricer_descriptions``, named by
+    ``pricer_description_index``, and its notes in ``notes_table``, named by ``note_indices``
+    (about 250 distinct notes over 1,328 rows)."""
     descriptions = sorted({r["pricer_description"] for r in report["rows"] if r.get("pricer_description")})
     index = {d: i for i, d in enumerate(descriptions)}
+    notes_table = sorted({n for r in report["rows"] for n in r.get("notes") or ()})
+    note_index = {n: i for i, n in enumerate(notes_table)}
     rows = []
     for r in report["rows"]:
         r = dict(r)
         d = r.pop("pricer_description", None)
         if d:
             r["pricer_description_index"] = index[d]
+        notes = r.pop("notes", None)
+        if notes is not None:
+            r["note_indices"] = [note_index[n] for n in notes]
         rows.append(json.dumps(_rounded(r), separators=(",", ":"), default=str))
     head = {k: v for k, v in report.items() if k != "rows"}
     head["pricer_descriptions"] = descriptions
+    head["notes_table"] = notes_table
     text = json.dumps(_rounded(head), indent=1, default=str)
     return text[:-2] + ',\n "rows": [\n' + ",\n".join(rows) + "\n ]\n}\n"
 

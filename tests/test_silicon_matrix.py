@@ -260,6 +260,9 @@ def test_tiny_end_to_end(tmp_path, monkeypatch):
     assert by_id["fp8tp2"]["config"]["engine"]["version"] == sm.DEFAULT_VLLM_VERSION
     # Each row's pricer description is stored once and named by index.
     assert rep["pricer_descriptions"][d["pricer_description_index"]].startswith("roofline")
+    # ...and so is each note, in the order the row's notes were written.
+    assert "notes" not in d and d["note_indices"]
+    assert any("idle server" in rep["notes_table"][i] for i in d["note_indices"])
     o = rep["summary"]["overall"]
     assert o["n"] == 2 and o["ttft_mape"] is not None and o["tpot_mape"] is not None
     assert set(rep["summary"]["by_gpu"]) == {"h100_sxm", "h200_sxm"}
