@@ -267,11 +267,17 @@ RECIPES: tuple[Recipe, ...] = (
            "0f78cf4eb (#966)", {**_MM_H200, "kv_cache.prefix_caching": False}, (), "always-ep"),
 )
 
-#: Caveats of the benchmark client rather than the server, by (family, system, from, to).
-CLIENT_NOTES: tuple[tuple[str, str, str, str, str], ...] = (
-    ("gpt-oss", "h100_sxm", "2025-11-21", "2025-12-08",
-     "gptoss_fp4_h100_docker.sh sent --max-concurrency 512 whatever CONC (d22bf9ca9 #227, fixed 4e135fd3f "
-     "#310): on the docker runner the server's --max-num-seqs CONC queued the surplus"),
+#: Benchmark-client defects that make a row measure something other than its label, by
+#: (family, system, first day, fix day, the concurrency label the defect wrote, what happened).
+#: The fix day is included: a fix committed that day may postdate the run, and the label the
+#: defect writes is the defect's own signature (the sweep never reached it), so a row carrying it
+#: in the window ran the defective client whatever the hour.
+CLIENT_DEFECTS: tuple[tuple[str, str, str, str, int, str], ...] = (
+    ("gpt-oss", "h100_sxm", "2025-11-21", "2025-12-08", 512,
+     "gptoss_fp4_h100_docker.sh sent --max-concurrency 512 and --num-prompts 10 x CONC whatever the sweep "
+     "point CONC (InferenceX d22bf9ca9 #227, fixed by 4e135fd3f #310 on 2025-12-08): all 10 x CONC "
+     "requests at once against a server started with --max-num-seqs CONC, labelled c512; CONC is not "
+     "recorded, so neither the client nor the server of the row is known"),
 )
 
 _FAMILIES = (("minimax-m2.5", "minimax-m2.5"), ("kimi-k2.5", "kimi-k2.5"), ("gpt-oss", "gpt-oss"),
@@ -285,6 +291,18 @@ def model_family(model_path: str) -> Optional[str]:
     for needle, family in _FAMILIES:
         if needle in text:
             return family
+    return None
+
+
+def client_defect(model_path: str, system: str, measured: Optional[str], clients: int) -> Optional[str]:
+    """Why a row did not measure its label (``CLIENT_DEFECTS``), or None. Decided from the row's
+    model, GPU, date and label alone: never from its measured numbers."""
+    family = model_family(model_path)
+    if family is None or not measured:
+        return None
+    for fam, sys_, start, fixed, label, text in CLIENT_DEFECTS:
+        if (fam, sys_) == (family, system) and start <= measured <= fixed and clients == label:
+            return text
     return None
 
 
@@ -360,9 +378,6 @@ def script_flags(model_path: str, precision: str, system: str, measured: Optiona
         notes.append(f"script changed on the measured day ({rec.source}): assumed the row ran the new version")
     notes.extend(rec.extra_notes)
     notes.extend(_parallel_notes(rec, tp, ep, dp))
-    for fam, sys_, start, end, text in CLIENT_NOTES:
-        if (fam, sys_) == (family, system) and start <= measured < end:
-            notes.append(text)
     if rec.not_modelled:
         notes.append("not modelled: " + ", ".join(rec.not_modelled))
     return config, notes

@@ -687,6 +687,10 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     isl, osl = _int(row, "isl", 0), _int(row, "osl", 0)
     if clients < 1 or isl < 1 or osl < 2:
         raise RowNotExpressible("bad row", f"batch_size {clients}, isl {isl}, osl {osl}")
+    if client_of(row) == "inferencex" and (_text(row, "backend") or "vllm") == "vllm":
+        defect = inferencex_vllm_flags.client_defect(model_path, system, measured_date(row), clients)
+        if defect:  # the row's label is not what ran: nothing to replay it with
+            raise RowNotExpressible("client defect: label not what ran", defect)
     if clients > 256:
         notes.append(f"N = {clients} > 256: AIConfigurator's genai-perf runner passes --max-threads 256, "
                      f"so fewer requests may have been in flight and TTFT may include time queued in the client")

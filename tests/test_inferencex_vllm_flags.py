@@ -66,11 +66,21 @@ def test_gpt_oss_hopper_2025_had_async_scheduling_and_no_marlin():
     assert not any("MARLIN" in n for n in notes)
 
 
-def test_gpt_oss_h100_docker_client_bug_noted():
-    _, notes = flags("openai/gpt-oss-120b", "fp4", "h100_sxm", "2025-12-05", tp=2)
-    assert any("--max-concurrency 512" in n for n in notes)
-    _, fixed = flags("openai/gpt-oss-120b", "fp4", "h100_sxm", "2025-12-08", osl=8192, tp=2)
-    assert not any("--max-concurrency 512" in n for n in fixed)
+def test_gpt_oss_h100_docker_client_defect_by_date_and_label():
+    # d22bf9ca9 (#227, 2025-11-21) sent --max-concurrency 512 whatever CONC; 4e135fd3f (#310) fixed
+    # it on 2025-12-08 at 22:20 UTC, so a c512 row of that day still ran the defective client.
+    oss = "openai/gpt-oss-120b"
+    assert "--max-concurrency 512" in m.client_defect(oss, "h100_sxm", "2025-12-05", 512)
+    assert m.client_defect(oss, "h100_sxm", "2025-12-08", 512) is not None
+    assert m.client_defect(oss, "h100_sxm", "2025-11-20", 512) is None
+    assert m.client_defect(oss, "h100_sxm", "2025-12-09", 512) is None
+    assert m.client_defect(oss, "h100_sxm", "2025-12-05", 64) is None  # a swept label: not the defect's
+    assert m.client_defect(oss, "h200_sxm", "2025-12-05", 512) is None
+    assert m.client_defect("meta-llama/Llama-3.1-70B", "h100_sxm", "2025-12-05", 512) is None
+    assert m.client_defect(oss, "h100_sxm", None, 512) is None
+    # The script flags themselves no longer carry it as a note: the row is skipped instead.
+    _, notes = flags(oss, "fp4", "h100_sxm", "2025-12-05", tp=2)
+    assert not any("--max-concurrency 512" in n for n in notes)
 
 
 def test_kimi_fp4_b200_versions():

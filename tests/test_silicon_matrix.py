@@ -593,3 +593,25 @@ def test_inferencex_rows_replay_their_scripts_flags_at_the_measured_date():
     gap = point(row(isl=1000, osl=500, silicon_data_source="source_file=x/aic-auto-gap-analysis/r.csv; "
                                                       "measured=2026-04-08"), moe=False)
     assert "scheduler" not in gap.config and not any("InferenceX" in n and "script" in n for n in gap.notes)
+
+
+def test_rows_of_inferencex_defective_h100_client_are_skipped_with_the_reason():
+    """From d22bf9ca9 (#227, 2025-11-21) to 4e135fd3f (#310, 2025-12-08) InferenceX's gpt-oss H100
+    docker script sent --max-concurrency 512 for every sweep point: its rows carry c512 but ran
+    10 x CONC requests at once against --max-num-seqs CONC. The rule reads the model, GPU, date
+    and label only; the same point on the day after the fix, or at a swept label, replays."""
+    def gptoss(measured: str, n: int = 512):
+        return row(backend_version="0.11.2", model_path="openai/gpt-oss-120b", precision="fp4",
+                   gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", isl=1024, osl=1024, batch_size=n,
+                   tp_size=4, moe_tp_size=4,
+                   silicon_data_source=f"source_file=2026-04-06.csv; measured={measured}; silicon_concurrency={n}")
+
+    for day in ("2025-12-05", "2025-12-08"):
+        with pytest.raises(sm.RowNotExpressible) as info:
+            point(gptoss(day), quant=MXFP4, moe=True)
+        assert info.value.kind == "client defect: label not what ran"
+        assert "#227" in str(info.value) and "--max-num-seqs CONC" in str(info.value)
+    assert point(gptoss("2025-12-09"), quant=MXFP4, moe=True).config["workload"]["arrival"]["concurrency"] == 512
+    assert point(gptoss("2025-12-05", 64), quant=MXFP4, moe=True).config["workload"]["arrival"]["concurrency"] == 64
+    other_gpu = gptoss("2025-12-05") | {"system": "h200_sxm"}
+    assert point(other_gpu, quant=MXFP4, moe=True).config["hardware"] == "h200"
