@@ -48,6 +48,7 @@ from typing import Any, Optional, Union
 
 import yaml
 
+from calibration.run_manifest import ServerFacts, perf_dir, server_facts
 from sim.errors import KvplanError
 from sim.workload.shared_prefix import SharedPrefix, Stage
 
@@ -60,6 +61,7 @@ SERVER_KEYS = {
     "max_model_len": "kv_cache.max_model_len",
     "gpu_memory_utilization": "kv_cache.gpu_memory_utilization",
     "block_size": "kv_cache.block_size",
+    "data_parallel_size": "parallel.data_parallel_size",
 }
 #: What the shared inference-perf runs' README says the server ran with when exp-config.yaml
 #: does not say (vLLM V1 defaults there: chunked prefill, prefix caching on, block 16, 0.9).
@@ -111,6 +113,16 @@ class RealRun:
     #: The serving engine ("sglang", "vllm", ...) where the run names it (SGLang's bench_serving
     #: ``backend``); None: not stated (vLLM assumed).
     engine_name: Optional[str] = None
+    #: ``quantization.weights`` where the run's collection says the weights were not 16-bit
+    #: (``calibration.run_manifest``: a manifest's ``precision: FP8``, ``--quantization fp8``).
+    weights: Optional[str] = None
+    #: GiB of CPU DRAM the server's KV offload connector used (0: off; None: not recorded).
+    cpu_offload_gb: Optional[float] = None
+    #: The GPU KV pool vLLM reported per engine core (``vllm.log``), for the memory-plan check.
+    kv_cache_tokens: Optional[int] = None
+    #: ``--kv-cache-dtype`` / ``--[no-]enable-prefix-caching`` as the server log shows them.
+    kv_cache_dtype: Optional[str] = None
+    prefix_caching: Optional[bool] = None
 
 
 #: Fields that name the serving engine's release: ``vllm bench serve --metadata
@@ -260,7 +272,7 @@ def read_inference_perf(folder: Path) -> RealRun:
         duration = _num(st.get("duration"), src, f"load.stages[{i}].duration", positive=True)
         stages.append(Stage.of_rate(rate, duration))
 
-    results = folder / "results"
+    results = perf_dir(folder)
     measured = []
     for i in range(len(stages)):
         f = results / f"stage_{i}_lifecycle_metrics.json"
@@ -289,14 +301,39 @@ def read_inference_perf(folder: Path) -> RealRun:
             server[key] = exp[key]
     if "tensor_parallelism" in exp:
         server["tensor_parallel_size"] = exp["tensor_parallelism"]
+    facts = server_facts(folder)
+    _merge_facts(server, exp, facts, folder, notes)
     for key, value in server.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise RealRunError(f"{folder / 'exp-config.yaml'}: {key}: expected a number, got {value!r}")
     return RealRun(path=folder, format="inference-perf", name=folder.name, model=model, server=server,
                    stages=stages, measured=measured,
                    shared_prefix=SharedPrefix(groups, per_group, system_len, question_len, output_len),
-                   dtype=exp.get("dtype"), hardware=exp.get("hardware"), notes=notes,
-                   engine_version=engine_version_of(exp, _load_json_opt(folder / "meta.json"), folder))
+                   dtype=exp.get("dtype"), hardware=exp.get("hardware") or facts.hardware, notes=notes,
+                   engine_version=engine_version_of(exp, _load_json_opt(folder / "meta.json"), folder),
+                   weights=facts.weights, cpu_offload_gb=facts.cpu_offload_gb,
+                   kv_cache_tokens=facts.kv_cache_tokens, kv_cache_dtype=facts.kv_cache_dtype,
+                   prefix_caching=facts.prefix_caching)
+
+
+def _merge_facts(server: dict, exp: dict, facts: ServerFacts, folder: Path, notes: list[str]) -> None:
+    """The manifest's and server log's settings into ``server`` where exp-config.yaml is silent
+    (exp-config.yaml is the run's own record: it wins, with a note where they disagree)."""
+    said = {"data_parallel_size": facts.data_parallel_size,
+            "gpu_memory_utilization": facts.gpu_memory_utilization,
+            "max_num_batched_tokens": facts.max_num_batched_tokens}
+    for key, value in said.items():
+        if value is None:
+            continue
+        if key in exp and exp[key] != value:
+            notes.append(f"{folder.name}: exp-config.yaml {key} {exp[key]} kept over the "
+                         f"collection's {value}")
+            continue
+        server[key] = value
+    notes.extend(facts.notes)
+    if facts.cpu_offload_gb is None and any("CPU KV offload on" in n for n in facts.notes):
+        notes.append("CPU KV offload on, but its size is not recorded (no cpu_bytes_to_use in "
+                     "vllm.log): simulated without the CPU tier")
 
 
 def _inference_perf_stage(f: Path, index: int, output_len: int) -> MeasuredStage:

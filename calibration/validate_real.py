@@ -111,8 +111,25 @@ class RunComparison:
         }
 
 
+def _modelled_moe() -> tuple[str, ...]:
+    """Every architecture ``sim.catalog.models.load_hf_config`` reads: the MoE ones among them
+    (Mixtral, Qwen3-MoE, Llama 4, DeepSeek-V3 / Kimi, gpt-oss, MiniMax-M2, Qwen3.5-MoE) are
+    priced like the dense ones, so none is refused here."""
+    from sim.catalog.models import SUPPORTED_MODEL_TYPES
+
+    return SUPPORTED_MODEL_TYPES
+
+
 #: Mixture-of-experts architectures the simulator prices (``sim.catalog.models``).
-MODELLED_MOE = ("mixtral", "qwen3_moe")
+MODELLED_MOE = _modelled_moe()
+
+#: Checkpoint-name suffixes of quantised releases of a model (RedHatAI's ``-FP8-dynamic`` and
+#: ``-quantized.w8a8``, NVIDIA's ``-FP8``, ...) -> the weights they hold; stripped to find the
+#: base model in kvplan's catalog when the checkpoint itself is not there.
+CHECKPOINT_SUFFIXES = (
+    (re.compile(r"[-_.]fp8([-_.]dynamic|[-_.]static|[-_.]block)?$", re.I), "fp8"),
+    (re.compile(r"[-_.](quantized[-_.])?w8a8([-_.]fp8)?$", re.I), "fp8"),
+)
 
 
 # --- scenario -----------------------------------------------------------------------------
@@ -141,10 +158,28 @@ def resolve_model(run: RealRun) -> tuple[str, Optional[dict]]:
         return run.model, hf_cfg[0] if hf_cfg else None
     except ConfigError:
         pass
-    if hf_cfg is None:
+    base = base_checkpoint(run.model)
+    if hf_cfg is None and base is not None:
+        return base[0], None
         raise ConfigError(f"{run.path}: model {run.model!r} is neither in kvplan's catalog nor "
                           f"described by a model_configs/<name>/config.json next to the runs: pass --model")
     return str(hf_cfg[1]), hf_cfg[0]
+
+
+def base_checkpoint(name: str) -> Optional[tuple[str, str]]:
+    """(catalog model, weights) of a quantised checkpoint whose base model kvplan knows
+    (``RedHatAI/Llama-4-Scout-17B-16E-Instruct-FP8-dynamic`` -> Llama 4 Scout, fp8), else None."""
+    from sim.catalog.models import get_model
+
+    bare = name.rstrip("/").split("/")[-1]
+    for pattern, weights in CHECKPOINT_SUFFIXES:
+        stripped = pattern.sub("", bare)
+        if stripped != bare:
+            try:
+                return get_model(stripped).name, weights
+            except ConfigError:
+                return None
+    return None
 
 
 def _find_model_config(run: RealRun) -> Optional[tuple[dict, Path]]:
@@ -206,7 +241,8 @@ def build_config(run: RealRun, hardware: Optional[str] = None, model: Optional[s
         hardware, note = infer_hardware(run)
         if hardware is None:
             raise ConfigError(f"{run.path}: which GPU ran it is not recorded: pass --hardware (e.g. h100-sxm)")
-        notes.append(note)
+        if note:
+            notes.append(note)
     dtype = run.dtype
     if dtype is None:
         torch_dtype = (hf_cfg or {}).get("torch_dtype")
@@ -218,6 +254,26 @@ def build_config(run: RealRun, hardware: Optional[str] = None, model: Optional[s
     cfg: dict[str, Any] = {"model": model, "hardware": hardware, "dtype": dtype,
                            "kv_cache": {"prefix_caching": True},
                            "scheduler": {"policy": "chunked"}}
+    weights = run.weights
+    base = base_checkpoint(str(run.model)) if run.model else None
+    if base is not None and model == base[0]:
+        weights = weights or base[1]
+        notes.append(f"{run.model}: a {base[1].upper()} checkpoint of {base[0]} (weights {base[1]})")
+    if weights:
+        cfg["quantization"] = {"weights": weights}
+        if run.weights:
+            notes.append(f"weights {weights} (the run's collection records its precision)")
+    if run.kv_cache_dtype:
+        cfg["kv_cache"]["dtype"] = run.kv_cache_dtype
+        notes.append(f"kv cache {run.kv_cache_dtype} (vllm.log)")
+    if run.prefix_caching is not None:
+        cfg["kv_cache"]["prefix_caching"] = run.prefix_caching
+    if run.cpu_offload_gb and run.prefix_caching is False:
+        notes.append("CPU KV offload left out: it offloads cached prefix blocks, and the server "
+                     "ran without prefix caching")
+    elif run.cpu_offload_gb:
+        cfg["kv_cache"]["cpu_offload_gb"] = round(run.cpu_offload_gb, 6)
+        notes.append(f"CPU KV offload tier of {run.cpu_offload_gb:g} GiB per GPU (vllm.log cpu_bytes_to_use)")
     for key, dotted in SERVER_KEYS.items():
         if key in run.server:
             section, leaf = dotted.split(".")
@@ -281,7 +337,20 @@ def compare_run(run: RealRun, *, hardware: Optional[str] = None, model: Optional
         comparisons.append(StageComparison(k if run.format != "inference-perf" else run.measured[k].index,
                                            stages[k], _real_metrics(run.measured[k]), pred,
                                            real_overloaded(run.measured[k]), grows))
+    notes.append(kv_pool_note(run, result.summary, block))
     return RunComparison(run, result.config, comparisons, elapsed, result.summary, [n for n in notes if n])
+
+
+def kv_pool_note(run: RealRun, summary: dict, block_size: int) -> Optional[str]:
+    """kvplan's KV pool per engine core against the one vLLM logged (a check of the memory
+    plan; None when the run's log does not say)."""
+    planned = summary.get("num_gpu_blocks")
+    if not run.kv_cache_tokens or not planned:
+        return None
+    ours = int(planned) * block_size
+    err = (ours - run.kv_cache_tokens) / run.kv_cache_tokens
+    return (f"KV pool per engine core: vLLM logged {run.kv_cache_tokens:,} tokens, kvplan's memory "
+            f"plan {ours:,} ({err:+.1%})")
 
 
 def real_overloaded(m: MeasuredStage) -> bool:

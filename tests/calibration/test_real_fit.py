@@ -225,11 +225,11 @@ def test_bad_input_is_one_line(tmp_path, capsys, breakage, needle):
             stage0.write_text(json.dumps(d))
         elif breakage == "moe":
             cfg = yaml.safe_load((folder / "exp-config.yaml").read_text())
-            cfg["model"] = "deepseek-ai/DeepSeek-V3"  # a mixture of experts kvplan does not price yet
+            cfg["model"] = "Qwen/Qwen1.5-MoE-A2.7B"  # a mixture of experts kvplan does not price yet
             (folder / "exp-config.yaml").write_text(yaml.safe_dump(cfg))
-            mc = root / "model_configs" / "DeepSeek-V3"
+            mc = root / "model_configs" / "Qwen1.5-MoE-A2.7B"
             mc.mkdir(parents=True)
-            (mc / "config.json").write_text(json.dumps({"model_type": "deepseek_v3", "n_routed_experts": 256}))
+            (mc / "config.json").write_text(json.dumps({"model_type": "qwen2_moe", "num_experts": 60}))
     code, _, err = _cli(["calibrate", "--real", str(root), "--out", str(tmp_path / "p.json"), "--no-progress"],
                         capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and needle in err, err

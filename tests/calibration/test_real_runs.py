@@ -283,19 +283,19 @@ def test_mixtral_run_is_validated(tmp_path, capsys):
 
 
 def test_unmodelled_moe_run_is_skipped_in_one_line(tmp_path, capsys):
-    """A mixture of experts of a kind kvplan does not price yet (DeepSeek-V3) is refused by name."""
+    """A mixture of experts of a kind kvplan does not price yet (Qwen2-MoE) is refused by name."""
     import shutil
 
     if not GENERAL_7B.is_dir():
         pytest.skip("../shared real runs absent")
     root = tmp_path / "runs_h100"
-    run = root / "x-deepseek-v3-tp8-general"
+    run = root / "x-qwen1.5-moe-tp1-general"
     shutil.copytree(GENERAL_7B, run)
     cfg = yaml.safe_load((run / "exp-config.yaml").read_text())
-    cfg["model"] = "deepseek-ai/DeepSeek-V3"
+    cfg["model"] = "Qwen/Qwen1.5-MoE-A2.7B"
     (run / "exp-config.yaml").write_text(yaml.safe_dump(cfg))
-    mc = root / "model_configs" / "DeepSeek-V3"
+    mc = root / "model_configs" / "Qwen1.5-MoE-A2.7B"
     mc.mkdir(parents=True)
-    (mc / "config.json").write_text(json.dumps({"model_type": "deepseek_v3", "n_routed_experts": 256}))
+    (mc / "config.json").write_text(json.dumps({"model_type": "qwen2_moe", "num_experts": 60}))
     code, _, err = _cli(["validate", "--real", str(run), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and len(err.strip().splitlines()) == 1 and "mixture-of-experts" in err
