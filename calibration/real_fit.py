@@ -29,6 +29,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 
 from calibration.real_runs import RealRun, read_run
+from calibration.run_manifest import MANIFEST_NAME
 from calibration.validate_real import ModelNotModelled, RunComparison, compare_run
 from sim.errors import KvplanError
 
@@ -70,7 +71,8 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
         if _is_run(p):
             found.append(p)
             continue
-        children = sorted(c for c in p.iterdir() if _is_run(c) and (c.is_dir() or c.suffix == ".json"))
+        children = sorted(c for c in p.iterdir() if _is_run(c) and (c.is_dir() or c.suffix == ".json")
+                          and c.name != MANIFEST_NAME)  # a collection's manifest is not a run
         if not children:
             raise RealFitError(f"--real {p}: no runs found (expected inference-perf run folders, vllm "
                                f"bench serve or GuideLLM JSON files, or a folder of them)")

@@ -162,6 +162,27 @@ def engine_version_of(*sources: Any) -> Optional[str]:
 # --- entry point ---------------------------------------------------------------------------
 
 
+def is_run_folder(p: Path) -> bool:
+    """An inference-perf run folder (what ``read_inference_perf`` reads)."""
+    return p.is_dir() and any((p / n).exists() for n in ("profile.yaml", "exp-config.yaml", "results"))
+
+
+def expand_run_paths(paths: "list[Path] | tuple[Path, ...]") -> list[Path]:
+    """Each path as given, except a folder of run folders (a collection, ``experiments.json``
+    beside its runs, or any folder of them), which stands for its runs in id / name order."""
+    from calibration.run_manifest import run_id
+
+    out: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir() and not is_run_folder(p):
+            runs = [c for c in p.iterdir() if is_run_folder(c)]
+            if runs:
+                out += sorted(runs, key=lambda c: (run_id(c) is None, run_id(c) or 0, c.name))
+                continue
+        out.append(p)
+    return out
+
+
 def read_run(path: Union[str, Path]) -> RealRun:
     """Read one run: an inference-perf folder, a vllm bench JSON or a GuideLLM JSON (or a
     folder holding exactly one such JSON)."""
@@ -169,7 +190,7 @@ def read_run(path: Union[str, Path]) -> RealRun:
     if not p.exists():
         raise RealRunError(f"{p}: no such file or folder")
     if p.is_dir():
-        if (p / "profile.yaml").is_file() or (p / "exp-config.yaml").is_file() or (p / "results").is_dir():
+        if is_run_folder(p):
             return read_inference_perf(p)
         jsons = sorted(p.glob("*.json"))
         if len(jsons) == 1:

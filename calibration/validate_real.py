@@ -28,7 +28,7 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from calibration.real_runs import SERVER_KEYS, MeasuredStage, RealRun, read_run
+from calibration.real_runs import SERVER_KEYS, MeasuredStage, RealRun, expand_run_paths, read_run
 from calibration.validation_file import write_validation
 from sim.errors import ConfigError, KvplanError
 from sim.metrics import overload
@@ -441,7 +441,8 @@ def validate_real(paths: Sequence[Path], out: Path, *, hardware: Optional[str] =
     """Validate each run; one run writes ``out/validation.json``, several write
     ``out/<run name>/validation.json``. Models kvplan cannot simulate yet are reported through
     ``on_skip(message)`` and skipped; if every run is skipped that is an error."""
-    runs = [read_run(p) for p in paths]  # every file is checked before anything runs
+    # A collection's folder stands for its runs; every file is checked before anything runs.
+    runs = [read_run(p) for p in expand_run_paths(list(paths))]
     results = []
     skipped = []
     for run in runs:

@@ -153,3 +153,23 @@ def test_launch_args_with_unreadable_values_keep_the_plain_pairs(tmp_path):
     assert config["kv_cache"]["dtype"] == "fp8" and config["kv_cache"]["prefix_caching"] is False
     assert config["kv_cache"].get("cpu_offload_gb", 0) == 0  # offload needs the prefix cache
     assert any("CPU KV offload left out" in n for n in notes)
+
+
+def test_a_collection_folder_stands_for_its_runs(tmp_path, capsys):
+    """``validate --real <collection>``: every run folder in it, in id order, the manifest
+    itself not taken for a run (it is the folder's only JSON)."""
+    from calibration.real_fit import find_runs
+    from calibration.real_runs import expand_run_paths
+
+    collection(tmp_path, {**ENTRY, "id": 10, "dp": 1, "gpu_mem": 0.9})
+    make_inference_perf(tmp_path, name="9-llama-2-7b-tp1-general")
+    (tmp_path / "experiments.json").write_text(json.dumps([{**ENTRY, "id": 9, "dp": 1},
+                                                           {**ENTRY, "id": 10, "dp": 1}]))
+    assert [p.name for p in expand_run_paths([tmp_path])] == ["9-llama-2-7b-tp1-general",
+                                                             "10-llama-2-7b-tp1-general"]
+    assert all(p.name != "experiments.json" for p in find_runs([tmp_path]))
+    out = tmp_path / "out"
+    code, _, err = _cli(["validate", "--real", str(tmp_path), "--out", str(out), "--stage-seconds", "5",
+                         *_roofline()], capsys)
+    assert code == 0, err
+    assert sorted(p.name for p in out.iterdir()) == ["10-llama-2-7b-tp1-general", "9-llama-2-7b-tp1-general"]
