@@ -269,10 +269,11 @@ def read_inference_perf(folder: Path) -> RealRun:
     output_len = _int(sp.get("output_len"), src, "data.shared_prefix.output_len")
     load = _get(cfg, "load", src, dict)
     load_type = load.get("type", "constant")
-    if load_type not in ("constant", "concurrent"):
+    if load_type not in ("constant", "poisson", "concurrent"):
         raise RealRunError(f"{src}: load.type {load_type!r} is not supported (constant: rate x "
-                           f"duration requests per stage; concurrent: num_requests per stage from "
-                           f"concurrency_level clients)")
+                           f"duration requests per stage; poisson: Poisson arrivals at rate for "
+                           f"duration; concurrent: num_requests per stage from concurrency_level "
+                           f"clients)")
     what = "{concurrency_level, num_requests}" if load_type == "concurrent" else "{rate, duration}"
     raw_stages = load.get("stages")
     if not isinstance(raw_stages, list) or not raw_stages:
@@ -291,7 +292,9 @@ def read_inference_perf(folder: Path) -> RealRun:
             continue
         rate = _num(st.get("rate"), src, f"load.stages[{i}].rate", positive=True)
         duration = _num(st.get("duration"), src, f"load.stages[{i}].duration", positive=True)
-        stages.append(Stage.of_rate(rate, duration))
+        # inference-perf's poisson load: exponential gaps, not rescaled to the stage (gamma
+        # renewal with cv 1); its count is what was sent (below), not int(rate x duration).
+        stages.append(Stage.of_rate(rate, duration, "poisson" if load_type == "poisson" else "rescaled_poisson"))
 
     results = perf_dir(folder)
     measured = []
@@ -302,6 +305,8 @@ def read_inference_perf(folder: Path) -> RealRun:
         measured.append(_inference_perf_stage(f, i, output_len))
         if stages[i].process == "closed":
             stages[i] = _measured_span(stages[i], measured[-1])
+        elif load_type == "poisson" and measured[-1].sent:
+            stages[i] = replace(stages[i], num_requests=measured[-1].sent)
     summary = results / "summary_lifecycle_metrics.json"
     prompt_mean = None
     if summary.is_file():

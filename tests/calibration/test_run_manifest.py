@@ -173,3 +173,20 @@ def test_a_collection_folder_stands_for_its_runs(tmp_path, capsys):
                          *_roofline()], capsys)
     assert code == 0, err
     assert sorted(p.name for p in out.iterdir()) == ["10-llama-2-7b-tp1-general", "9-llama-2-7b-tp1-general"]
+
+
+def test_inference_perf_poisson_load_is_replayed_as_sent(tmp_path, capsys):
+    """``load.type: poisson``: unscaled exponential gaps at the stage's rate, as many requests as
+    the stage file says were sent (not int(rate x duration))."""
+    run_dir = make_inference_perf(tmp_path, stages=((2, 10),))
+    profile = json.loads((run_dir / "profile.yaml").read_text())
+    profile["load"]["type"] = "poisson"
+    (run_dir / "profile.yaml").write_text(json.dumps(profile))
+    stage0 = run_dir / "results" / "stage_0_lifecycle_metrics.json"
+    data = json.loads(stage0.read_text())
+    data["load_summary"]["count"] = 23
+    stage0.write_text(json.dumps(data))
+    run = read_run(run_dir)
+    assert run.stages[0].process == "poisson" and run.stages[0].num_requests == 23
+    code, _, err = _cli(["validate", "--real", str(run_dir), "--out", str(tmp_path / "o"), *_roofline()], capsys)
+    assert code == 0, err
