@@ -295,7 +295,27 @@ def build_config(run: RealRun, hardware: Optional[str] = None, model: Optional[s
                                   f"(only the roofline pricer)")
         else:
             extra.append(f"cost_model.source={cost_source}")
-    return config_mod.build_config(cfg, extra), notes
+    config = config_mod.build_config(cfg, extra)
+    if run.kv_cache_tokens and "kv_cache.num_gpu_blocks" not in " ".join(extra):
+        config = _pin_kv_pool(config, run.kv_cache_tokens, notes)
+    return config, notes
+
+
+def _pin_kv_pool(config: dict, logged_tokens: int, notes: list[str]) -> dict:
+    """The run's KV pool as vLLM logged it (``kv_cache.num_gpu_blocks``, per engine core), with
+    a note setting kvplan's own memory plan against it. Why: the pool is what the server was
+    started with, a fact of its configuration like ``max_num_seqs``; replaying the log's pool
+    scores the latency model alone (prefix-cache hits and preemptions depend on it), while the
+    note keeps the memory plan's own error in view. ``--set kv_cache.num_gpu_blocks=N`` wins."""
+    from sim import config as config_mod
+    from sim.run_parts import resolve_deployment
+
+    block = int(config["kv_cache"]["block_size"])
+    planned = resolve_deployment(config).memory.num_kv_slots
+    err = (planned - logged_tokens) / logged_tokens
+    notes.append(f"KV pool per engine core: vLLM logged {logged_tokens:,} tokens, kvplan's memory "
+                 f"plan {planned:,} ({err:+.1%}); the replay runs the logged pool")
+    return config_mod.build_config(config, [f"kv_cache.num_gpu_blocks={max(1, logged_tokens // block)}"])
 
 
 # --- simulate and compare -----------------------------------------------------------------
@@ -337,20 +357,7 @@ def compare_run(run: RealRun, *, hardware: Optional[str] = None, model: Optional
         comparisons.append(StageComparison(k if run.format != "inference-perf" else run.measured[k].index,
                                            stages[k], _real_metrics(run.measured[k]), pred,
                                            real_overloaded(run.measured[k]), grows))
-    notes.append(kv_pool_note(run, result.summary, block))
     return RunComparison(run, result.config, comparisons, elapsed, result.summary, [n for n in notes if n])
-
-
-def kv_pool_note(run: RealRun, summary: dict, block_size: int) -> Optional[str]:
-    """kvplan's KV pool per engine core against the one vLLM logged (a check of the memory
-    plan; None when the run's log does not say)."""
-    planned = summary.get("num_gpu_blocks")
-    if not run.kv_cache_tokens or not planned:
-        return None
-    ours = int(planned) * block_size
-    err = (ours - run.kv_cache_tokens) / run.kv_cache_tokens
-    return (f"KV pool per engine core: vLLM logged {run.kv_cache_tokens:,} tokens, kvplan's memory "
-            f"plan {ours:,} ({err:+.1%})")
 
 
 def real_overloaded(m: MeasuredStage) -> bool:

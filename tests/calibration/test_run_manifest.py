@@ -130,7 +130,12 @@ def test_validate_reports_the_kv_pool_against_the_log(tmp_path, capsys):
     assert code == 0, err
     doc = json.loads((out / "validation.json").read_text())
     assert doc["source"]["hardware"] == "h100-sxm"
-    assert any(n.startswith("KV pool per engine core: vLLM logged 119,408 tokens") for n in doc["source"]["notes"])
+    assert any(n.startswith("KV pool per engine core: vLLM logged 119,408 tokens")
+               and n.endswith("the replay runs the logged pool") for n in doc["source"]["notes"])
+    # The replay ran vLLM's pool: 119,408 tokens in blocks of 16 (the shared README's 7,463).
+    assert doc["source"]["num_gpu_blocks"] == 7463
+    config, _ = build_config(read_run(run), overrides=["kv_cache.num_gpu_blocks=5000"])
+    assert config["kv_cache"]["num_gpu_blocks"] == 5000  # --set wins
 
 
 def test_launch_args_with_unreadable_values_keep_the_plain_pairs(tmp_path):
