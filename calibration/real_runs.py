@@ -325,10 +325,17 @@ def read_inference_perf(folder: Path) -> RealRun:
     for key in SERVER_KEYS:
         if key in exp:
             server[key] = exp[key]
-    if "tensor_parallelism" in exp:
-        server["tensor_parallel_size"] = exp["tensor_parallelism"]
+    # exp-config.yaml's own spellings (llm-d / BLIS experiment files): "<x>_parallelism".
+    for alias, key in (("tensor_parallelism", "tensor_parallel_size"),
+                       ("data_parallelism", "data_parallel_size")):
+        if alias in exp:
+            server[key] = exp[alias]
+            exp = {**exp, key: exp[alias]}
     facts = server_facts(folder)
     _merge_facts(server, exp, facts, folder, notes)
+    quant = str(exp.get("quantization") or exp.get("precision") or "").lower()
+    if quant.startswith("fp8"):
+        facts.weights = "fp8"
     for key, value in server.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise RealRunError(f"{folder / 'exp-config.yaml'}: {key}: expected a number, got {value!r}")

@@ -195,3 +195,14 @@ def test_inference_perf_poisson_load_is_replayed_as_sent(tmp_path, capsys):
     assert run.stages[0].process == "poisson" and run.stages[0].num_requests == 23
     code, _, err = _cli(["validate", "--real", str(run_dir), "--out", str(tmp_path / "o"), *_roofline()], capsys)
     assert code == 0, err
+
+
+def test_exp_config_spellings_of_data_parallelism_and_fp8(tmp_path):
+    import yaml
+
+    run_dir = make_inference_perf(tmp_path)
+    cfg = yaml.safe_load((run_dir / "exp-config.yaml").read_text())
+    cfg.update(data_parallelism=2, quantization="fp8")
+    (run_dir / "exp-config.yaml").write_text(yaml.safe_dump(cfg))
+    run = read_run(run_dir)
+    assert run.server["data_parallel_size"] == 2 and run.weights == "fp8"
