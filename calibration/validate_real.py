@@ -471,5 +471,26 @@ def validate_real(paths: Sequence[Path], out: Path, *, hardware: Optional[str] =
     return results
 
 
+def across_runs(records: Sequence[dict]) -> dict:
+    """Mean |error| of each stage metric (``mean_ttft_ms``, ``p90_e2el_ms``, ...) over every
+    scored stage of every run, with the signed mean (bias) and the count: what a collection of
+    runs says about the simulator as a whole (``validate --real`` on several runs writes it to
+    ``summary.json`` beside the runs' folders)."""
+    errors: dict[str, list[float]] = {}
+    runs = 0
+    for record in records:
+        counted = False
+        for m in record.get("metrics", []):
+            name, err = str(m.get("name", "")), m.get("error")
+            if err is None or not name.startswith("stage") or "_" not in name or name.endswith("_overloaded"):
+                continue  # the overload flag is an agreement, not an error to average
+            errors.setdefault(name.split("_", 1)[1], []).append(float(err))
+            counted = True
+        runs += counted
+    return {"runs": runs,
+            "metrics": {k: {"stages": len(v), "mape": sum(map(abs, v)) / len(v), "bias": sum(v) / len(v)}
+                        for k, v in sorted(errors.items())}}
+
+
 def _safe(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]+", "_", name) or "run"

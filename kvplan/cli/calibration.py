@@ -302,7 +302,7 @@ def validate_real_runs(paths: List[Path], out: Path, *, hardware: Optional[str],
                        overrides: List[str], seed: int, stage_seconds: Optional[float],
                        source: Optional[str], as_json: bool) -> dict:
     """``validate --real``: each run simulated once, compared per load stage (calibration.validate_real)."""
-    from calibration.validate_real import validate_real
+    from calibration.validate_real import across_runs, validate_real
     from calibration.validation_file import load_validation
 
     if out.exists() and not out.is_dir():
@@ -324,6 +324,15 @@ def validate_real_runs(paths: List[Path], out: Path, *, hardware: Optional[str],
             for note in record["source"].get("notes", []):
                 typer.echo(f"note: {note}")
             typer.echo(f"simulated in {cmp.sim_seconds:.1f} s; wrote {path}")
+    if len(records) > 1:
+        summary = across_runs(list(records.values()))
+        (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if not as_json:
+            typer.echo(f"over {summary['runs']} runs (stages scored on latency):")
+            for name, m in summary["metrics"].items():
+                typer.echo(f"  {name:<20} MAPE {100 * m['mape']:5.1f}%  bias {100 * m['bias']:+6.1f}%  "
+                           f"({m['stages']} stages)")
+            typer.echo(f"wrote {out / 'summary.json'}")
     if as_json:
         typer.echo(json.dumps({k: r["metrics"] for k, r in records.items()}, indent=2))
     return records

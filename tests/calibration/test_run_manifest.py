@@ -177,7 +177,17 @@ def test_a_collection_folder_stands_for_its_runs(tmp_path, capsys):
     code, _, err = _cli(["validate", "--real", str(tmp_path), "--out", str(out), "--stage-seconds", "5",
                          *_roofline()], capsys)
     assert code == 0, err
-    assert sorted(p.name for p in out.iterdir()) == ["10-llama-2-7b-tp1-general", "9-llama-2-7b-tp1-general"]
+    assert sorted(p.name for p in out.iterdir()) == ["10-llama-2-7b-tp1-general", "9-llama-2-7b-tp1-general",
+                                                     "summary.json"]
+    # The collection's verdict: each stage metric's MAPE and bias over both runs' scored stages.
+    summary = json.loads((out / "summary.json").read_text())
+    per_run = [json.loads((out / d / "validation.json").read_text())["metrics"]
+               for d in ("9-llama-2-7b-tp1-general", "10-llama-2-7b-tp1-general")]
+    ttft = [m["error"] for ms in per_run for m in ms if m["name"] == "stage0_mean_ttft_ms"]
+    assert summary["runs"] == 2 and summary["metrics"]["mean_ttft_ms"]["stages"] == 2
+    assert summary["metrics"]["mean_ttft_ms"]["mape"] == pytest.approx(sum(map(abs, ttft)) / 2)
+    assert summary["metrics"]["mean_ttft_ms"]["bias"] == pytest.approx(sum(ttft) / 2)
+    assert "overloaded" not in summary["metrics"]
 
 
 def test_inference_perf_poisson_load_is_replayed_as_sent(tmp_path, capsys):
