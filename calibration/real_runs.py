@@ -343,7 +343,8 @@ def read_inference_perf(folder: Path) -> RealRun:
                    stages=stages, measured=measured,
                    shared_prefix=SharedPrefix(groups, per_group, system_len, question_len, output_len),
                    dtype=exp.get("dtype"), hardware=exp.get("hardware") or facts.hardware, notes=notes,
-                   engine_version=engine_version_of(exp, _load_json_opt(folder / "meta.json"), folder),
+                   engine_version=(engine_version_of(exp, _load_json_opt(folder / "meta.json"))
+                                   or facts.engine_version or engine_version_of(folder)),
                    weights=facts.weights, cpu_offload_gb=facts.cpu_offload_gb,
                    kv_cache_tokens=facts.kv_cache_tokens, kv_cache_dtype=facts.kv_cache_dtype,
                    prefix_caching=facts.prefix_caching)

@@ -10,8 +10,9 @@ the sim-to-real ground truth of inference-sim (BLIS), whose loader is
   "precision": "FP16" | "FP8", "hw": "H100" | "A100" | "L40S" | ..., "workload", "mbt",
   "cpu_offload": bool, "gpu_mem": 0.9, "tp", "dp": null | 1 | 2 | 4, "safe", "done", "notes"}``;
   a run folder ``<id>-<slug>`` belongs to the entry of that id.
-- ``vllm.log`` in the run folder: ``GPU KV cache size: N tokens`` (one line per engine core:
-  per DP rank), ``non-default args: {...}`` (the API server's launch flags, vLLM 0.9+), the CPU
+- ``vllm.log`` in the run folder: ``vLLM API server version X`` (the release), ``GPU KV cache
+  size: N tokens`` (one line per engine core: per DP rank), ``non-default args: {...}`` (the API
+  server's launch flags, vLLM 0.9+), the CPU
   offload connector's ``cpu_bytes_to_use`` and ``total_gpu_memory (X GiB)`` from memory
   profiling.
 
@@ -47,6 +48,7 @@ _KV_TOKENS = re.compile(r"GPU KV cache size:\s*([\d,]+)\s*tokens")
 _CPU_BYTES = re.compile(r"['\"]cpu_bytes_to_use['\"]\s*:\s*([\d.eE+]+)")
 _TOTAL_MEM = re.compile(r"total_gpu_memory\s*\(\s*([\d.]+)\s*GiB\s*\)")
 _ARGS = re.compile(r"non-default args:\s*(\{.*\})\s*$")
+_VERSION = re.compile(r"vLLM API server version\s+v?(\d+\.\d+(?:\.\d+)?)")
 _PAIR = re.compile(r"['\"](\w+)['\"]\s*:\s*('[^']*'|\"[^\"]*\"|-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?|True|False|None)"
                    r"(?=\s*[,}])")
 
@@ -69,6 +71,7 @@ class ServerFacts:
     gpu_memory_gib: Optional[float] = None
     kv_cache_dtype: Optional[str] = None      # "fp8" where the server was launched so
     prefix_caching: Optional[bool] = None     # --[no-]enable-prefix-caching as launched
+    engine_version: Optional[str] = None      # "vLLM API server version X" at start-up
     launch_args: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
@@ -168,6 +171,9 @@ def _apply_log(facts: ServerFacts, log: Path) -> None:
     tokens = [int(m.group(1).replace(",", "")) for m in _KV_TOKENS.finditer(text)]
     if tokens:
         facts.kv_cache_tokens = min(tokens)  # one line per engine core; the smallest binds
+    version = _VERSION.search(text)
+    if version:
+        facts.engine_version = version.group(1)
     cpu = _CPU_BYTES.search(text)
     if cpu:
         facts.cpu_offload_gb = float(cpu.group(1)) / 2 ** 30

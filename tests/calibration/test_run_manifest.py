@@ -54,7 +54,8 @@ def test_a_run_outside_any_manifest_keeps_its_own_record(tmp_path):
 
 
 def test_vllm_log_launch_args_kv_pool_and_offload(tmp_path):
-    log = ("INFO api_server.py: non-default args: {'model': 'meta-llama/Llama-2-7b-hf', "
+    log = ("INFO 02-17 15:54:40 [api_server.py:1839] vLLM API server version 0.15.1\n"
+           "INFO api_server.py: non-default args: {'model': 'meta-llama/Llama-2-7b-hf', "
            "'data_parallel_size': 4, 'gpu_memory_utilization': 0.9, 'quantization': 'fp8'}\n"
            "INFO kv_cache_utils.py: GPU KV cache size: 119,408 tokens\n"
            "INFO kv_cache_utils.py: GPU KV cache size: 118,992 tokens\n"
@@ -63,6 +64,7 @@ def test_vllm_log_launch_args_kv_pool_and_offload(tmp_path):
     # The log is what the server printed: it wins over the manifest (dp 2 there).
     assert run.server["data_parallel_size"] == 4 and run.server["gpu_memory_utilization"] == 0.9
     assert run.weights == "fp8" and run.kv_cache_tokens == 118_992 and run.cpu_offload_gb == 8.0
+    assert run.engine_version == "0.15.1"  # the folder names no release: the log does
     config, _ = build_config(run)
     assert config["kv_cache"]["cpu_offload_gb"] == 8.0
 
