@@ -98,7 +98,7 @@ def find_manifest_entry(folder: Path) -> tuple[Optional[dict], Optional[Path]]:
     entries = data.get("experiments", data) if isinstance(data, dict) else data
     if not isinstance(entries, list):
         raise ManifestError(f"{path}: expected a list of experiment entries")
-    for i, entry in enumerate(entries):
+    for entry in entries:
         if isinstance(entry, dict) and entry.get("id") == rid:
             return entry, path
     return None, path
@@ -159,6 +159,9 @@ def _apply_manifest(facts: ServerFacts, entry: dict, path: Path) -> None:
         facts.cpu_offload_gb = None if offload else 0.0
         if offload:
             facts.notes.append(f"{path.name}: CPU KV offload on")
+    if entry.get("safe", "safe") != "safe":
+        facts.notes.append(f"{path.name} marks this run {entry.get('safe')!r}, not 'safe' (the "
+                           f"collection's own loader leaves such runs out by default)")
     said = {k: entry[k] for k in ("hw", "dp", "precision", "gpu_mem", "mbt", "cpu_offload") if k in entry}
     facts.notes.append(f"{path.name} entry {entry.get('id')}: " + ", ".join(f"{k} {v}" for k, v in said.items()))
 

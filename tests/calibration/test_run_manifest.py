@@ -44,6 +44,11 @@ def test_manifest_entry_sets_the_server_the_exp_config_does_not_name(tmp_path):
     assert config["hardware"] == "h100-sxm"
 
 
+def test_a_run_the_manifest_marks_unsafe_is_validated_with_a_note(tmp_path):
+    run = read_run(collection(tmp_path, {**ENTRY, "safe": "unsafe"}))
+    assert any("marks this run 'unsafe'" in n for n in run.notes)
+
+
 def test_a_run_outside_any_manifest_keeps_its_own_record(tmp_path):
     run = read_run(make_inference_perf(tmp_path, name="20260101-000000-llama-2-7b-tp1-general_h100"))
     assert "data_parallel_size" not in run.server and run.weights is None
