@@ -161,6 +161,7 @@ def resolve_model(run: RealRun) -> tuple[str, Optional[dict]]:
     base = base_checkpoint(run.model)
     if hf_cfg is None and base is not None:
         return base[0], None
+    if hf_cfg is None:
         raise ConfigError(f"{run.path}: model {run.model!r} is neither in kvplan's catalog nor "
                           f"described by a model_configs/<name>/config.json next to the runs: pass --model")
     return str(hf_cfg[1]), hf_cfg[0]

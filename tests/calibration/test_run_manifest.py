@@ -223,3 +223,17 @@ def test_exp_config_spellings_of_data_parallelism_and_fp8(tmp_path):
     (run_dir / "exp-config.yaml").write_text(yaml.safe_dump(cfg))
     run = read_run(run_dir)
     assert run.server["data_parallel_size"] == 2 and run.weights == "fp8"
+
+
+def test_an_unknown_model_without_a_config_is_one_line(tmp_path, capsys):
+    """Neither in the catalog, nor a quantised name of a catalog model, nor a model_configs
+    config.json beside the run: a one-line error asking for --model."""
+    import yaml
+
+    run_dir = make_inference_perf(tmp_path)
+    cfg = yaml.safe_load((run_dir / "exp-config.yaml").read_text())
+    cfg["model"] = "someone/Unknown-Model-7B"
+    (run_dir / "exp-config.yaml").write_text(yaml.safe_dump(cfg))
+    code, _, err = _cli(["validate", "--real", str(run_dir), "--out", str(tmp_path / "o")], capsys)
+    assert code != 0 and len(err.strip().splitlines()) == 1
+    assert "'someone/Unknown-Model-7B' is neither in kvplan's catalog" in err and "--model" in err
