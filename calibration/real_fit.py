@@ -28,7 +28,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from calibration.real_runs import RealRun, read_run
+from calibration.real_runs import RealRun, is_run_folder, read_run
 from calibration.run_manifest import MANIFEST_NAME
 from calibration.validate_real import ModelNotModelled, RunComparison, compare_run
 from sim.errors import KvplanError
@@ -58,7 +58,7 @@ class RealFitError(KvplanError):
 
 
 def _is_run(p: Path) -> bool:
-    return p.is_file() or (p.is_dir() and any((p / n).exists() for n in ("profile.yaml", "exp-config.yaml", "results")))
+    return p.is_file() or is_run_folder(p)
 
 
 def find_runs(paths: Sequence[Path]) -> list[Path]:

@@ -365,7 +365,7 @@ def _merge_facts(server: dict, exp: dict, facts: ServerFacts, folder: Path, note
             continue
         server[key] = value
     notes.extend(facts.notes)
-    if facts.cpu_offload_gb is None and any("CPU KV offload on" in n for n in facts.notes):
+    if facts.cpu_offload and facts.cpu_offload_gb is None:
         notes.append("CPU KV offload on, but its size is not recorded (no cpu_bytes_to_use in "
                      "vllm.log): simulated without the CPU tier")
 

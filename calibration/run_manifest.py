@@ -66,7 +66,8 @@ class ServerFacts:
     weights: Optional[str] = None             # quantization.weights ("fp8") when not 16-bit
     gpu_memory_utilization: Optional[float] = None
     max_num_batched_tokens: Optional[int] = None
-    cpu_offload_gb: Optional[float] = None    # 0: offload off; None: not said
+    cpu_offload: Optional[bool] = None        # the manifest's cpu_offload (None: not said)
+    cpu_offload_gb: Optional[float] = None    # 0: offload off; None: size not recorded
     kv_cache_tokens: Optional[int] = None     # vLLM's GPU KV pool, per engine core (DP rank)
     gpu_memory_gib: Optional[float] = None
     kv_cache_dtype: Optional[str] = None      # "fp8" where the server was launched so
@@ -156,6 +157,7 @@ def _apply_manifest(facts: ServerFacts, entry: dict, path: Path) -> None:
     if offload is not None:
         if not isinstance(offload, bool):
             raise ManifestError(f"{where}: cpu_offload {offload!r}: expected true or false")
+        facts.cpu_offload = offload
         facts.cpu_offload_gb = None if offload else 0.0
         if offload:
             facts.notes.append(f"{path.name}: CPU KV offload on")

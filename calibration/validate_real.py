@@ -30,6 +30,7 @@ import numpy as np
 
 from calibration.real_runs import SERVER_KEYS, MeasuredStage, RealRun, expand_run_paths, read_run
 from calibration.validation_file import write_validation
+from sim.catalog.models import SUPPORTED_MODEL_TYPES
 from sim.errors import ConfigError, KvplanError
 from sim.metrics import overload
 from sim.policies.request import RequestState
@@ -111,17 +112,10 @@ class RunComparison:
         }
 
 
-def _modelled_moe() -> tuple[str, ...]:
-    """Every architecture ``sim.catalog.models.load_hf_config`` reads: the MoE ones among them
-    (Mixtral, Qwen3-MoE, Llama 4, DeepSeek-V3 / Kimi, gpt-oss, MiniMax-M2, Qwen3.5-MoE) are
-    priced like the dense ones, so none is refused here."""
-    from sim.catalog.models import SUPPORTED_MODEL_TYPES
-
-    return SUPPORTED_MODEL_TYPES
-
-
-#: Mixture-of-experts architectures the simulator prices (``sim.catalog.models``).
-MODELLED_MOE = _modelled_moe()
+#: Architectures the simulator prices, mixtures of experts among them (Mixtral, Qwen3-MoE,
+#: Llama 4, DeepSeek-V3 / Kimi, gpt-oss, MiniMax-M2, Qwen3.5-MoE): every type
+#: ``sim.catalog.models.load_hf_config`` reads, so a MoE is refused only when that cannot read it.
+MODELLED_MOE = SUPPORTED_MODEL_TYPES
 
 #: Checkpoint-name suffixes of quantised releases of a model (RedHatAI's ``-FP8-dynamic`` and
 #: ``-quantized.w8a8``, NVIDIA's ``-FP8``, ...) -> the weights they hold; stripped to find the
