@@ -54,7 +54,8 @@ After the first wave the clients drift apart: InferenceX's lengths differ from r
 request. Fixed lengths would keep identical clients in step for ever in a deterministic
 simulation (``--phases together``: 2-3 times the measured TTFTs); for the fixed-length rows
 (and under ``--client fixed``) a 1% output spread (CV) stands in for what drifts real clients
-apart. ``--output-cv`` is a sensitivity check of that spread. ``--server defaults`` replays every
+apart on vLLM; SGLang's separate prefill and decode batches put a wave's requests back in step
+(``cohorts_stay_in_step``), so its fixed-length rows keep the exact lengths. ``--output-cv`` is a sensitivity check of that spread. ``--server defaults`` replays every
 row with the release's defaults, ``--server aic-benchmark | aic-generator`` with AIConfigurator's
 generator flags (what-ifs).
 """
@@ -621,6 +622,28 @@ def _is_moe(model: str) -> Optional[bool]:
         return None
 
 
+def cohorts_stay_in_step(engine: str, server: str, overrides: Sequence[str] = ()) -> bool:
+    """Whether fixed-length closed-loop clients stay in lock-step on this server, so the burst
+    replay keeps the measured (exact) lengths instead of ``BURST_DESYNC_CV``'s spread.
+
+    Why it differs by engine: real clients drift apart through send and API-server jitter of a
+    few milliseconds. Under vLLM's chunked prefill a request that arrives one step late is
+    prefilled beside the others' decodes, starts decoding a step behind and finishes a step
+    behind: each drift is kept and adds up, which the spread stands in for. SGLang (without
+    ``--enable-mixed-chunk``) runs a prefill batch whenever requests wait and pauses decoding
+    meanwhile (``Scheduler.get_next_batch_to_run``: a new prefill batch before the running
+    decode batch), so requests that arrive over one or several prefill batches all start their
+    first decode step together and, with equal output lengths, finish in the same step: the
+    drift is undone every wave. The measured TTFTs agree: on the same H100 Qwen3-32B points
+    SGLang's is 2-4x vLLM's (a wave's whole prefill), while its TPOT is lower."""
+    if engine != "sglang":
+        return False
+    if server in ("aic-generator", "aic-benchmark"):  # generator_flags turns mixed chunking on
+        return False
+    mixed = [value for keys, value in map(parse_override, overrides) if keys[-1] == "enable_mixed_chunk"]
+    return not (mixed and mixed[-1] is True)
+
+
 def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
                  warmup_per_client: int = DEFAULT_WARMUP_PER_CLIENT, output_cv: float = 0.0,
                  phases: str = "burst", overrides: Sequence[str] = (), server: str = "scripts",
@@ -641,7 +664,8 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     warm-up is simulated or dropped). After that first wave the real clients drift apart: their
     mean TTFTs are a first wave's queue (about N x prefill / 2 for its requests) averaged over
     ten waves plus a desynchronised loop's; identical clients kept in lock-step would give 2-3
-    times that. What drifts them (send and API-server jitter) is not modelled; a 1% output-length
+    times that. What drifts them (send and API-server jitter) is not modelled; on an engine that
+    keeps the drift (vLLM, ``cohorts_stay_in_step``) a 1% output-length
     spread (``BURST_DESYNC_CV``, unless ``output_cv`` is given) stands in for it: it moves a
     request's last token by about 10 of 1024 steps, enough to break the lock-step, and changes
     TPOT by under 1%.
@@ -702,9 +726,15 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     if "silicon_concurrency=" not in _text(row, "silicon_data_source"):
         notes.append(f"no silicon_concurrency recorded: N = batch_size x attention DP = {clients}")
     client = client_of(row) if client == "auto" else "genai-perf"
+    engine = _text(row, "backend") or "vllm"
     if phases == "burst":
         warmup = 0
-        if output_cv <= 0 and client != "inferencex":
+        if output_cv <= 0 and client != "inferencex" and cohorts_stay_in_step(engine, server, overrides):
+            notes.append(f"profiling phase from an idle server, all {clients} clients at t=0; output "
+                         f"lengths exact, as measured: SGLang runs prefill and decode in separate "
+                         f"batches, so the requests a wave admits decode in step and finish together "
+                         f"whatever jitter staggered their arrivals")
+        elif output_cv <= 0 and client != "inferencex":
             output_cv = BURST_DESYNC_CV
             notes.append(f"profiling phase from an idle server, all {clients} clients at t=0; output "
                          f"lengths spread {output_cv:.0%} (CV) to stand in for the clients' drift")
@@ -727,7 +757,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         "hardware": hardware,
         "dtype": "bfloat16",
         "quantization": {"weights": weights, **({"moe_activations": activations} if activations else {})},
-        "engine": {"name": _text(row, "backend") or "vllm", "version": version},
+        "engine": {"name": engine, "version": version},
         "parallel": parallel,
         "kv_cache": {"max_model_len": isl + longest, "dtype": kv_dtype},
         "workload": {
@@ -1117,7 +1147,8 @@ def _client_line(a: Mapping) -> str:
         line = (f"{lengths}; the measured phase alone: {n}N requests, all counted, the N clients sending at "
                 f"once on an idle server ({w}N warm-up requests drained before it); fixed output lengths "
                 f"spread {(cv or BURST_DESYNC_CV):.0%} (CV) so those clients drift apart after the first "
-                f"wave (`--phases burst`)")
+                f"wave on vLLM, exact on SGLang without mixed chunking, whose prefill batches put each "
+                f"wave back in step (`--phases burst`)")
     else:
         line = (f"{lengths}; {w}N warm-up requests dropped, {n}N measured, "
                 + ("clients started one by one over one request's lifetime (`--phases spread`)"
@@ -1239,7 +1270,9 @@ ASSUMPTIONS = {
               "once, because both clients await every warm-up response first (benchmark_serving.py gathers "
               "its warm-up tasks; aiperf docs/tutorials/warmup.md); InferenceX's length spread drifts the clients "
               "apart after the first wave; for fixed lengths a 1% (CV) output spread stands in for the drift "
-              "(clients kept in lock-step give TTFTs 2-3 times the measured ones). spread: clients started one "
+              "on vLLM (clients kept in lock-step give TTFTs 2-3 times the measured ones), while SGLang "
+              "without mixed chunking keeps the exact lengths: it pauses decoding for every prefill batch, "
+              "so a wave's requests decode in step and finish together (silicon_matrix.cohorts_stay_in_step). spread: clients started one "
               "by one over one request's lifetime priced on an idle server (no first wave); together: all at "
               "t=0 and kept in step",
     "warmup": "burst: the warm-up phase is not simulated (it drains before profiling; the simulator has no "
@@ -1320,7 +1353,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--phases", default="burst", choices=PHASES,
                     help="burst (default): the profiling phase alone, all clients at t=0 on an idle server "
                          "(the warm-up drained before it), output lengths spread 1%% so the clients drift "
-                         "apart after the first wave; spread: clients started one by one over one "
+                         "apart after the first wave (vLLM; SGLang keeps them exact: cohorts_stay_in_step); spread: clients started one by one over one "
                          "request's lifetime, warm-up dropped; together: all at t=0 in lock-step, warm-up dropped")
     ap.add_argument("--client", default="auto", choices=CLIENT_READINGS,
                     help="auto (default): each row replayed with the client that measured it: InferenceX's "

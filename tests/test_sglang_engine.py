@@ -267,3 +267,33 @@ def test_a_request_waits_for_the_loops_next_poll():
     assert all(r.finish_time is not None for r in polled.values())
     # An idle server polls at once: a lone request's TTFT does not depend on the interval.
     assert _two_requests(30)["a"].ttft == pytest.approx(_two_requests(1)["a"].ttft)
+
+
+# --- a closed loop's waves: SGLang puts them back in step, vLLM keeps the split ----------------
+
+def _first_wave_finishes(engine: dict, scheduler: dict) -> list[float]:
+    """Finish times of the first wave of 8 fixed-length clients whose 8 x 1,000 prompt tokens
+    exceed one step's 4,096-token prefill budget (so the wave is prefilled over two steps); no
+    API server, so all 8 reach the engine at t=0."""
+    res = simulate({"model": "llama-3.1-8b", "hardware": "h100-sxm",
+                    "engine": {**engine, "frontend": "none"}, **scheduler,
+                    "workload": {"num_requests": 8,
+                                 "arrival": {"process": "closed", "concurrency": 8},
+                                 "input_len": {"dist": "fixed", "mean": 1000},
+                                 "output_len": {"dist": "fixed", "mean": 50}}}, seed=0)
+    assert len(res.requests) == 8 and all(r.finish_time is not None for r in res.requests)
+    return sorted(r.finish_time for r in res.requests)
+
+
+def test_prefill_batches_put_a_wave_back_in_step_under_sglang_not_vllm():
+    """Why the silicon matrix replays SGLang's fixed-length rows with exact lengths
+    (``cohorts_stay_in_step``): SGLang runs a prefill batch whenever requests wait and pauses
+    decoding meanwhile: batch 1 prefills 4 prompts and 96 tokens of the fifth, batch 2 the other
+    3,904 tokens, and all 8 start decoding in the same step: with equal lengths they finish
+    together. vLLM schedules the first 4 requests' first decode beside batch 2's prefill, so they
+    stay one step ahead to the end: 4 finish, then the other 4."""
+    sg = _first_wave_finishes({"name": "sglang"}, {"sglang": {"chunked_prefill_size": 4096}})
+    assert sg[0] == pytest.approx(sg[-1], abs=1e-9)
+    vl = _first_wave_finishes({"name": "vllm"}, {"scheduler": {"max_num_batched_tokens": 4096}})
+    assert vl[3] == pytest.approx(vl[0], abs=1e-9) and vl[7] == pytest.approx(vl[4], abs=1e-9)
+    assert vl[4] - vl[3] > 1e-3  # one decode step (about 6.6 ms here)

@@ -329,6 +329,28 @@ def test_burst_replays_the_profiling_phase_from_an_idle_server():
     assert r["e2el_err"] == pytest.approx(r["sim_e2el_ms"] / r["silicon_e2el_ms"] - 1)
 
 
+def test_burst_keeps_sglang_fixed_lengths_exact_unless_chunks_are_mixed():
+    """SGLang without mixed chunking puts each wave back in step (its prefill batches pause
+    decoding: tests/test_sglang_engine.py), so its fixed-length rows replay the measured exact
+    lengths; with ``--enable-mixed-chunk`` (the generator's flags, or a --set) it keeps drift as
+    vLLM does and gets the spread. InferenceX's rows keep their own length spread."""
+    sg = row(backend="sglang", backend_version="0.5.9", tp_size=1, moe_tp_size=1,
+             model_path="Qwen/Qwen3-32B", precision="bf16", gemm_quant_mode="", moe_quant_mode="")
+    exact = point(sg, moe=False)
+    assert exact.config["workload"]["output_len"] == {"dist": "fixed", "mean": 128, "min": 128, "max": 128}
+    assert exact.config["kv_cache"]["max_model_len"] == 1024 + 128
+    assert any("lengths exact" in n for n in exact.notes)
+    for kw in ({"server": "aic-benchmark"}, {"overrides": ["sglang.enable_mixed_chunk=true"]}):
+        mixed = point(sg, moe=False, **kw)
+        assert mixed.config["workload"]["output_len"]["cv"] == sm.BURST_DESYNC_CV, kw
+    off = point(sg, moe=False, overrides=["sglang.enable_mixed_chunk=false"])
+    assert off.config["workload"]["output_len"]["dist"] == "fixed"
+    assert sm.cohorts_stay_in_step("sglang", "scripts") and not sm.cohorts_stay_in_step("vllm", "scripts")
+    # A vLLM row of the same shape keeps the spread (test_burst_replays_...).
+    assert point(dict(sg, backend="vllm", backend_version="0.15.1"), moe=False
+                 ).config["workload"]["output_len"]["cv"] == sm.BURST_DESYNC_CV
+
+
 def test_the_package_csv_is_found_when_installed():
     if importlib.util.find_spec("aiconfigurator_core") is None:
         pytest.skip("aiconfigurator-core is not installed")
