@@ -180,6 +180,28 @@ def test_decode_step_pads_to_capture_size(tables):
         p.price(StepShape(num_decode_seqs=256, decode_context_tokens=256 * 100))
 
 
+def test_a_step_outside_the_graphs_costs_at_least_the_hosts_time_to_issue_it(tables):
+    """Above the largest capture size (256 here) a step runs without graphs: it lasts the larger
+    of its kernels and the host's 0.8 ms a layer (EAGER_HOST_S_PER_LAYER, vllm-omni#7960's
+    eager decode), so a 600-token prompt on Llama-2-7B's 32 layers costs 25.6 ms of host time
+    beside 22.5 ms of kernels in these synthetic tables, while an 8k prompt's kernels exceed it
+    and set the price."""
+    from sim.pricing.operator_tables import EAGER_HOST_S_PER_LAYER
+
+    p = pricer(tables)
+    floor = 32 * EAGER_HOST_S_PER_LAYER
+    assert EAGER_HOST_S_PER_LAYER == 0.8e-3 and p._eager_launch == pytest.approx(floor)
+    for n in (600, 8192):
+        b = p.breakdown(StepShape(num_prefill_tokens=n, num_prefill_seqs=1,
+                                  prefill_attention_work=n * (n + 1) // 2))
+        kernels = b["rows"] + b["attn_prefill"]
+        assert b["gpu"] == pytest.approx(max(kernels, floor), rel=1e-12)
+        assert (kernels < floor) == (n == 600)
+    # Inside the graphs (256 tokens, piecewise) the floor does not apply.
+    b = p.breakdown(StepShape(num_prefill_tokens=256, num_prefill_seqs=1, prefill_attention_work=256 * 257 // 2))
+    assert b["gpu"] < floor
+
+
 def test_tp_adds_allreduce(tables):
     one, two = pricer(tables, 1), pricer(tables, 2)
     s = StepShape(num_prefill_tokens=1024, num_prefill_seqs=2, prefill_attention_work=2 * 512 * 513 // 2)

@@ -108,8 +108,11 @@ def test_fp8_and_nvfp4_gemms_come_from_their_measured_rows(no_env):
     fp8 = make_pricer("operator_tables", "llama-3.1-8b", "b200", dtype="bfloat16", weight_dtype="fp8")
     fp4 = make_pricer("operator_tables", "llama-3.1-8b", "b200", dtype="bfloat16", weight_dtype="nvfp4")
     assert (bf16.gemm_dtype, fp8.gemm_dtype, fp4.gemm_dtype) == ("bfloat16", "fp8", "nvfp4")
-    # A compute-bound 2k prefill: each halving of the weight width is measured faster.
-    assert fp4.price(prefill) < fp8.price(prefill) < bf16.price(prefill)
+    # A compute-bound 2k prefill: each halving of the weight width is measured faster. (The
+    # kernels, not the step: outside CUDA graphs the FP8 and NVFP4 steps both cost the host's
+    # 0.8 ms a layer, which is more than their kernels.)
+    rows = lambda p: p.breakdown(prefill)["rows"]
+    assert rows(fp4) < rows(fp8) < rows(bf16)
     assert not fp8.warnings() and not fp4.warnings()
 
 

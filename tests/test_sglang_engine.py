@@ -124,9 +124,10 @@ def test_extend_batches_run_eagerly_decodes_replay_graphs(package_tables):
 
 @tables
 def test_tables_fall_back_to_vllms_with_a_warning(package_tables):
-    dep = resolve_deployment({**SG, "model": "deepseek-ai/DeepSeek-R1", "hardware": "h200",
-                              "parallel": {"tensor_parallel_size": 8},
-                              "quantization": {"weights": "fp8_block"}, "kv_cache": {"max_model_len": 8192},
+    # SGLang's DSA module rows hold no FP8-KV rows at GLM-5's 8 heads a rank on 8 B200s.
+    dep = resolve_deployment({**SG, "model": "zai-org/GLM-5", "hardware": "b200",
+                              "parallel": {"tensor_parallel_size": 8}, "quantization": {"weights": "nvfp4"},
+                              "kv_cache": {"max_model_len": 8192, "dtype": "fp8"},
                               "cost_model": {"source": "operator_tables"}})
     assert dep.cost_model.backend == "vllm" and dep.cost_model.engine.name == "sglang"
     assert any("priced from vLLM's tables" in w for w in dep.cost_model.warnings())
@@ -134,6 +135,31 @@ def test_tables_fall_back_to_vllms_with_a_warning(package_tables):
                               "cost_model": {"source": "operator_tables"}})
     assert own.cost_model.backend == "sglang"
     assert set(own.cost_model.tables_read.values()) == {"0.5.14"}
+
+
+@tables
+@pytest.mark.parametrize("gpu, tp, heads, weights", [("h200", 8, 16, "fp8_block"), ("b200", 4, 32, "nvfp4")])
+def test_deepseek_reads_sglangs_own_mla_rows_at_its_heads_a_rank(package_tables, gpu, tp, heads, weights):
+    """SGLang 0.5.14's op-level MLA tables time the kernel at a head count under the collector's
+    own split (16 heads at ``tp_size`` 4); DeepSeek at TP 8 runs the same 16-head kernel, so its
+    attention (and every other op) is priced from SGLang's tables, not vLLM's: the decode
+    attention at batch 64 and a 2,048-token KV is the table's row at this head count, batch 64
+    and ``step`` 2,047 (tokens cached before the new one)."""
+    import pyarrow.parquet as pq
+
+    dep = resolve_deployment({**SG, "model": "deepseek-ai/DeepSeek-R1", "hardware": gpu,
+                              "parallel": {"tensor_parallel_size": tp},
+                              "quantization": {"weights": weights}, "kv_cache": {"max_model_len": 8192},
+                              "cost_model": {"source": "operator_tables"}})
+    cm = dep.cost_model
+    assert cm.backend == "sglang" and not any("vLLM's tables" in w for w in cm.warnings())
+    table = PACKAGE / f"{gpu}_sxm" / "mla" / "sglang" / "0.5.14" / "generation_mla_perf.parquet"
+    t = pq.read_table(table).to_pydict()
+    rows = [t["latency"][i] for i in range(len(t["latency"]))
+            if t["num_heads"][i] == heads and t["batch_size"][i] == 64 and t["step"][i] == 2047
+            and t["kv_cache_dtype"][i] == ("fp8" if cm.precision.kv_bytes == 1 else "bfloat16")]
+    assert rows and all(tp_ != tp for tp_, h in zip(t["tp_size"], t["num_heads"]) if h == heads)
+    assert cm._dec.at(64, 2048) == pytest.approx(sorted(rows)[len(rows) // 2] * 1e-3, rel=0.05)
 
 
 @tables

@@ -72,8 +72,21 @@ CUSTOM_ALLREDUCE_GPUS = (2, 4, 6, 8)
 # per piece.
 KERNEL_LAUNCH_S = 5e-6
 GRAPH_LAUNCH_S = 10e-6
+#: Host time per layer of a forward that runs outside CUDA graphs (vLLM's steps above its largest
+#: capture size, or all of them under ``enforce_eager``): Python, the dispatcher and every launch of one
+#: layer's ops, which the GPU cannot run ahead of. Measured, not fitted: vLLM 0.29 decoding
+#: Qwen2.5-Omni-7B's thinker (28 Qwen2.5 layers) took 22-23 ms a token with
+#: ``enforce_eager`` against 13 ms with CUDA graphs on A800s (vllm-project/vllm-omni#7960,
+#: 2026-09-22): a host-bound eager step of about 0.8 ms a layer (its talker, 19-20 against
+#: 5.4-6 ms, agrees). A MoE or MLA layer launches more ops than that dense one, and vLLM's
+#: compiled steps outside its graphs fewer (Inductor fuses the elementwise ones): no
+#: measurement separates them, so every layer costs this. AIConfigurator's vLLM model adds
+#: the same 0.8 ms a layer to a prefill (``_prefill_dispatch_overhead_ms``, fitted there on
+#: its silicon points, the check set here: it corroborates, it is not the source).
+EAGER_HOST_S_PER_LAYER = 0.8e-3
 #: Kernels per layer in an eager forward (fused add+RMSNorm x2, QKV, rotary, KV-cache write,
-#: attention, O, gate_up, SiLU*mul, down), plus 2 all-reduces under TP.
+#: attention, O, gate_up, SiLU*mul, down), plus 2 all-reduces under TP: the launch count
+#: SGLang's steps outside its decode graphs keep (``_build_rows``).
 KERNELS_PER_LAYER = 10
 
 #: Known whole-step error against real runs, written by the lead's benchmark when measured.
@@ -842,8 +855,7 @@ class OperatorTableCostModel(StepPricer):
         m, tp = self.model, self.tensor_parallel_size
         heads = m.num_heads // tp
         kd = kv_dtype if kv_dtype in set(c["kv_cache_dtype"].tolist()) else "bfloat16"
-        # Rows are per rank: this rank's heads of this model's split (the same head count at
-        # another TP degree is another model's). The module tables measure one rank
+        # Rows are per rank, at this rank's heads. The module tables measure one rank
         # (``tp_size`` 1) at each head count, with the module's GEMMs in ``gemm_type``.
         sel = (c["kv_cache_dtype"] == kd) & (c["num_heads"] == heads)
         if sparse:
@@ -855,7 +867,16 @@ class OperatorTableCostModel(StepPricer):
             gt = self.gemm_dtype if self.gemm_dtype in gts else "bfloat16"
             sel &= c["gemm_type"] == gt
         else:
-            sel &= c["tp_size"] == tp
+            # An op-level row times the MLA kernel alone on one rank's heads (its projections are
+            # GEMM rows), so its shape is the head count and MLA's dimensions, which every MLA
+            # model kvplan serves shares; ``tp_size`` names the collector's model split, not the
+            # kernel: SGLang 0.5.14's tables hold 16 heads at ``tp_size`` 4 (a 64-head model),
+            # where DeepSeek at TP 8 runs 16 heads too. AIConfigurator keys these tables by head
+            # count alone (aic-core ``perf_database/mla.rs``: axes num_heads, batch, seq_len).
+            # This TP's own rows where measured, else the head count's.
+            same_tp = sel & (c["tp_size"] == tp)
+            if same_tp.any():
+                sel = same_tp
         sources = set(c["kernel_source"][sel].tolist())
         if not sources:
             raise TablesNotCovering(f"{path}: no {kd} MLA rows at {heads} heads")
@@ -1094,8 +1115,16 @@ class OperatorTableCostModel(StepPricer):
         r = self._roof
         self._sample_per_row = r._sample_per_row
         L = self.model.num_layers
-        tp = self.tensor_parallel_size
-        self._eager_launch = L * (KERNELS_PER_LAYER + (2 if tp > 1 else 0)) * KERNEL_LAUNCH_S
+        if self._graphs_decode_only:
+            # SGLang's extend batches: releases from early 2026 capture them in piecewise graphs
+            # (PCG, on by default for supported models: SGLang's docs,
+            # advanced_features/piecewise_cuda_graph), earlier ones ran them eagerly. kvplan
+            # models neither PCG nor the release that turned it on, so SGLang keeps the launch
+            # count rather than a host floor its default release may not pay.
+            tp = self.tensor_parallel_size
+            self._eager_launch = L * (KERNELS_PER_LAYER + (2 if tp > 1 else 0)) * KERNEL_LAUNCH_S
+        else:
+            self._eager_launch = L * EAGER_HOST_S_PER_LAYER
         self._piece_launch = (L + 1) * GRAPH_LAUNCH_S + L * KERNEL_LAUNCH_S
         # The engine core's CPU per step is the release's (V1), not the roofline's V0 figure.
         self._cpu_step, self._cpu_seq = self.engine.cpu_step_s, self.engine.cpu_per_seq_s
