@@ -638,10 +638,13 @@ def cohorts_stay_in_step(engine: str, server: str, overrides: Sequence[str] = ()
     SGLang's is 2-4x vLLM's (a wave's whole prefill), while its TPOT is lower."""
     if engine != "sglang":
         return False
-    if server in ("aic-generator", "aic-benchmark"):  # generator_flags turns mixed chunking on
-        return False
-    mixed = [value for keys, value in map(parse_override, overrides) if keys[-1] == "enable_mixed_chunk"]
-    return not (mixed and mixed[-1] is True)
+    # The server flags this replay gives the row (the batch and lengths do not change them),
+    # then any --set, the last one winning.
+    mixed = generator_flags(engine, server, 1, 1, 1).get("sglang", {}).get("enable_mixed_chunk", False)
+    for keys, value in map(parse_override, overrides):
+        if keys == ["sglang", "enable_mixed_chunk"]:
+            mixed = value is True
+    return not mixed
 
 
 def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PER_CLIENT,
@@ -729,15 +732,16 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     engine = _text(row, "backend") or "vllm"
     if phases == "burst":
         warmup = 0
-        if output_cv <= 0 and client != "inferencex" and cohorts_stay_in_step(engine, server, overrides):
+        if output_cv <= 0 and client != "inferencex":
+            if cohorts_stay_in_step(engine, server, overrides):
+                lengths = ("exact, as measured: SGLang runs prefill and decode in separate batches, so "
+                           "the requests a wave admits decode in step and finish together whatever "
+                           "jitter staggered their arrivals")
+            else:
+                output_cv = BURST_DESYNC_CV
+                lengths = f"spread {output_cv:.0%} (CV) to stand in for the clients' drift"
             notes.append(f"profiling phase from an idle server, all {clients} clients at t=0; output "
-                         f"lengths exact, as measured: SGLang runs prefill and decode in separate "
-                         f"batches, so the requests a wave admits decode in step and finish together "
-                         f"whatever jitter staggered their arrivals")
-        elif output_cv <= 0 and client != "inferencex":
-            output_cv = BURST_DESYNC_CV
-            notes.append(f"profiling phase from an idle server, all {clients} clients at t=0; output "
-                         f"lengths spread {output_cv:.0%} (CV) to stand in for the clients' drift")
+                         f"lengths {lengths}")
         elif client == "inferencex":
             notes.append(f"InferenceX's client: profiling from an idle server, all {clients} clients at t=0, "
                          f"prompt and output lengths uniform on [0.8 L, L] (--random-range-ratio 0.8)")
