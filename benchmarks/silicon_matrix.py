@@ -114,6 +114,12 @@ CHECKPOINT_ALIASES: dict[str, str] = {
 #: 0.11.0 to 0.13.x alike (same CUDA-graph and batch defaults, same table folders).
 PRE_ASYNC_RELEASE = "0.11.0"
 PRE_ASYNC_BEFORE = "2026-01-01"
+#: The last SGLang release that runs extend batches eagerly by default, for SGLang rows with no
+#: ``backend_version`` measured before piecewise CUDA graphs became SGLang's default
+#: (sgl-project/sglang#16331, merged 2026-03-02; first released in 0.5.10,
+#: ``sim.catalog.engines.SGLANG_PCG_DEFAULT_FROM``). kvplan prices 0.5.0 to 0.5.9 alike.
+PRE_PCG_RELEASE = "0.5.9"
+PRE_PCG_BEFORE = "2026-03-02"
 
 DEFAULT_REQUESTS_PER_CLIENT = 10
 DEFAULT_WARMUP_PER_CLIENT = 2
@@ -278,6 +284,9 @@ def sglang_version(row: Mapping) -> tuple[str, Optional[str]]:
     custom build name (``glm5-hopper``) is not a release."""
     text = _text(row, "backend_version")
     when = measured_date(row)
+    if not text and when is not None and when < PRE_PCG_BEFORE:
+        return PRE_PCG_RELEASE, (f"no backend_version; measured {when}, before SGLang made piecewise "
+                                 f"CUDA graphs its default (0.5.10): priced as {PRE_PCG_RELEASE}")
     if not text or text.startswith("nightly"):
         what = f"SGLang {text}" if text else "no backend_version"
         return DEFAULT_SGLANG_VERSION, (f"{what} (measured {when or 'on an unknown date'}): priced as "

@@ -498,6 +498,14 @@ class SglangConfig(_Section):
     #: ``--mamba-full-memory-ratio``: a hybrid linear-attention model's (Qwen3.5) state pool
     #: bytes over its KV pool's, both from the memory left after the weights.
     mamba_full_memory_ratio: float = number(0.9, 0.0, 1000.0, lo_open=True)
+    #: ``--enable-piecewise-cuda-graph``: releases before 0.5.10 capture extend batches in
+    #: piecewise CUDA graphs only with it (later ones by default).
+    enable_piecewise_cuda_graph: bool = _field(False, _Check("bool"))
+    #: ``--disable-piecewise-cuda-graph``: every extend batch runs eagerly.
+    disable_piecewise_cuda_graph: bool = _field(False, _Check("bool"))
+    #: ``--piecewise-cuda-graph-max-tokens``: the largest extend captured (None:
+    #: ``chunked_prefill_size``, or 2048 for an MLA model).
+    piecewise_cuda_graph_max_tokens: Optional[int] = integer(None, 1, _MAX_TOKENS, optional=True)
 
     def scheduler_options(self) -> dict:
         """``SglangScheduler``'s keyword arguments."""

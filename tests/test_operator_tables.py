@@ -202,6 +202,27 @@ def test_a_step_outside_the_graphs_costs_at_least_the_hosts_time_to_issue_it(tab
     assert b["gpu"] < floor
 
 
+
+def test_the_eager_host_time_counts_each_blocks_ops_at_the_dense_layers_time_per_op():
+    """80 us an op (0.8 ms over the measured dense layer's 10 ops). DeepSeek-V3 at TP 8, by
+    hand: 3 dense layers of MLA (11) + MLP (4) + 2 all-reduces, 58 of MLA + MoE with a shared
+    expert (7 + 3) + 2: 51 + 1334 = 1385 ops, 110.8 ms (sglang#14918 measured 115 ms mean TTFT
+    for its eager 1k-token prefill). Llama-3.1-8B: 10 ops a layer alone, 12 under TP."""
+    from sim.catalog.models import get_model
+    from sim.pricing.operator_tables import eager_host_seconds
+
+    assert eager_host_seconds(get_model("deepseek-ai/DeepSeek-R1"), 8) == pytest.approx(1385 * 80e-6)
+    llama = get_model("meta-llama/Llama-3.1-8B-Instruct")
+    assert eager_host_seconds(llama, 1) == pytest.approx(32 * 10 * 80e-6)
+    assert eager_host_seconds(llama, 8) == pytest.approx(32 * 12 * 80e-6)
+    # Qwen3-32B: q/k norms add one op to each attention block.
+    assert eager_host_seconds(get_model("Qwen/Qwen3-32B"), 2) == pytest.approx(64 * 13 * 80e-6)
+    # Qwen3.5-397B: 45 Gated DeltaNet layers (9) and 15 attention layers with q/k norms (7),
+    # all 60 MoE with a shared expert (10), 2 all-reduces: 405 + 105 + 600 + 120 = 1230 ops.
+    qwen35 = get_model("Qwen/Qwen3.5-397B-A17B")
+    assert qwen35.multimodal and not get_model("deepseek-ai/DeepSeek-R1").multimodal
+    assert eager_host_seconds(qwen35, 4) == pytest.approx(1230 * 80e-6)
+
 def test_tp_adds_allreduce(tables):
     one, two = pricer(tables, 1), pricer(tables, 2)
     s = StepShape(num_prefill_tokens=1024, num_prefill_seqs=2, prefill_attention_work=2 * 512 * 513 // 2)

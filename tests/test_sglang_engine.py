@@ -109,17 +109,49 @@ def test_memory_plan_is_mem_fraction_static_minus_weights():
 
 
 @tables
-def test_extend_batches_run_eagerly_decodes_replay_graphs(package_tables):
+def test_extends_run_eagerly_before_0_5_10_and_in_piecewise_graphs_after(package_tables):
     base = {"model": "llama-3.1-8b", "hardware": "h100-sxm", "dtype": "bfloat16",
             "cost_model": {"source": "operator_tables"}}
-    sg = resolve_deployment({**base, **SG}).cost_model
+
+    def pricer(version: str, **sglang):
+        return resolve_deployment({**base, "engine": {"name": "sglang", "version": version},
+                                   "sglang": sglang}).cost_model
+
+    old, new = pricer("0.5.9"), pricer("0.5.14")
     vl = resolve_deployment(base).cost_model
-    assert sg.capture_sizes[-1] == 256 and vl.capture_sizes[-1] == 512
-    # A small prompt chunk: vLLM runs piecewise graphs, SGLang launches every kernel eagerly,
-    # so the step costs at least the eager launch floor.
+    assert old.capture_sizes[-1] == 256 and vl.capture_sizes[-1] == 512
+    host = 32 * 0.8e-3  # Llama-3.1-8B's 32 layers at the eager host's 0.8 ms each
+    # A small prompt chunk. 0.5.9 runs it eagerly: the host's time to issue 32 layers bounds it.
     shape = StepShape(num_prefill_tokens=8, num_prefill_seqs=1, prefill_attention_work=36)
-    assert sg.price(shape) >= sg._eager_launch
-    assert sg.price(shape) > vl.price(shape)
+    assert old.extend_graph_tokens == 0 and old.price(shape) >= host
+    # 0.5.14 captures extends up to chunked_prefill_size (8192 on an H100) in piecewise graphs,
+    # as vLLM does its mixed batches: far under the host floor, and priced alike.
+    assert new.extend_graph_tokens == 8192 and new.price(shape) < host / 2
+    assert new.price(shape) == pytest.approx(vl.price(shape), rel=0.5)
+    # Opting in before 0.5.10, or out after, swaps the two.
+    assert pricer("0.5.9", enable_piecewise_cuda_graph=True).price(shape) == pytest.approx(new.price(shape))
+    assert pricer("0.5.14", disable_piecewise_cuda_graph=True).price(shape) == pytest.approx(old.price(shape))
+    # Past the largest captured size an extend runs eagerly again.
+    capped = pricer("0.5.14", piecewise_cuda_graph_max_tokens=4)
+    assert capped.extend_graph_tokens == 4 and capped.price(shape) == pytest.approx(old.price(shape))
+    # Decode batches replay full graphs on every release.
+    dec = StepShape(num_decode_seqs=8, decode_context_tokens=8 * 500)
+    assert old.price(dec) == pytest.approx(new.price(dec)) and old.price(dec) < host / 2
+
+
+def test_piecewise_graphs_follow_sglangs_release_and_auto_disable_rules():
+    from sim.catalog.engines import get_engine, sglang_extend_graph_tokens
+
+    new, old = get_engine("sglang", "0.5.10"), get_engine("sglang", "0.5.9")
+    assert sglang_extend_graph_tokens(new, chunked_prefill_size=8192)[0] == 8192
+    assert sglang_extend_graph_tokens(new, chunked_prefill_size=8192, mla=True)[0] == 2048
+    assert sglang_extend_graph_tokens(old, chunked_prefill_size=8192)[0] == 0
+    assert sglang_extend_graph_tokens(old, chunked_prefill_size=8192, enable=True)[0] == 8192
+    for off in ({"multimodal": True}, {"data_parallel_size": 2}, {"pipeline_parallel_size": 2},
+                {"disable": True}):
+        tokens, why = sglang_extend_graph_tokens(new, chunked_prefill_size=8192, **off)
+        assert tokens == 0 and why.startswith("off"), off
+    assert sglang_extend_graph_tokens(get_engine("vllm"), chunked_prefill_size=8192)[0] == 0
 
 
 @tables

@@ -174,6 +174,20 @@ def test_nightly_and_missing_versions():
     assert undated.config["engine"]["version"] == sm.DEFAULT_VLLM_VERSION
 
 
+def test_sglang_rows_without_a_version_measured_before_default_piecewise_graphs_run_0_5_9():
+    # InferenceX's November 2025 SGLang rows carry no backend_version; SGLang made piecewise
+    # CUDA graphs its default on 2026-03-02 (first released in 0.5.10): they ran extends eagerly.
+    old = point(row(backend="sglang", backend_version="",
+                    silicon_data_source="measured=2025-11-10T00:00:00.000Z"), moe=False)
+    assert old.config["engine"]["version"] == "0.5.9"
+    assert any("before SGLang made piecewise CUDA graphs its default" in n for n in old.notes)
+    for late in ("measured=2026-03-02T00:00:00.000Z", ""):
+        p = point(row(backend="sglang", backend_version="", silicon_data_source=late), moe=False)
+        assert p.config["engine"]["version"] == sm.DEFAULT_SGLANG_VERSION
+    assert point(row(backend="sglang", backend_version="0.5.6.post2"),
+                 moe=False).config["engine"]["version"] == "0.5.6.post2"
+
+
 def test_rows_kvplan_cannot_say_are_refused_with_a_reason():
     with pytest.raises(sm.RowNotExpressible) as e:
         point(row(system="mi300x"), moe=False)

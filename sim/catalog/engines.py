@@ -272,13 +272,64 @@ def _sglang_release(v: tuple[int, int, int]) -> EngineRelease:
     runs the CPU's scheduling of batch N+1 while the GPU runs batch N: kvplan's async
     scheduling. With speculative decoding it is off in 0.5.x (``server_args``: "Overlap
     scheduler is disabled when using speculative decoding" unless the experimental spec v2).
-    CUDA graphs cover decode batches only (``cudagraph_mode`` ``DECODE_ONLY``): extend
-    (prefill) batches run eagerly unless ``--enable-piecewise-cuda-graph``."""
+    Full CUDA graphs cover decode batches only (``cudagraph_mode`` ``DECODE_ONLY``); extend
+    (prefill) batches run in piecewise graphs where ``sglang_extend_graph_tokens`` says so,
+    eagerly otherwise."""
     return EngineRelease(name="sglang", version=v, async_scheduling=True,
                          async_with_speculative=False, cudagraph_mode="DECODE_ONLY",
                          prefix_hash="radix")
 
 
+#: The first SGLang release that captures extend batches in piecewise CUDA graphs (PCG) by
+#: default. sgl-project/sglang#16331 ("Piecewise Cuda Graph set default", merged 2026-03-02)
+#: replaced the opt-in ``--enable-piecewise-cuda-graph`` with an opt-out
+#: ``--disable-piecewise-cuda-graph``; AIConfigurator's SGLang collector sets both on its mock
+#: server arguments, commented "sglang <=0.5.9" and "sglang >=0.5.10"
+#: (ai-dynamo/aiconfigurator ``collector/sglang/collect_attn.py``).
+SGLANG_PCG_DEFAULT_FROM: tuple[int, int, int] = (0, 5, 10)
+#: PCG's largest captured extend for an MLA model when ``--piecewise-cuda-graph-max-tokens`` is
+#: not given; other models capture up to ``chunked_prefill_size`` (SGLang's docs,
+#: ``advanced_features/piecewise_cuda_graph``, "Server Args").
+SGLANG_PCG_MLA_MAX_TOKENS = 2048
+
+
+def sglang_extend_graph_tokens(release: EngineRelease, *, chunked_prefill_size: int,
+                               mla: bool = False, multimodal: bool = False,
+                               data_parallel_size: int = 1, pipeline_parallel_size: int = 1,
+                               enable: bool = False, disable: bool = False,
+                               max_tokens: Optional[int] = None) -> tuple[int, str]:
+    """The largest extend batch (tokens) SGLang runs in piecewise CUDA graphs, 0 where every
+    extend runs eagerly, and why, in words.
+
+    Why it matters: an eager extend costs at least the host's time to issue every op of every
+    layer (``EAGER_HOST_S_PER_LAYER`` in the pricer), which dominates a short prompt's prefill
+    on a large model. PCG is on by default from ``SGLANG_PCG_DEFAULT_FROM`` (before it,
+    ``enable`` opts in) and ``disable`` turns it off. ``ServerArgs._handle_piecewise_cuda_graph``
+    turns it off for, among others, multimodal architectures (sgl-project/sglang#20747: "Since
+    K2.5 is a multimodal model, piecewise CUDA graph is still auto-disabled by default"),
+    DP attention and pipeline parallelism; kvplan models those three. Captured sizes run up to
+    ``max_tokens`` (default ``chunked_prefill_size``, or ``SGLANG_PCG_MLA_MAX_TOKENS`` for
+    MLA); a larger extend runs eagerly."""
+    if release.name != "sglang":
+        return 0, "not SGLang"
+    by_default = release.version >= SGLANG_PCG_DEFAULT_FROM
+    if disable:
+        return 0, "off (sglang.disable_piecewise_cuda_graph)"
+    if not (by_default or enable):
+        return 0, (f"off: SGLang {version_text(release.version)} runs extends eagerly unless "
+                   f"--enable-piecewise-cuda-graph (on by default from "
+                   f"{version_text(SGLANG_PCG_DEFAULT_FROM)})")
+    for off, why in ((multimodal, "a multimodal architecture"),
+                     (data_parallel_size > 1, "DP attention"),
+                     (pipeline_parallel_size > 1, "pipeline parallelism")):
+        if off:
+            return 0, f"off: SGLang turns piecewise CUDA graphs off for {why}"
+    top = max_tokens if max_tokens is not None else (
+        SGLANG_PCG_MLA_MAX_TOKENS if mla else chunked_prefill_size)
+    return top, f"extends up to {top} tokens in piecewise CUDA graphs"
+
+
 __all__ = ["ENGINE_NAMES", "DEFAULT_VLLM_VERSION", "DEFAULT_SGLANG_VERSION", "DEFAULT_VERSIONS", "EngineRelease", "get_engine", "parse_version",
            "version_text", "sglang_chunked_prefill_size", "sglang_cuda_graph_max_bs",
-           "sglang_mem_fraction_static", "sglang_max_running_requests"]
+           "sglang_mem_fraction_static", "sglang_max_running_requests", "sglang_extend_graph_tokens",
+           "SGLANG_PCG_DEFAULT_FROM"]

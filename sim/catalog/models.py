@@ -83,6 +83,10 @@ class ModelSpec:
     - ``sliding_window``: attention window (Mistral-7B-v0.1); recorded for the scheduler,
       the cost model prices full context.
     - ``rope_theta``: rotary base (for the runtime; costs do not depend on it).
+    - ``multimodal``: the checkpoint is a multimodal wrapper (Qwen3.5, Kimi-K2.5, Qwen3-VL,
+      Llama 4) whose text model kvplan prices. Its vision encoder is not served here, but
+      engines treat the architecture apart: SGLang turns its piecewise CUDA graphs off for
+      multimodal models by default (``sim.catalog.engines.sglang_extend_graph_tokens``).
     """
 
     name: str
@@ -128,6 +132,7 @@ class ModelSpec:
     index_topk: int = 0
     index_num_heads: int = 0
     index_head_dim: int = 0
+    multimodal: bool = False
 
     def __post_init__(self) -> None:
         if (self.num_experts > 0) != (self.num_experts_per_tok > 0) or self.num_experts < 0:
@@ -621,8 +626,15 @@ def load_hf_config(path: "str | os.PathLike[str]", *, name: Optional[str] = None
             f"model; supported: {', '.join(SUPPORTED_MODEL_TYPES)}"
         )
     name = name or _name_from(cfg, file)
+    multimodal = model_type in _WRAPPERS or model_type == "llama4"
     if model_type in _WRAPPERS:
         model_type, cfg = _unwrap(label, model_type, cfg)
+    spec = _read_text_model(label, name, model_type, cfg)
+    return dataclasses.replace(spec, multimodal=True) if multimodal else spec
+
+
+def _read_text_model(label: str, name: str, model_type: str, cfg: dict) -> ModelSpec:
+    """The ``ModelSpec`` of a text model's config (``model_type`` already unwrapped)."""
     try:
         if model_type == "opt":
             return _from_opt(name, cfg)

@@ -42,7 +42,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 import numpy as np
 
 from sim.catalog.dtypes import experts_only
-from sim.catalog.engines import EngineRelease, get_engine, version_text
+from sim.catalog.engines import EngineRelease, get_engine, sglang_extend_graph_tokens, version_text
 from sim.catalog.hardware import HardwareSpec, get_hardware
 from sim.catalog.models import ModelSpec, get_model
 from sim.errors import ConfigError
@@ -73,21 +73,54 @@ CUSTOM_ALLREDUCE_GPUS = (2, 4, 6, 8)
 KERNEL_LAUNCH_S = 5e-6
 GRAPH_LAUNCH_S = 10e-6
 #: Host time per layer of a forward that runs outside CUDA graphs (vLLM's steps above its largest
-#: capture size, or all of them under ``enforce_eager``): Python, the dispatcher and every launch of one
-#: layer's ops, which the GPU cannot run ahead of. Measured, not fitted: vLLM 0.29 decoding
-#: Qwen2.5-Omni-7B's thinker (28 Qwen2.5 layers) took 22-23 ms a token with
-#: ``enforce_eager`` against 13 ms with CUDA graphs on A800s (vllm-project/vllm-omni#7960,
-#: 2026-09-22): a host-bound eager step of about 0.8 ms a layer (its talker, 19-20 against
-#: 5.4-6 ms, agrees). A MoE or MLA layer launches more ops than that dense one, and vLLM's
-#: compiled steps outside its graphs fewer (Inductor fuses the elementwise ones): no
-#: measurement separates them, so every layer costs this. AIConfigurator's vLLM model adds
-#: the same 0.8 ms a layer to a prefill (``_prefill_dispatch_overhead_ms``, fitted there on
-#: its silicon points, the check set here: it corroborates, it is not the source).
+#: capture size, or all of them under ``enforce_eager``; SGLang's extends outside its piecewise
+#: graphs): Python, the dispatcher and every launch of one layer's ops, which the GPU cannot run
+#: ahead of. Measured, not fitted: vLLM 0.29 decoding Qwen2.5-Omni-7B's thinker (28 Qwen2.5
+#: layers, one GPU) took 22-23 ms a token with ``enforce_eager`` against 13 ms with CUDA graphs
+#: on A800s (vllm-project/vllm-omni#7960, 2026-09-22): a host-bound eager step of about 0.8 ms a
+#: layer (its talker, 19-20 against 5.4-6 ms, agrees). AIConfigurator's vLLM model adds the same
+#: 0.8 ms a layer to a prefill (``_prefill_dispatch_overhead_ms``, fitted there on its silicon
+#: points, the check set here: it corroborates, it is not the source).
 EAGER_HOST_S_PER_LAYER = 0.8e-3
-#: Kernels per layer in an eager forward (fused add+RMSNorm x2, QKV, rotary, KV-cache write,
-#: attention, O, gate_up, SiLU*mul, down), plus 2 all-reduces under TP: the launch count
-#: SGLang's steps outside its decode graphs keep (``_build_rows``).
-KERNELS_PER_LAYER = 10
+#: Ops the host issues for that measured dense layer: fused add + RMSNorm, QKV GEMM, rotary,
+#: KV-cache write, attention, O GEMM (6); fused add + RMSNorm, gate_up GEMM, SiLU x mul, down
+#: GEMM (4). Other layers cost ``EAGER_HOST_S_PER_LAYER / DENSE_LAYER_OPS`` per op they issue
+#: (``eager_host_seconds``).
+DENSE_LAYER_OPS = 10
+#: Ops of the other blocks, counted the same way from vLLM's and SGLang's module code.
+#: MLA (DeepSeek-V3): add + norm, fused q_a / kv_a GEMM, q_a and kv_a norms, q_b GEMM, kv_b GEMM
+#: (the prefill path expands keys and values), rotary, k concat, KV-cache write, attention, O.
+MLA_ATTENTION_OPS = 11
+#: A Gated DeltaNet layer (Qwen3.5, Qwen3-Next): add + norm, qkvz and ba GEMMs, causal conv,
+#: gating, the chunked delta rule (2), gated norm, out GEMM.
+LINEAR_ATTENTION_OPS = 9
+#: A routed MoE block: add + norm, router GEMM, top-k, activation quantise / permute, the fused
+#: experts (2), combine; shared experts add gate_up, activation and down.
+MOE_OPS, SHARED_EXPERT_OPS = 7, 3
+#: Under tensor parallelism each layer all-reduces twice (attention and MLP outputs).
+TP_ALLREDUCE_OPS = 2
+
+
+def eager_host_seconds(model: ModelSpec, tensor_parallel_size: int = 1) -> float:
+    """The host's time to issue one forward of ``model`` outside CUDA graphs: ops per layer
+    (attention block by kind, MLP block dense or MoE, two all-reduces under TP) at the measured
+    dense layer's time per op.
+
+    Why by ops: a DeepSeek-V3 layer (MLA and a MoE with a shared expert) issues about twice a
+    dense layer's ops, and its eager prefill shows it: SGLang without piecewise graphs took
+    115 ms mean TTFT for one 1k-token prompt of DeepSeek-R1 on 8 GPUs (sgl-project/sglang#14918,
+    W8A8 INT8, "before" at concurrency 1), which this prices at 111 ms of host time; Llama-3.1-8B
+    FP8 on 8 GPUs, 30.0 ms eager against 19.7 ms in piecewise graphs (#13094), 30.7 ms."""
+    m = model
+    lin = m.linear_attention_layers
+    attn_ops = (lin * LINEAR_ATTENTION_OPS
+                + (m.num_layers - lin) * (MLA_ATTENTION_OPS if m.is_mla else DENSE_LAYER_OPS - 4
+                                          + (1 if m.qk_norm else 0)))
+    moe_layers = m.num_layers - m.first_dense_layers if m.is_moe else 0
+    moe = MOE_OPS + (SHARED_EXPERT_OPS if m.num_shared_experts else 0)
+    mlp_ops = moe_layers * moe + (m.num_layers - moe_layers) * 4
+    tp_ops = m.num_layers * TP_ALLREDUCE_OPS if tensor_parallel_size > 1 else 0
+    return (attn_ops + mlp_ops + tp_ops) * EAGER_HOST_S_PER_LAYER / DENSE_LAYER_OPS
 
 #: Known whole-step error against real runs, written by the lead's benchmark when measured.
 STEP_ERROR_FILE = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / \
@@ -397,7 +430,8 @@ class OperatorTableCostModel(StepPricer):
                  expert_parallel_size: int = 1, data_parallel_size: int = 1,
                  table_engine: Optional[EngineRelease] = None,
                  expert_tensor_parallel_size: Optional[int] = None,
-                 moe_activations: str = "auto") -> None:
+                 moe_activations: str = "auto",
+                 extend_graph_tokens: Optional[int] = None) -> None:
         self.model = m = get_model(model)
         #: The engine release priced: its backend folder, the version folder nearest it, its
         #: capture sizes and (``async_scheduling`` None) its async-scheduling default.
@@ -471,9 +505,16 @@ class OperatorTableCostModel(StepPricer):
         self.max_num_seqs = max_num_seqs
         self.cuda_graphs, self.async_scheduling = cuda_graphs, async_scheduling
         self.capture_sizes = capture_sizes(max_num_seqs, engine, h, tp) if cuda_graphs else []
-        #: SGLang captures decode batches only: an extend (prefill) batch runs eagerly.
+        #: SGLang captures full graphs of decode batches only; an extend (prefill) batch runs in
+        #: piecewise graphs up to ``extend_graph_tokens`` tokens (0: eagerly; None: the
+        #: release's default for this model and layout, ``sglang_extend_graph_tokens``).
         self._graphs_decode_only = engine.cudagraph_mode == "DECODE_ONLY"
         self.max_capture = self.capture_sizes[-1] if self.capture_sizes else 0
+        if self._graphs_decode_only and extend_graph_tokens is None:
+            extend_graph_tokens, _ = sglang_extend_graph_tokens(
+                engine, chunked_prefill_size=engine.default_max_num_batched_tokens(h), mla=m.is_mla,
+                multimodal=m.multimodal, data_parallel_size=dp, pipeline_parallel_size=pp)
+        self.extend_graph_tokens = (extend_graph_tokens or 0) if cuda_graphs else 0
         #: Every table read, ``op/table -> version folder`` (the summary's provenance).
         self.tables_read: dict[str, str] = {}
         #: Whether the attention rows include the rotary embedding (MLA module rows).
@@ -1115,16 +1156,15 @@ class OperatorTableCostModel(StepPricer):
         r = self._roof
         self._sample_per_row = r._sample_per_row
         L = self.model.num_layers
-        if self._graphs_decode_only:
-            # SGLang's extend batches: releases from early 2026 capture them in piecewise graphs
-            # (PCG, on by default for supported models: SGLang's docs,
-            # advanced_features/piecewise_cuda_graph), earlier ones ran them eagerly. kvplan
-            # models neither PCG nor the release that turned it on, so SGLang keeps the launch
-            # count rather than a host floor its default release may not pay.
-            tp = self.tensor_parallel_size
-            self._eager_launch = L * (KERNELS_PER_LAYER + (2 if tp > 1 else 0)) * KERNEL_LAUNCH_S
-        else:
-            self._eager_launch = L * EAGER_HOST_S_PER_LAYER
+        # Any forward outside CUDA graphs waits for the host to issue it. An eager PyTorch
+        # forward (SGLang's extends outside its piecewise graphs; vLLM under enforce_eager)
+        # issues every module's ops: counted (``eager_host_seconds``). vLLM's steps above its
+        # capture sizes run its torch.compile'd code instead, whose Inductor wrapper issues
+        # fused kernels with less Python per op: no measurement prices that by op, so it keeps
+        # the measured dense layer's time for every layer.
+        compiled = self.cuda_graphs and not self._graphs_decode_only
+        self._eager_launch = (L * EAGER_HOST_S_PER_LAYER if compiled
+                              else eager_host_seconds(self.model, self.tensor_parallel_size))
         self._piece_launch = (L + 1) * GRAPH_LAUNCH_S + L * KERNEL_LAUNCH_S
         # The engine core's CPU per step is the release's (V1), not the roofline's V0 figure.
         self._cpu_step, self._cpu_seq = self.engine.cpu_step_s, self.engine.cpu_per_seq_s
@@ -1164,8 +1204,12 @@ class OperatorTableCostModel(StepPricer):
         rows = N + D + spec + s.num_padding_tokens
         graphable = (rows <= self.max_capture) * (rows > 0)
         decode_only = (N == 0)
+        # SGLang: full graphs for decode batches; an extend batch in piecewise graphs up to
+        # ``extend_graph_tokens`` (its GEMMs as eager, padding to the captured size ignored).
+        pcg = 0
         if self._graphs_decode_only:
             graphable = graphable * decode_only
+            pcg = (1 - decode_only) * (rows <= self.extend_graph_tokens)
         rows_cost = look.graph_at(rows) * graphable + look.rows_eager(rows) * (1 - graphable) * (rows > 0)
         # Attention: decode at (batch, mean KV length, ``_decode_attention``); prefill at
         # (batch, mean chunk) plus the cross term over cached tokens.
@@ -1191,8 +1235,8 @@ class OperatorTableCostModel(StepPricer):
         # Launch: a full graph is one replay; piecewise graphs launch L + 1 pieces and L
         # eager attention calls; eager launches every kernel. The GPU cannot run ahead of it.
         full = graphable * decode_only
-        piece = graphable * (1 - decode_only)
-        eager = (1 - graphable) * (rows > 0)
+        piece = graphable * (1 - decode_only) + pcg
+        eager = (1 - graphable) * (1 - pcg) * (rows > 0)
         logits = (rows > 0) * sampled_rows(s)
         lm = (logits > 0) * (head(logits) + self._sample_per_row * logits + 2 * KERNEL_LAUNCH_S)
         swap = self._roof.swap_time(s.num_swap_tokens)
@@ -1272,7 +1316,11 @@ class OperatorTableCostModel(StepPricer):
                 + (f", moe_tp={self.expert_tensor_parallel_size}"
                    if self.model.is_moe and self.expert_tensor_parallel_size not in (1, self.tensor_parallel_size)
                    else "")
-                + f", {mode} up to {self.max_capture} tokens, "
+                + f", {mode} up to {self.max_capture} tokens"
+                + ((f" (decode; extends in piecewise graphs up to {self.extend_graph_tokens} tokens)"
+                    if self.extend_graph_tokens else " (decode; extends eager)")
+                   if self._graphs_decode_only and self.cuda_graphs else "")
+                + ", "
                 f"async scheduling {'on' if self.async_scheduling else 'off'}"
                 + (f", MoE experts from the fused-MoE table"
                    + (f" (MXFP4 x {self.moe_activations.upper()})" if self.moe_activations else "")
