@@ -302,7 +302,7 @@ def sglang_extend_graph_tokens(release: EngineRelease, *, chunked_prefill_size: 
     extend runs eagerly, and why, in words.
 
     Why it matters: an eager extend costs at least the host's time to issue every op of every
-    layer (``EAGER_HOST_S_PER_LAYER`` in the pricer), which dominates a short prompt's prefill
+    layer (``eager_host_seconds`` in the pricer), which dominates a short prompt's prefill
     on a large model. PCG is on by default from ``SGLANG_PCG_DEFAULT_FROM`` (before it,
     ``enable`` opts in) and ``disable`` turns it off. ``ServerArgs._handle_piecewise_cuda_graph``
     turns it off for, among others, multimodal architectures (sgl-project/sglang#20747: "Since

@@ -82,11 +82,12 @@ GRAPH_LAUNCH_S = 10e-6
 #: 0.8 ms a layer to a prefill (``_prefill_dispatch_overhead_ms``, fitted there on its silicon
 #: points, the check set here: it corroborates, it is not the source).
 EAGER_HOST_S_PER_LAYER = 0.8e-3
-#: Ops the host issues for that measured dense layer: fused add + RMSNorm, QKV GEMM, rotary,
-#: KV-cache write, attention, O GEMM (6); fused add + RMSNorm, gate_up GEMM, SiLU x mul, down
-#: GEMM (4). Other layers cost ``EAGER_HOST_S_PER_LAYER / DENSE_LAYER_OPS`` per op they issue
-#: (``eager_host_seconds``).
-DENSE_LAYER_OPS = 10
+#: Ops the host issues for that measured dense layer: its attention block (fused add + RMSNorm,
+#: QKV GEMM, rotary, KV-cache write, attention, O GEMM) and its MLP (fused add + RMSNorm, gate_up
+#: GEMM, SiLU x mul, down GEMM). Other layers cost ``EAGER_HOST_S_PER_LAYER / DENSE_LAYER_OPS``
+#: per op they issue (``eager_host_seconds``).
+DENSE_ATTENTION_OPS, DENSE_MLP_OPS = 6, 4
+DENSE_LAYER_OPS = DENSE_ATTENTION_OPS + DENSE_MLP_OPS
 #: Ops of the other blocks, counted the same way from vLLM's and SGLang's module code.
 #: MLA (DeepSeek-V3): add + norm, fused q_a / kv_a GEMM, q_a and kv_a norms, q_b GEMM, kv_b GEMM
 #: (the prefill path expands keys and values), rotary, k concat, KV-cache write, attention, O.
@@ -114,11 +115,11 @@ def eager_host_seconds(model: ModelSpec, tensor_parallel_size: int = 1) -> float
     m = model
     lin = m.linear_attention_layers
     attn_ops = (lin * LINEAR_ATTENTION_OPS
-                + (m.num_layers - lin) * (MLA_ATTENTION_OPS if m.is_mla else DENSE_LAYER_OPS - 4
-                                          + (1 if m.qk_norm else 0)))
+                + (m.num_layers - lin) * (MLA_ATTENTION_OPS if m.is_mla
+                                          else DENSE_ATTENTION_OPS + (1 if m.qk_norm else 0)))
     moe_layers = m.num_layers - m.first_dense_layers if m.is_moe else 0
     moe = MOE_OPS + (SHARED_EXPERT_OPS if m.num_shared_experts else 0)
-    mlp_ops = moe_layers * moe + (m.num_layers - moe_layers) * 4
+    mlp_ops = moe_layers * moe + (m.num_layers - moe_layers) * DENSE_MLP_OPS
     tp_ops = m.num_layers * TP_ALLREDUCE_OPS if tensor_parallel_size > 1 else 0
     return (attn_ops + mlp_ops + tp_ops) * EAGER_HOST_S_PER_LAYER / DENSE_LAYER_OPS
 
