@@ -219,8 +219,14 @@ INFERENCEX_SHAPES = frozenset({(1024, 1024), (1024, 8192), (8192, 1024)})
 INFERENCEX_RANGE_RATIO = 0.8
 #: ``--client``: ``auto`` replays each row with the client that measured it (``client_of``);
 #: ``fixed`` replays every row with fixed lengths (InferenceX's rows too), as kvplan did before
-#: it knew their client: a 1% output spread then stands in for the drift.
-CLIENT_READINGS = ("auto", "fixed")
+#: it knew their client: a 1% output spread then stands in for the drift. ``aiperf-pool`` is a
+#: sensitivity reading of the ``aic-auto-gap-analysis`` rows: their client as aiperf runs with
+#: AIConfigurator's generated ``bench_run.sh`` (no ``--num-dataset-entries``): every prompt one of
+#: aiperf's default 100 entries (shuffle order), the ``2N`` warm-up on the same pool simulated
+#: first and dropped, prefix caching on (both engines' default), so a repeat skips its prefill.
+CLIENT_READINGS = ("auto", "fixed", "aiperf-pool")
+#: aiperf's ``--num-dataset-entries`` default (``sim.workload.prompt_pool``).
+AIPERF_POOL_ENTRIES = 100
 
 
 def client_of(row: Mapping) -> str:
@@ -737,7 +743,8 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
                      f"the server admitted them all (assumption: a benchmark server is sized for its clients)")
     if "silicon_concurrency=" not in _text(row, "silicon_data_source"):
         notes.append(f"no silicon_concurrency recorded: N = batch_size x attention DP = {clients}")
-    client = client_of(row) if client == "auto" else "genai-perf"
+    pooled = client == "aiperf-pool" and client_of(row) == "genai-perf"
+    client = client_of(row) if client in ("auto", "aiperf-pool") else "genai-perf"
     engine = _text(row, "backend") or "vllm"
     if phases == "burst":
         warmup = 0
@@ -756,6 +763,10 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
                          f"prompt and output lengths uniform on [0.8 L, L] (--random-range-ratio 0.8)")
     else:
         warmup = warmup_per_client * clients
+    if pooled:  # the warm-up fills the prefix cache: simulate it (on the same pool), then drop it
+        warmup = warmup_per_client * clients
+        notes.append(f"sensitivity: aiperf's default pool of {AIPERF_POOL_ENTRIES} prompts (shuffle), "
+                     f"{warmup} warm-up requests on it simulated first and dropped, prefix caching on")
     in_len = length_spec(isl, client)
     out_len: dict = length_spec(osl, client)
     longest = osl
@@ -780,6 +791,9 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
             "output_len": out_len,
         },
     }
+    if pooled:
+        config["workload"]["prompt_pool"] = {"entries": AIPERF_POOL_ENTRIES, "sampling": "shuffle"}
+        config["kv_cache"]["prefix_caching"] = True
     if seats is not None:
         config["scheduler"] = {"max_num_seqs": seats}
     if server == "scripts":
@@ -1371,7 +1385,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     ap.add_argument("--client", default="auto", choices=CLIENT_READINGS,
                     help="auto (default): each row replayed with the client that measured it: InferenceX's "
                          "(lengths uniform on [0.8 L, L]) for its sweep's rows, fixed lengths for the rest; "
-                         "fixed: fixed lengths for every row, a 1%% output spread standing in for the drift")
+                         "fixed: fixed lengths for every row, a 1%% output spread standing in for the drift; "
+                         "aiperf-pool (a sensitivity reading): the aic-auto-gap-analysis rows' prompts drawn "
+                         "from aiperf's default pool of 100, the warm-up on it simulated and dropped, "
+                         "prefix caching on")
     ap.add_argument("--server", default="scripts", choices=SERVERS,
                     help="the server flags a row is replayed with: scripts (default: InferenceX's rows with "
                          "the flags its scripts passed on the measured date, the rest with the release's "

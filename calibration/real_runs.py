@@ -50,9 +50,10 @@ import yaml
 
 from calibration.run_manifest import ServerFacts, perf_dir, server_facts
 from sim.errors import KvplanError
+from sim.workload.prompt_pool import PromptPool
 from sim.workload.shared_prefix import SharedPrefix, Stage
 
-FORMATS = ("inference-perf", "vllm-bench", "guidellm", "sglang-bench")
+FORMATS = ("inference-perf", "vllm-bench", "guidellm", "sglang-bench", "aiperf", "genai-perf")
 #: Server settings a run can state (vLLM's names) and kvplan's config keys for them.
 SERVER_KEYS = {
     "tensor_parallel_size": "parallel.tensor_parallel_size",
@@ -123,6 +124,14 @@ class RealRun:
     #: ``--kv-cache-dtype`` / ``--[no-]enable-prefix-caching`` as the server log shows them.
     kv_cache_dtype: Optional[str] = None
     prefix_caching: Optional[bool] = None
+    #: The load tool's pool of distinct prompts (aiperf / genai-perf ``--num-dataset-entries``),
+    #: with each entry's prompt and output length: the requests are drawn from it, and repeats
+    #: hit the prefix cache (``sim.workload.prompt_pool``). None: every prompt new.
+    prompt_pool: Optional[PromptPool] = None
+    pool_lens: Optional[tuple[list[int], list[int]]] = None
+    #: Requests the tool sent before measuring (aiperf's ``--warmup-request-count``): simulated
+    #: first (they warm the prefix cache), never scored. Only with ``prompt_pool``.
+    warmup: Optional[Stage] = None
 
 
 #: Fields that name the serving engine's release: ``vllm bench serve --metadata
@@ -184,8 +193,9 @@ def expand_run_paths(paths: "list[Path] | tuple[Path, ...]") -> list[Path]:
 
 
 def read_run(path: Union[str, Path]) -> RealRun:
-    """Read one run: an inference-perf folder, a vllm bench JSON or a GuideLLM JSON (or a
-    folder holding exactly one such JSON)."""
+    """Read one run: an inference-perf folder, a vllm bench JSON, a GuideLLM JSON or an aiperf /
+    genai-perf profile export (or a folder holding exactly one such JSON, or an artifact folder
+    with ``profile_export_aiperf.json`` / ``profile_export_genai_perf.json``)."""
     p = Path(path)
     if not p.exists():
         raise RealRunError(f"{p}: no such file or folder")
@@ -195,8 +205,9 @@ def read_run(path: Union[str, Path]) -> RealRun:
         jsons = sorted(p.glob("*.json"))
         if len(jsons) == 1:
             return read_json_run(jsons[0])
-        if (p / "benchmarks.json").is_file():
-            return read_json_run(p / "benchmarks.json")
+        for name in ("benchmarks.json", "profile_export_aiperf.json", "profile_export_genai_perf.json"):
+            if (p / name).is_file():  # GuideLLM's report; an aiperf / genai-perf artifact folder
+                return read_json_run(p / name)
         jsonls = sorted(p.glob("*.jsonl"))
         if not jsons and len(jsonls) == 1:  # SGLang bench_serving --output-file
             return read_run(jsonls[0])
@@ -218,8 +229,13 @@ def read_json_run(path: Path) -> RealRun:
         return read_vllm_bench(path, data)
     if fmt == "guidellm":
         return read_guidellm(path, data)
+    if fmt == "aiperf":
+        from calibration.aiperf_export import read_aiperf_export
+
+        return read_aiperf_export(path, data)
     raise RealRunError(f"{path}: unknown format (neither a vllm bench serve --save-result JSON: "
-                       f"request_rate, completed, mean_e2el_ms; nor a GuideLLM report: benchmarks[])")
+                       f"request_rate, completed, mean_e2el_ms; nor a GuideLLM report: benchmarks[]; "
+                       f"nor an aiperf / genai-perf profile export: input_config, time_to_first_token)")
 
 
 def detect_format(data: Any) -> Optional[str]:
@@ -229,6 +245,8 @@ def detect_format(data: Any) -> Optional[str]:
         return "guidellm"
     if "completed" in data and ("mean_e2el_ms" in data or "mean_ttft_ms" in data):
         return "vllm-bench"
+    if isinstance(data.get("input_config"), dict) and isinstance(data.get("request_latency"), dict):
+        return "aiperf"  # aiperf's profile_export_aiperf.json or genai-perf's profile_export_genai_perf.json
     return None
 
 

@@ -34,7 +34,7 @@ from sim.catalog.models import SUPPORTED_MODEL_TYPES
 from sim.errors import ConfigError, KvplanError
 from sim.metrics import overload
 from sim.policies.request import RequestState
-from sim.workload.shared_prefix import (DEFAULT_STAGE_GAP_S, Stage, shared_prefix_requests,
+from sim.workload.shared_prefix import (DEFAULT_STAGE_GAP_S, Stage, pooled_requests, shared_prefix_requests,
                                         stage_clients, stage_slices, staged_requests)
 
 #: Folder-name fragments -> catalog hardware (checked in this order).
@@ -331,7 +331,14 @@ def compare_run(run: RealRun, *, hardware: Optional[str] = None, model: Optional
         if stages != list(run.stages):
             notes.append(f"stages shortened to at most {stage_seconds:g} s each (real metrics are the full stages')")
     block = int(config["kv_cache"]["block_size"])
-    if run.shared_prefix is not None:
+    # A warm-up the tool sent before measuring (aiperf's) runs first, on the same pool, unscored.
+    skip = 1 if run.warmup is not None and run.prompt_pool is not None else 0
+    if run.prompt_pool is not None and run.pool_lens is not None:
+        stages = ([run.warmup] if skip else []) + stages
+        reqs, stage_of, _ = pooled_requests(run.prompt_pool, stages, *run.pool_lens, seed, gap_s=gap_s)
+        if skip:
+            notes.append(f"{run.warmup.num_requests} warm-up requests simulated first (same prompt pool), not scored")
+    elif run.shared_prefix is not None:
         reqs, stage_of, _ = shared_prefix_requests(run.shared_prefix, stages, seed, gap_s=gap_s,
                                                    hash_block_size=block)
     else:
@@ -347,10 +354,11 @@ def compare_run(run: RealRun, *, hardware: Optional[str] = None, model: Optional
     elapsed = time.perf_counter() - t0
     done = result.requests  # fresh copies, same order as reqs
     comparisons = []
-    for k, idx in enumerate(stage_slices(stage_of, len(stages))):
-        pred, grows = _stage_prediction([done[i] for i in idx], run.measured[k], stages[k])
+    for j, idx in enumerate(stage_slices(stage_of, len(stages))[skip:]):
+        k, stage = j, stages[j + skip]
+        pred, grows = _stage_prediction([done[i] for i in idx], run.measured[k], stage)
         comparisons.append(StageComparison(k if run.format != "inference-perf" else run.measured[k].index,
-                                           stages[k], _real_metrics(run.measured[k]), pred,
+                                           stage, _real_metrics(run.measured[k]), pred,
                                            real_overloaded(run.measured[k]), grows))
     return RunComparison(run, result.config, comparisons, elapsed, result.summary, [n for n in notes if n])
 

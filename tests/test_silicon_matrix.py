@@ -540,6 +540,28 @@ def test_inferencex_rows_replay_with_its_clients_lengths():
     assert sm.client_of(row(isl=1024, osl=1024, silicon_data_source=gap)) == "genai-perf"
 
 
+def test_aiperf_pool_reading_reuses_aiperfs_default_prompts_on_the_genai_perf_rows_only():
+    """``--client aiperf-pool`` (a sensitivity reading): the aic-auto-gap-analysis rows as aiperf
+    sends them without --num-dataset-entries, 100 prompts reused, the 2N warm-up simulated on
+    the same pool and dropped, prefix caching on; InferenceX's rows keep their own client."""
+    gap = row(isl=1000, osl=100, batch_size=8, model_path="meta-llama/Llama-3.1-8B", precision="",
+              gemm_quant_mode="", moe_quant_mode="", tp_size=1, moe_tp_size=1,
+              silicon_data_source="source_file=/Users/x/aic-auto-gap-analysis/data/h200_sxm/vllm/0.12.0/a.csv")
+    p = point(gap, moe=False, client="aiperf-pool", requests_per_client=20)
+    w = p.config["workload"]
+    assert w["prompt_pool"] == {"entries": 100, "sampling": "shuffle"}
+    assert p.config["kv_cache"]["prefix_caching"] is True
+    assert p.warmup == 16 and w["num_requests"] == 16 + 160
+    res = sm.replay(p)
+    assert res["status"] == "replayed" and res["completed"] == 176 and res["measured_requests"] == 160
+    plain = sm.replay(point(gap, moe=False, requests_per_client=20))
+    # Sends 100 to 175 repeat an entry (76 of the 160 measured): their prefill is a cache hit.
+    assert res["sim_ttft_ms"] < 0.8 * plain["sim_ttft_ms"]
+    ix = point(row(isl=8192, osl=1024, silicon_data_source="source_file=2026-04-06.csv"), moe=False,
+               client="aiperf-pool")
+    assert "prompt_pool" not in ix.config["workload"] and ix.warmup == 0
+
+
 def test_generator_flags_are_aiconfigurators_rules():
     """--server aic-benchmark / aic-generator: the flags AIConfigurator's generator writes
     (rule_plugin/benchmark/vllm.rule, vllm.rule, sglang.rule): seats, vLLM's token budget =

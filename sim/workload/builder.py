@@ -22,12 +22,13 @@ from sim.workload.config import (DISTS, MAX_REQUESTS, ArrivalSpec, LengthSpec, W
                                   parse_workload)
 from sim.workload.lengths import Fixed, LengthDist, Lognormal, Table, Uniform
 from sim.workload.prefix import resize_hashes, synthetic_prefix_hashes
+from sim.workload.prompt_pool import entry_hashes, entry_order
 from sim.workload.sessions import (SESSION_COLUMN, SessionRequests, assemble, think_times,
                                    trace_sessions, trace_think_times)
 from sim.workload.traces import Trace, read_trace
 
 # Fixed order: a stream's numbers depend only on its index, so new streams go at the end.
-STREAMS = ("arrivals", "input_len", "output_len", "prefix", "priority", "sessions")
+STREAMS = ("arrivals", "input_len", "output_len", "prefix", "priority", "sessions", "pool")
 KEY = "workload"
 
 
@@ -50,10 +51,19 @@ def build_requests(
     spec = parse_workload(workload, base_dir=base_dir, key=KEY)
     rngs = dict(zip(STREAMS, _streams(seed)))
     trace = _load(spec.trace, f"{KEY}.trace", spec.zero_output) if spec.trace else None
+    if trace is not None and spec.prompt_pool is not None:
+        raise ConfigError(f"{KEY}.prompt_pool: {spec.trace} gives every request's prompt; drop "
+                          f"{KEY}.prompt_pool or {KEY}.trace")
     if trace is not None and SESSION_COLUMN in trace.raw_columns:
         return _trace_conversations(spec, trace, rngs)
     n = _count(spec, trace)
     times = _arrival_times(spec.arrival, n, trace, rngs["arrivals"])
+    if spec.prompt_pool is not None:
+        inputs, outputs, hashes, block_size = _pooled(spec, n, rngs)
+        priorities = _priorities(spec, n, rngs["priority"])
+        order = np.argsort(times, kind="stable")
+        stream = RequestStream(order, times, inputs, outputs, hashes, block_size, priorities)
+        return stream if lazy else [stream.make(i) for i in range(n)]
     inputs, outputs = _lengths(spec, n, trace, rngs)
     hashes: Optional[list[list[int]]] = None
     block_size = 512
@@ -79,6 +89,32 @@ def build_requests(
     if lazy:
         return stream
     return [stream.make(i) for i in range(n)]
+
+
+def _pooled(spec: WorkloadSpec, n: int, rngs: dict[str, np.random.Generator]) -> tuple[np.ndarray, np.ndarray, list[list[int]], int]:
+    """Lengths and block ids of ``n`` requests drawn from ``workload.prompt_pool``: each entry's
+    lengths are drawn once (as aiperf draws ISL / OSL per dataset entry), with a shared prefix
+    per entry when ``workload.prefix`` is set; request ``i`` (in send order under a closed
+    loop, else arrival order) sends entry ``entry_order(...)[i]``."""
+    key = f"{KEY}.prompt_pool"
+    pool = spec.prompt_pool
+    assert pool is not None
+    if spec.sessions is not None:
+        raise ConfigError(f"{key}: not supported with {KEY}.sessions (a conversation's turns grow "
+                          f"their own prompts)")
+    m = pool.entries
+    ins, outs = _lengths(spec, m, None, rngs)
+    if spec.prefix is not None:
+        p = spec.prefix
+        ins = ins + p.length
+        block_size = p.hash_block_size
+        choices = rngs["prefix"].integers(0, p.num_prefixes, size=m)
+        per_entry = synthetic_prefix_hashes(choices, ins, p.length, block_size, p.num_prefixes)
+    else:
+        block_size = pool.hash_block_size
+        per_entry = entry_hashes(ins, block_size)
+    which = entry_order(n, pool, rngs["pool"])
+    return ins[which], outs[which], [per_entry[e] for e in which.tolist()], block_size
 
 
 class RequestStream(Sequence[Request]):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
 from sim.errors import ConfigError
+from sim.workload.prompt_pool import SAMPLINGS, PromptPool
 
 PROCESSES = ("poisson", "gamma", "constant", "trace", "closed")
 DISTS = ("fixed", "uniform", "lognormal", "table")
@@ -31,11 +32,13 @@ TOP_KEYS = (
     "zero_output",
     "sessions",
     "max_concurrency",
+    "prompt_pool",
 )
 ARRIVAL_KEYS = ("process", "rate", "cv", "time_scale", "concurrency", "think_time_s", "ramp_up_s")
 LENGTH_KEYS = ("dist", "mean", "cv", "min", "max", "path", "column")
 PREFIX_KEYS = ("num_prefixes", "length", "hash_block_size")
 PRIORITY_KEYS = ("levels", "weights")
+PROMPT_POOL_KEYS = ("entries", "sampling", "hash_block_size")
 SESSION_KEYS = ("num_turns", "think_time_s", "new_message_len", "output_len", "hash_block_size")
 THINK_KEYS = ("dist", "mean", "cv", "min", "max")
 #: Think-time distributions (seconds, >= 0).
@@ -123,6 +126,9 @@ class WorkloadSpec:
     #: Requests in flight at most, under any arrival process: one whose arrival finds this many
     #: in flight waits on the client side (``sim.workload.clients``).
     max_concurrency: Optional[int] = None
+    #: The load tool's pool of distinct prompts, each request one of them
+    #: (``sim.workload.prompt_pool``); None: every prompt is new.
+    prompt_pool: Optional[PromptPool] = None
 
 
 def parse_workload(
@@ -153,6 +159,7 @@ def parse_workload(
         zero_output=zero_output,
         sessions=sessions,
         max_concurrency=cap,
+        prompt_pool=_prompt_pool(cfg.get("prompt_pool"), f"{key}.prompt_pool"),
     )
 
 
@@ -270,8 +277,29 @@ def _prefix(value: Any, key: str) -> Optional[PrefixSpec]:
     return PrefixSpec(
         num_prefixes=_int(cfg["num_prefixes"], f"{key}.num_prefixes", minimum=1, maximum=MAX_REQUESTS),
         length=_int(cfg["length"], f"{key}.length", minimum=1, maximum=MAX_TOKENS),
-        hash_block_size=_int(cfg.get("hash_block_size", 16), f"{key}.hash_block_size", minimum=1,
-                             maximum=MAX_TOKENS),
+        hash_block_size=_hash_block_size(cfg, key),
+    )
+
+
+def _hash_block_size(cfg: Mapping[str, Any], key: str) -> int:
+    """Tokens per block id (default 16, vLLM's block size: a block-16 cache then sees a hit for
+    every shared block)."""
+    return _int(cfg.get("hash_block_size", 16), f"{key}.hash_block_size", minimum=1, maximum=MAX_TOKENS)
+
+
+def _prompt_pool(value: Any, key: str) -> Optional[PromptPool]:
+    if value is None:
+        return None
+    cfg = _section(value, key, PROMPT_POOL_KEYS)
+    if "entries" not in cfg:
+        raise ConfigError(f"{key}.entries: required (distinct prompts the client reuses, as "
+                          f"aiperf's --num-dataset-entries; its default is 100)")
+    sampling = cfg.get("sampling", "shuffle")
+    _choice(sampling, f"{key}.sampling", SAMPLINGS)
+    return PromptPool(
+        entries=_int(cfg["entries"], f"{key}.entries", minimum=1, maximum=MAX_REQUESTS),
+        sampling=sampling,
+        hash_block_size=_hash_block_size(cfg, key),
     )
 
 
@@ -308,8 +336,7 @@ def _sessions(value: Any, key: str, base_dir: Union[str, os.PathLike, None]) -> 
         think_time_s=_think(cfg.get("think_time_s"), f"{key}.think_time_s"),
         new_message_len=lengths["new_message_len"],
         output_len=lengths["output_len"],
-        hash_block_size=_int(cfg.get("hash_block_size", 16), f"{key}.hash_block_size", minimum=1,
-                             maximum=MAX_TOKENS),
+        hash_block_size=_hash_block_size(cfg, key),
     )
 
 

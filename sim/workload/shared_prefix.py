@@ -39,6 +39,7 @@ from sim.policies.request import Request
 from sim.workload import arrivals
 from sim.workload.clients import ClientGroup
 from sim.workload.prefix import num_blocks
+from sim.workload.prompt_pool import PromptPool, entry_hashes, entry_order
 
 #: Processes a stage's arrivals can follow.
 STAGE_PROCESSES = ("rescaled_poisson", "poisson", "constant", "burst", "closed")
@@ -164,6 +165,26 @@ def staged_requests(stages: Sequence[Stage], prompt_lens: Sequence[int], output_
     return _sorted(reqs, stage_of, starts)
 
 
+def pooled_requests(pool: PromptPool, stages: Sequence[Stage], entry_prompt_lens: Sequence[int],
+                    entry_output_lens: Sequence[int], seed: int = 0, *, gap_s: float = DEFAULT_STAGE_GAP_S,
+                    ) -> tuple[list[Request], np.ndarray, list[float]]:
+    """Requests of a run whose load tool drew every prompt from a pool (aiperf's
+    ``--num-dataset-entries``): request ``i`` of all stages together (in send order) sends entry
+    ``entry_order(...)[i]``, its lengths and its block ids, so a repeat hits the prefix cache."""
+    if len(entry_prompt_lens) != pool.entries or len(entry_output_lens) != pool.entries:
+        raise ConfigError(f"prompt_pool: {len(entry_prompt_lens)} prompt and {len(entry_output_lens)} "
+                          f"output lengths for {pool.entries} entries")
+    times, stage_of, starts = stage_arrivals(stages, np.random.default_rng(seed), gap_s)
+    which = entry_order(len(times), pool, np.random.default_rng([seed, 1]))
+    hashes = entry_hashes(np.asarray(entry_prompt_lens), pool.hash_block_size)
+    reqs = [Request(request_id=str(i), arrival_time=float(times[i]),
+                    prompt_len=max(1, int(entry_prompt_lens[e])),
+                    max_output_tokens=max(1, int(entry_output_lens[e])),
+                    block_hashes=hashes[e], hash_block_size=pool.hash_block_size)
+            for i, e in enumerate(which.tolist())]
+    return _sorted(reqs, stage_of, starts)
+
+
 def _prompt_hashes(sp: SharedPrefix, block_size: int) -> list[list[int]]:
     """Block ids of each of the ``num_prompts`` prompts (group-major, as the datagen builds
     them): the group's full system-prompt blocks shared, the rest the prompt's own."""
@@ -228,5 +249,5 @@ def stage_clients(stages: Sequence[Stage], stage_of: np.ndarray) -> list[ClientG
     return groups
 
 
-__all__ = ["DEFAULT_STAGE_GAP_S", "STAGE_PROCESSES", "SharedPrefix", "Stage", "shared_prefix_requests",
+__all__ = ["DEFAULT_STAGE_GAP_S", "STAGE_PROCESSES", "SharedPrefix", "Stage", "pooled_requests", "shared_prefix_requests",
            "stage_arrivals", "stage_clients", "stage_slices", "staged_requests"]
