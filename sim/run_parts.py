@@ -206,28 +206,29 @@ def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], ki
                            expert_tensor_parallel_size=par.expert_tensor_shards,
                            data_parallel_size=par.data_parallel_size, table_engine=table_engine,
                            moe_activations=sc.quantization.moe_activations,
-                           extend_graph_tokens=_extend_graph_tokens(sc, model), **common)
+                           **_extend_graphs(sc, model), **common)
     return make_pricer("roofline", model, sc.hardware,
                        expert_parallel_size=par.expert_shards,
                        expert_tensor_parallel_size=par.expert_tensor_shards,
                        data_parallel_size=par.data_parallel_size, **common)
 
 
-def _extend_graph_tokens(sc: Scenario, model: "ModelSpec") -> Optional[int]:
-    """The largest extend batch SGLang runs in piecewise CUDA graphs (0: eagerly;
-    ``sglang_extend_graph_tokens``); None for vLLM, whose graph modes the release sets."""
+def _extend_graphs(sc: Scenario, model: "ModelSpec") -> dict[str, Any]:
+    """The pricer's ``extend_graph_tokens`` (the largest extend batch SGLang runs in piecewise
+    CUDA graphs, 0: eagerly; ``sglang_extend_graph_tokens``) and ``extend_graph_reason`` (why,
+    for ``cost_model``'s description); nothing for vLLM, whose graph modes the release sets."""
     from sim.catalog.engines import sglang_extend_graph_tokens
 
     if sc.engine.name != "sglang":
-        return None
+        return {}
     par, sg = sc.parallel, sc.sglang
-    tokens, _ = sglang_extend_graph_tokens(
+    tokens, why = sglang_extend_graph_tokens(
         sc.engine.release, chunked_prefill_size=sc.max_num_batched_tokens or 0, mla=model.is_mla,
         multimodal=model.multimodal, data_parallel_size=par.data_parallel_size,
         pipeline_parallel_size=par.pipeline_parallel_size,
         enable=sg.enable_piecewise_cuda_graph, disable=sg.disable_piecewise_cuda_graph,
         max_tokens=sg.piecewise_cuda_graph_max_tokens)
-    return tokens
+    return {"extend_graph_tokens": tokens, "extend_graph_reason": why}
 
 
 def _auto_pricer(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str]):

@@ -127,6 +127,9 @@ def test_extends_run_eagerly_before_0_5_10_and_in_piecewise_graphs_after(package
     # 0.5.14 captures extends up to chunked_prefill_size (8192 on an H100) in piecewise graphs,
     # as vLLM does its mixed batches: far under the host floor, and priced alike.
     assert new.extend_graph_tokens == 8192 and new.price(shape) < host / 2
+    # cost_model's description says which, and why not.
+    assert "extends in piecewise graphs up to 8192 tokens" in new.describe()
+    assert "extends eager: SGLang 0.5.9 runs extends eagerly unless --enable-piecewise-cuda-graph" in old.describe()
     assert new.price(shape) == pytest.approx(vl.price(shape), rel=0.5)
     # Opting in before 0.5.10, or out after, swaps the two.
     assert pricer("0.5.9", enable_piecewise_cuda_graph=True).price(shape) == pytest.approx(new.price(shape))

@@ -432,7 +432,8 @@ class OperatorTableCostModel(StepPricer):
                  table_engine: Optional[EngineRelease] = None,
                  expert_tensor_parallel_size: Optional[int] = None,
                  moe_activations: str = "auto",
-                 extend_graph_tokens: Optional[int] = None) -> None:
+                 extend_graph_tokens: Optional[int] = None,
+                 extend_graph_reason: Optional[str] = None) -> None:
         self.model = m = get_model(model)
         #: The engine release priced: its backend folder, the version folder nearest it, its
         #: capture sizes and (``async_scheduling`` None) its async-scheduling default.
@@ -512,10 +513,12 @@ class OperatorTableCostModel(StepPricer):
         self._graphs_decode_only = engine.cudagraph_mode == "DECODE_ONLY"
         self.max_capture = self.capture_sizes[-1] if self.capture_sizes else 0
         if self._graphs_decode_only and extend_graph_tokens is None:
-            extend_graph_tokens, _ = sglang_extend_graph_tokens(
+            extend_graph_tokens, extend_graph_reason = sglang_extend_graph_tokens(
                 engine, chunked_prefill_size=engine.default_max_num_batched_tokens(h), mla=m.is_mla,
                 multimodal=m.multimodal, data_parallel_size=dp, pipeline_parallel_size=pp)
         self.extend_graph_tokens = (extend_graph_tokens or 0) if cuda_graphs else 0
+        #: Why extends run eagerly (``sglang_extend_graph_tokens``'s words), for ``describe``.
+        self.extend_graph_reason = extend_graph_reason
         #: Every table read, ``op/table -> version folder`` (the summary's provenance).
         self.tables_read: dict[str, str] = {}
         #: Whether the attention rows include the rotary embedding (MLA module rows).
@@ -1319,7 +1322,9 @@ class OperatorTableCostModel(StepPricer):
                    else "")
                 + f", {mode} up to {self.max_capture} tokens"
                 + ((f" (decode; extends in piecewise graphs up to {self.extend_graph_tokens} tokens)"
-                    if self.extend_graph_tokens else " (decode; extends eager)")
+                    if self.extend_graph_tokens else " (decode; extends eager"
+                    + (f": {self.extend_graph_reason.removeprefix('off: ')}" if self.extend_graph_reason else "")
+                    + ")")
                    if self._graphs_decode_only and self.cuda_graphs else "")
                 + ", "
                 f"async scheduling {'on' if self.async_scheduling else 'off'}"
