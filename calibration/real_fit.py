@@ -28,7 +28,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from calibration.real_runs import RealRun, is_run_folder, read_run
+from calibration.real_runs import RealRun, is_profile_export_folder, is_run_folder, read_run
 from calibration.run_manifest import MANIFEST_NAME
 from calibration.validate_real import ModelNotModelled, RunComparison, compare_run
 from sim.errors import KvplanError
@@ -58,7 +58,7 @@ class RealFitError(KvplanError):
 
 
 def _is_run(p: Path) -> bool:
-    return p.is_file() or is_run_folder(p)
+    return p.is_file() or is_run_folder(p) or is_profile_export_folder(p)
 
 
 def find_runs(paths: Sequence[Path]) -> list[Path]:
@@ -75,7 +75,8 @@ def find_runs(paths: Sequence[Path]) -> list[Path]:
                           and c.name != MANIFEST_NAME)  # a collection's manifest is not a run
         if not children:
             raise RealFitError(f"--real {p}: no runs found (expected inference-perf run folders, vllm "
-                               f"bench serve or GuideLLM JSON files, or a folder of them)")
+                               f"bench serve or GuideLLM JSON files, aiperf / genai-perf artifact "
+                               f"folders, or a folder of them)")
         found += children
     return found
 

@@ -176,20 +176,42 @@ def is_run_folder(p: Path) -> bool:
     return p.is_dir() and any((p / n).exists() for n in ("profile.yaml", "exp-config.yaml", "results"))
 
 
+#: The summary file of an aiperf / genai-perf artifact folder (``calibration.aiperf_export``).
+PROFILE_EXPORTS = ("profile_export_aiperf.json", "profile_export_genai_perf.json")
+
+
+def is_profile_export_folder(p: Path) -> bool:
+    """An aiperf / genai-perf artifact folder: one profile run (one concurrency or rate)."""
+    return p.is_dir() and any((p / n).is_file() for n in PROFILE_EXPORTS)
+
+
 def expand_run_paths(paths: "list[Path] | tuple[Path, ...]") -> list[Path]:
     """Each path as given, except a folder of run folders (a collection, ``experiments.json``
-    beside its runs, or any folder of them), which stands for its runs in id / name order."""
+    beside its runs, or any folder of them), which stands for its runs in id / name order, and
+    a sweep's folder of aiperf / genai-perf artifact folders (``concurrency_1``,
+    ``concurrency_8``, ...: each its own run, with its own warm-up), in the order of the number
+    in their names."""
     from calibration.run_manifest import run_id
 
     out: list[Path] = []
     for p in map(Path, paths):
-        if p.is_dir() and not is_run_folder(p):
+        if p.is_dir() and not is_run_folder(p) and not is_profile_export_folder(p):
             runs = [c for c in p.iterdir() if is_run_folder(c)]
             if runs:
                 out += sorted(runs, key=lambda c: (run_id(c) is None, run_id(c) or 0, c.name))
                 continue
+            sweep = [c for c in p.iterdir() if is_profile_export_folder(c)]
+            if sweep:
+                out += sorted(sweep, key=_numbered)
+                continue
         out.append(p)
     return out
+
+
+def _numbered(p: Path) -> tuple[int, str]:
+    """Sort key: the last number in the name (``concurrency_16`` after ``concurrency_8``)."""
+    nums = re.findall(r"\d+", p.name)
+    return (int(nums[-1]) if nums else -1, p.name)
 
 
 def read_run(path: Union[str, Path]) -> RealRun:
@@ -205,7 +227,7 @@ def read_run(path: Union[str, Path]) -> RealRun:
         jsons = sorted(p.glob("*.json"))
         if len(jsons) == 1:
             return read_json_run(jsons[0])
-        for name in ("benchmarks.json", "profile_export_aiperf.json", "profile_export_genai_perf.json"):
+        for name in ("benchmarks.json", *PROFILE_EXPORTS):
             if (p / name).is_file():  # GuideLLM's report; an aiperf / genai-perf artifact folder
                 return read_json_run(p / name)
         jsonls = sorted(p.glob("*.jsonl"))

@@ -124,6 +124,23 @@ def test_validate_real_reads_an_aiperf_artifact_folder(tmp_path, capsys):
     assert "pool of 100 entries" in stdout
 
 
+def test_a_sweeps_folder_is_one_run_per_concurrency_in_numeric_order(tmp_path, capsys):
+    # AIConfigurator's bench_run.sh: artifacts/concurrency_<N>/ per point of the sweep.
+    for n in (16, 2, 8):
+        aiperf_export(tmp_path / "artifacts" / f"concurrency_{n}", concurrency=n, requests=4 * n, warmup=n)
+    from calibration.real_runs import expand_run_paths
+
+    runs = expand_run_paths([tmp_path / "artifacts"])
+    assert [p.name for p in runs] == ["concurrency_2", "concurrency_8", "concurrency_16"]
+    out = tmp_path / "out"
+    code, stdout, err = run_kvplan(["validate", "--real", str(tmp_path / "artifacts"), "--out", str(out),
+                                    "--hardware", "h100-sxm", *_roofline()], capsys)
+    assert code == 0, err
+    for n in (2, 8, 16):
+        doc = json.loads((out / f"concurrency_{n}" / "validation.json").read_text())
+        assert doc["source"]["stages"][0]["concurrency"] == n
+
+
 @pytest.mark.parametrize("edit, needle", [
     (lambda d: d.pop("time_to_first_token"), "time_to_first_token.avg: missing"),
     (lambda d: d["time_to_first_token"].update(unit="tokens"), "time_to_first_token.unit"),
