@@ -142,6 +142,36 @@ def test_extends_run_eagerly_before_0_5_10_and_in_piecewise_graphs_after(package
     assert old.price(dec) == pytest.approx(new.price(dec)) and old.price(dec) < host / 2
 
 
+@tables
+def test_an_extend_in_piecewise_graphs_costs_the_captured_size_that_runs_it(package_tables):
+    from sim.catalog.engines import sglang_pcg_capture_sizes
+
+    sizes = sglang_pcg_capture_sizes(8192)
+    # ServerArgs._generate_piecewise_cuda_graph_tokens: steps of 4, 16, 32, 64, 256, 512.
+    assert sizes[:9] == [4, 8, 12, 16, 20, 24, 28, 32, 48] and len(sizes) == 58
+    assert {512, 576, 1024, 1280, 4096, 4608, 8192} <= set(sizes) and 1088 not in sizes
+    base = {"model": "llama-3.1-8b", "hardware": "h100-sxm", "dtype": "bfloat16",
+            "cost_model": {"source": "operator_tables"}}
+    sg = resolve_deployment({**base, "engine": {"name": "sglang", "version": "0.5.14"}}).cost_model
+    vl = resolve_deployment(base).cost_model
+
+    def rows(pricer, n):
+        return pricer.breakdown(StepShape(num_prefill_tokens=n, num_prefill_seqs=1,
+                                          prefill_attention_work=n * (n + 1) // 2))["rows"]
+
+    # 1,000 tokens run the 1,024 graph; 1,025 the 1,280 one: GEMMs over the padded rows.
+    assert rows(sg, 1000) == rows(sg, 1024) < rows(sg, 1025) == rows(sg, 1280)
+    # vLLM's mixed batches above its capture sizes run at their own rows.
+    assert rows(vl, 1000) < rows(vl, 1024) < rows(vl, 1025)
+    # price and price_columns agree bit for bit on padded extends.
+    cols = {"num_prefill_tokens": np.array([1000, 1025]), "num_prefill_seqs": np.array([1, 1]),
+            "num_decode_seqs": np.array([0, 0]),
+            "prefill_attention_work": np.array([1000 * 1001 // 2, 1025 * 1026 // 2])}
+    assert sg.price_columns(cols).tolist() == [
+        sg.price(StepShape(num_prefill_tokens=n, num_prefill_seqs=1, prefill_attention_work=n * (n + 1) // 2))
+        for n in (1000, 1025)]
+
+
 def test_piecewise_graphs_follow_sglangs_release_and_auto_disable_rules():
     from sim.catalog.engines import get_engine, sglang_extend_graph_tokens
 

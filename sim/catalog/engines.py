@@ -293,6 +293,18 @@ SGLANG_PCG_DEFAULT_FROM: tuple[int, int, int] = (0, 5, 10)
 SGLANG_PCG_MLA_MAX_TOKENS = 2048
 
 
+def sglang_pcg_capture_sizes(max_tokens: int) -> list[int]:
+    """The extend sizes (tokens) SGLang captures piecewise CUDA graphs at, up to ``max_tokens``
+    (``ServerArgs._generate_piecewise_cuda_graph_tokens``): every 4 to 32, 16 to 256, 32 to
+    512, 64 to 1,024, 256 to 4,096, then 512. An extend runs the graph of the smallest size that
+    holds it, padded to it (earlier releases stepped by 128 from 640 to 4,096 and by 256 past
+    it: a padding within one step of these)."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256))
+             + list(range(4608, max(max_tokens, 0) + 1, 512)))
+    return [x for x in sizes if x <= max_tokens]
+
+
 def sglang_extend_graph_tokens(release: EngineRelease, *, chunked_prefill_size: int,
                                mla: bool = False, multimodal: bool = False,
                                data_parallel_size: int = 1, pipeline_parallel_size: int = 1,
@@ -331,5 +343,5 @@ def sglang_extend_graph_tokens(release: EngineRelease, *, chunked_prefill_size: 
 
 __all__ = ["ENGINE_NAMES", "DEFAULT_VLLM_VERSION", "DEFAULT_SGLANG_VERSION", "DEFAULT_VERSIONS", "EngineRelease", "get_engine", "parse_version",
            "version_text", "sglang_chunked_prefill_size", "sglang_cuda_graph_max_bs",
-           "sglang_mem_fraction_static", "sglang_max_running_requests", "sglang_extend_graph_tokens",
+           "sglang_mem_fraction_static", "sglang_max_running_requests", "sglang_extend_graph_tokens", "sglang_pcg_capture_sizes",
            "SGLANG_PCG_DEFAULT_FROM"]

@@ -42,7 +42,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 import numpy as np
 
 from sim.catalog.dtypes import experts_only
-from sim.catalog.engines import EngineRelease, get_engine, sglang_extend_graph_tokens, version_text
+from sim.catalog.engines import (EngineRelease, get_engine, sglang_extend_graph_tokens,
+                                 sglang_pcg_capture_sizes, version_text)
 from sim.catalog.hardware import HardwareSpec, get_hardware
 from sim.catalog.models import ModelSpec, get_model
 from sim.errors import ConfigError
@@ -218,6 +219,11 @@ def default_moe_kernel(weight_dtype: str, gpu_folder: str) -> Optional[tuple[str
 _FAR = 1024.0  # a far knot appended past the last measured point: proportional extrapolation
 
 
+def _same(rows: Any) -> Any:
+    """No padding (vLLM, and SGLang without piecewise graphs)."""
+    return rows
+
+
 class _Lookups(NamedTuple):
     """The table look-ups one evaluation of the step formula calls, all scalar (``price``) or
     all vectorised (``price_columns``), so that one formula serves both bit for bit. The
@@ -230,6 +236,8 @@ class _Lookups(NamedTuple):
     head: Callable
     gdn_pre: Optional[Callable]
     gdn_dec: Optional[Callable]
+    #: An SGLang extend's rows padded to the piecewise graph that runs it (identity elsewhere).
+    pad: Callable
 
 
 class _Curve:
@@ -517,6 +525,13 @@ class OperatorTableCostModel(StepPricer):
                 engine, chunked_prefill_size=engine.default_max_num_batched_tokens(h), mla=m.is_mla,
                 multimodal=m.multimodal, data_parallel_size=dp, pipeline_parallel_size=pp)
         self.extend_graph_tokens = (extend_graph_tokens or 0) if cuda_graphs else 0
+        #: The extend sizes captured: an extend runs (and its GEMMs cost) the smallest that
+        #: holds it, padded (``sglang_pcg_capture_sizes``; the largest is the limit itself).
+        sizes = sglang_pcg_capture_sizes(self.extend_graph_tokens) if self.extend_graph_tokens else []
+        if sizes and sizes[-1] != self.extend_graph_tokens:
+            sizes.append(self.extend_graph_tokens)
+        self._pcg_sizes = sizes
+        self._np_pcg_sizes = np.array(sizes + [np.inf], dtype=float)
         #: Why extends run eagerly (``sglang_extend_graph_tokens``'s words), for ``describe``.
         self.extend_graph_reason = extend_graph_reason
         #: Every table read, ``op/table -> version folder`` (the summary's provenance).
@@ -1174,11 +1189,14 @@ class OperatorTableCostModel(StepPricer):
         self._cpu_step, self._cpu_seq = self.engine.cpu_step_s, self.engine.cpu_per_seq_s
         gp, gd = self._gdn_pre, self._gdn_dec
         gdn = gp is not None and gd is not None
+        padded = bool(self._pcg_sizes)
         self._scalar = _Lookups(self._eager_scalar, self._graph_scalar, self._dec.at, self._pre.at,
-                                self._head.at, gp.at if gdn else None, gd.at if gdn else None)
+                                self._head.at, gp.at if gdn else None, gd.at if gdn else None,
+                                self._pad_scalar if padded else _same)
         self._vector = _Lookups(self._eager_array, self._graph_array, self._dec.at_array,
                                 self._pre.at_array, self._head.at_array,
-                                gp.at_array if gdn else None, gd.at_array if gdn else None)
+                                gp.at_array if gdn else None, gd.at_array if gdn else None,
+                                self._pad_array if padded else _same)
 
     # -- the step price, written once -----------------------------------------------------------
     # Split in two so that a decode window re-evaluates only what its growing context changes
@@ -1209,12 +1227,14 @@ class OperatorTableCostModel(StepPricer):
         graphable = (rows <= self.max_capture) * (rows > 0)
         decode_only = (N == 0)
         # SGLang: full graphs for decode batches; an extend batch in piecewise graphs up to
-        # ``extend_graph_tokens`` (its GEMMs as eager, padding to the captured size ignored).
+        # ``extend_graph_tokens``: its GEMMs as eager at the rows of the captured size that runs
+        # it (the batch padded to it; attention, outside the graphs, on the real tokens).
         pcg = 0
         if self._graphs_decode_only:
             graphable = graphable * decode_only
             pcg = (1 - decode_only) * (rows <= self.extend_graph_tokens)
-        rows_cost = look.graph_at(rows) * graphable + look.rows_eager(rows) * (1 - graphable) * (rows > 0)
+        rows_run = rows + pcg * (look.pad(rows) - rows)
+        rows_cost = look.graph_at(rows) * graphable + look.rows_eager(rows_run) * (1 - graphable) * (rows > 0)
         # Attention: decode at (batch, mean KV length, ``_decode_attention``); prefill at
         # (batch, mean chunk) plus the cross term over cached tokens.
         p = mx(P, 1)
@@ -1273,6 +1293,14 @@ class OperatorTableCostModel(StepPricer):
     def _graph_array(self, rows: np.ndarray) -> np.ndarray:
         k = np.searchsorted(self._np_caps, rows, side="left")
         return self._np_graph[np.minimum(k, len(self._graph_vals))]
+
+    def _pad_scalar(self, rows: float) -> float:
+        k = bisect_left(self._pcg_sizes, rows)
+        return float(self._pcg_sizes[k]) if k < len(self._pcg_sizes) else rows
+
+    def _pad_array(self, rows: np.ndarray) -> np.ndarray:
+        padded = self._np_pcg_sizes[np.searchsorted(self._np_pcg_sizes, rows, side="left")]
+        return np.where(np.isfinite(padded), padded, rows)
 
     def _eager_scalar(self, rows: float) -> float:
         return self._eager.at(rows) if rows > 0 else 0.0
