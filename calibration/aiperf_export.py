@@ -31,8 +31,9 @@ tool's settings. Read:
   through the entries in order (``sequential``).
 
 The replay: ``--concurrency N`` alone is a closed loop of N clients; a request rate is Poisson
-(aiperf's ``arrival_pattern: constant``: evenly spaced), capped at ``concurrency`` when both are
-set. Every request is an entry of the pool; each entry's lengths are drawn once, normal around the
+(aiperf's ``arrival_pattern: constant``: evenly spaced; ``gamma`` with ``arrival_smoothness`` k:
+gaps of CV 1 / sqrt(k), as vLLM's ``--burstiness``), capped at ``concurrency`` when both are set.
+Every request is an entry of the pool; each entry's lengths are drawn once, normal around the
 configured mean with its stddev (rounded, at least 1; exact when the stddev is 0, as in most
 runs), from a generator seeded by the run's ``random_seed`` (0 when unset). With a
 ``warmup_request_count`` the warm-up is simulated first on the same pool and not scored (it is
@@ -110,11 +111,17 @@ def read_aiperf_export(path: Path, data: dict) -> RealRun:
                      concurrency=concurrency) if warmup_n else None
         notes.append(f"concurrency {concurrency}: replayed as a closed loop of {concurrency} clients")
     else:
-        process = "constant" if str(setting(cfg, "arrival_pattern") or "").lower() == "constant" else "poisson"
-        stage = Stage(rate=rate, duration_s=n / rate, num_requests=n, process=process, concurrency=concurrency)
-        warm = Stage(rate=rate, duration_s=warmup_n / rate, num_requests=warmup_n, process=process,
+        pattern = str(setting(cfg, "arrival_pattern") or "poisson").lower()
+        process, cv = ("constant", 1.0) if pattern == "constant" else ("poisson", 1.0)
+        if pattern == "gamma":  # aiperf's --arrival-smoothness is vLLM's --burstiness: the shape
+            shape = _num(setting(cfg, "arrival_smoothness") or 1.0, path, "input_config arrival_smoothness",
+                         positive=True)
+            cv = 1.0 / shape ** 0.5
+        stage = Stage(rate=rate, duration_s=n / rate, num_requests=n, process=process, cv=cv,
+                      concurrency=concurrency)
+        warm = Stage(rate=rate, duration_s=warmup_n / rate, num_requests=warmup_n, process=process, cv=cv,
                      concurrency=concurrency) if warmup_n else None
-        notes.append(f"request rate {rate:g}/s ({process})"
+        notes.append(f"request rate {rate:g}/s ({pattern}" + (f", CV {cv:.2f}" if cv != 1.0 else "") + ")"
                      + (f", at most {concurrency} in flight" if concurrency else ""))
 
     entries = _opt_int(setting(cfg, "num_dataset_entries"), path, "input_config num_dataset_entries")
@@ -164,6 +171,7 @@ _NESTED = {
     "request_count": (("loadgen", "request_count"),),
     "warmup_request_count": (("loadgen", "warmup_request_count"),),
     "arrival_pattern": (("loadgen", "arrival_pattern"),),
+    "arrival_smoothness": (("loadgen", "arrival_smoothness"),),
     "num_dataset_entries": (("input", "conversation", "num_dataset_entries"), ("input", "num_dataset_entries"),
                             ("input", "prompt", "num")),
     "dataset_sampling_strategy": (("input", "dataset_sampling_strategy"),),

@@ -90,10 +90,19 @@ def test_genai_perf_export_is_flat_and_steps_through_its_entries(tmp_path):
     assert run.warmup is None
 
 
-def test_request_rate_with_a_cap(tmp_path):
-    run = read_run(aiperf_export(tmp_path / "r", rate=4.0, concurrency=6, arrival_pattern=None))
+def test_request_rate_with_a_cap_and_aiperfs_arrival_patterns(tmp_path):
+    run = read_run(aiperf_export(tmp_path / "r", rate=4.0, concurrency=6))
     (stage,) = run.stages
-    assert (stage.process, stage.rate, stage.concurrency) == ("poisson", 4.0, 6)
+    assert (stage.process, stage.rate, stage.concurrency, stage.cv) == ("poisson", 4.0, 6, 1.0)
+    path = aiperf_export(tmp_path / "g", rate=4.0, concurrency=None)
+    doc = json.loads(path.read_text())
+    doc["input_config"]["loadgen"].update(arrival_pattern="gamma", arrival_smoothness=4.0)
+    path.write_text(json.dumps(doc))
+    (stage,) = read_run(path).stages
+    assert (stage.process, stage.cv, stage.concurrency) == ("poisson", 0.5, None)  # shape 4: CV 1/2
+    doc["input_config"]["loadgen"]["arrival_pattern"] = "constant"
+    path.write_text(json.dumps(doc))
+    assert read_run(path).stages[0].process == "constant"
 
 
 def test_the_pool_and_warm_up_are_replayed_and_only_the_measured_requests_scored(tmp_path):
