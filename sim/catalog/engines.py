@@ -343,5 +343,5 @@ def sglang_extend_graph_tokens(release: EngineRelease, *, chunked_prefill_size: 
 
 __all__ = ["ENGINE_NAMES", "DEFAULT_VLLM_VERSION", "DEFAULT_SGLANG_VERSION", "DEFAULT_VERSIONS", "EngineRelease", "get_engine", "parse_version",
            "version_text", "sglang_chunked_prefill_size", "sglang_cuda_graph_max_bs",
-           "sglang_mem_fraction_static", "sglang_max_running_requests", "sglang_extend_graph_tokens", "sglang_pcg_capture_sizes",
-           "SGLANG_PCG_DEFAULT_FROM"]
+           "sglang_mem_fraction_static", "sglang_max_running_requests", "sglang_extend_graph_tokens",
+           "sglang_pcg_capture_sizes", "SGLANG_PCG_DEFAULT_FROM"]

@@ -91,7 +91,8 @@ def build_requests(
     return [stream.make(i) for i in range(n)]
 
 
-def _pooled(spec: WorkloadSpec, n: int, rngs: dict[str, np.random.Generator]) -> tuple[np.ndarray, np.ndarray, list[list[int]], int]:
+def _pooled(spec: WorkloadSpec, n: int, rngs: dict[str, np.random.Generator],
+            ) -> tuple[np.ndarray, np.ndarray, list[list[int]], int]:
     """Lengths and block ids of ``n`` requests drawn from ``workload.prompt_pool``: each entry's
     lengths are drawn once (as aiperf draws ISL / OSL per dataset entry), with a shared prefix
     per entry when ``workload.prefix`` is set; request ``i`` (in send order under a closed

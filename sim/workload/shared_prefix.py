@@ -249,5 +249,5 @@ def stage_clients(stages: Sequence[Stage], stage_of: np.ndarray) -> list[ClientG
     return groups
 
 
-__all__ = ["DEFAULT_STAGE_GAP_S", "STAGE_PROCESSES", "SharedPrefix", "Stage", "pooled_requests", "shared_prefix_requests",
-           "stage_arrivals", "stage_clients", "stage_slices", "staged_requests"]
+__all__ = ["DEFAULT_STAGE_GAP_S", "STAGE_PROCESSES", "SharedPrefix", "Stage", "pooled_requests",
+           "shared_prefix_requests", "stage_arrivals", "stage_clients", "stage_slices", "staged_requests"]
