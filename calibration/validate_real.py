@@ -331,13 +331,13 @@ def compare_run(run: RealRun, *, hardware: Optional[str] = None, model: Optional
         if stages != list(run.stages):
             notes.append(f"stages shortened to at most {stage_seconds:g} s each (real metrics are the full stages')")
     block = int(config["kv_cache"]["block_size"])
-    # A warm-up the tool sent before measuring (aiperf's) runs first, on the same pool, unscored.
-    skip = 1 if run.warmup is not None and run.prompt_pool is not None else 0
-    if run.prompt_pool is not None and run.pool_lens is not None:
-        stages = ([run.warmup] if skip else []) + stages
-        reqs, stage_of, _ = pooled_requests(run.prompt_pool, stages, *run.pool_lens, seed, gap_s=gap_s)
-        if skip:
+    skip = 0  # leading simulated stages that are not scored
+    if run.prompt_pool is not None:
+        assert run.pool_lens is not None, "a RealRun's prompt_pool comes with its entries' lengths"
+        if run.warmup is not None:  # the tool's warm-up (aiperf's) runs first, on the same pool
+            stages, skip = [run.warmup] + stages, 1
             notes.append(f"{run.warmup.num_requests} warm-up requests simulated first (same prompt pool), not scored")
+        reqs, stage_of, _ = pooled_requests(run.prompt_pool, stages, *run.pool_lens, seed, gap_s=gap_s)
     elif run.shared_prefix is not None:
         reqs, stage_of, _ = shared_prefix_requests(run.shared_prefix, stages, seed, gap_s=gap_s,
                                                    hash_block_size=block)
@@ -354,8 +354,8 @@ def compare_run(run: RealRun, *, hardware: Optional[str] = None, model: Optional
     elapsed = time.perf_counter() - t0
     done = result.requests  # fresh copies, same order as reqs
     comparisons = []
-    for j, idx in enumerate(stage_slices(stage_of, len(stages))[skip:]):
-        k, stage = j, stages[j + skip]
+    for k, idx in enumerate(stage_slices(stage_of, len(stages))[skip:]):
+        stage = stages[k + skip]
         pred, grows = _stage_prediction([done[i] for i in idx], run.measured[k], stage)
         comparisons.append(StageComparison(k if run.format != "inference-perf" else run.measured[k].index,
                                            stage, _real_metrics(run.measured[k]), pred,

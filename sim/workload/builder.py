@@ -58,19 +58,16 @@ def build_requests(
         return _trace_conversations(spec, trace, rngs)
     n = _count(spec, trace)
     times = _arrival_times(spec.arrival, n, trace, rngs["arrivals"])
-    if spec.prompt_pool is not None:
-        inputs, outputs, hashes, block_size = _pooled(spec, n, rngs)
-        priorities = _priorities(spec, n, rngs["priority"])
-        order = np.argsort(times, kind="stable")
-        stream = RequestStream(order, times, inputs, outputs, hashes, block_size, priorities)
-        return stream if lazy else [stream.make(i) for i in range(n)]
-    inputs, outputs = _lengths(spec, n, trace, rngs)
     hashes: Optional[list[list[int]]] = None
     block_size = 512
+    if spec.prompt_pool is not None:
+        inputs, outputs, hashes, block_size = _pooled(spec, n, rngs)
+    else:
+        inputs, outputs = _lengths(spec, n, trace, rngs)
     if trace is not None and trace.hash_ids is not None:
         block_size = trace.hash_block_size
         hashes = resize_hashes(trace.hash_ids[:n], inputs, block_size)
-    if spec.prefix is not None:
+    if spec.prefix is not None and spec.prompt_pool is None:  # a pool's entries hold their prefix
         if hashes is not None:
             raise ConfigError(
                 f"{KEY}.prefix: {spec.trace} already carries prefix hash_ids; drop {KEY}.prefix"
