@@ -231,6 +231,7 @@ def new_simulation(sc: Scenario, dep: "Deployment", requests: list[Request], sch
                       async_scheduling=async_scheduling_of(sc, dep),
                       request_overhead=dep.request_overhead_s,
                       ingress=fe.ingress, lockstep=lockstep_ranks(sc, dep),
+                      api_servers=sc.parallel.num_replicas,
                       decode_pricer=getattr(pricer, "decode_context_pricer", None), **hooks)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from heapq import heappop, heappush
+from heapq import heappop, heappush, heapreplace
 from typing import Callable, Mapping, Optional, Protocol, Sequence
 
 import simpy
@@ -431,25 +431,35 @@ class _Gate:
 
 
 class ApiServerQueue:
-    """The API server in front of the engines, as both simulators see it: one FIFO server that
-    spends ``ingress(prompt_len)`` seconds on each request, in the order they are sent
-    (``sim.catalog.frontends``; None: no front end), then ``overhead`` seconds more, unqueued.
+    """The API servers in front of the engines, as both simulators see them: ``servers``
+    identical servers (one per replica: each ``vllm serve`` has its own), each spending
+    ``ingress(prompt_len)`` seconds on a request, then ``overhead`` seconds more, unqueued
+    (``sim.catalog.frontends``; None: no front end). Requests take the first server free in
+    the order they are sent: the router's spread over the replicas' API servers is taken as
+    even at the ingress, and routing to an engine happens after. Why not one server for the
+    whole fleet: a fleet of N replicas would then be capped at one API server's rate.
 
     ``take`` gives a request its place (once per request, in send order) and says when it
     reaches the scheduler; ``reach_bound`` and ``earliest`` are lower bounds that change
-    nothing, for the decode windows (the queue's tail only moves later)."""
+    nothing, for the decode windows (a server's next free time only moves later)."""
 
-    def __init__(self, ingress: Optional[Callable[[int], float]], overhead: float) -> None:
+    def __init__(self, ingress: Optional[Callable[[int], float]], overhead: float, servers: int = 1) -> None:
         self.ingress = ingress
         self.overhead = overhead
-        #: When the server is next free: the tail of its queue.
-        self.free = -math.inf
+        #: When each server is next free (a heap: the first is the earliest).
+        self._free: list[float] = [-math.inf] * max(1, servers)
+
+    @property
+    def free(self) -> float:
+        """When the first server is next free."""
+        return self._free[0]
 
     def take(self, req: Request, sent: float) -> float:
         if self.ingress is None:
             return sent + self.overhead
-        self.free = self._done(req, sent)
-        return self.free + self.overhead
+        done = self._done(req, sent)
+        heapreplace(self._free, done)
+        return done + self.overhead
 
     def reach_bound(self, req: Request, sent: float) -> float:
         """When ``req`` will reach the scheduler unless another request is queued before it."""
@@ -461,11 +471,11 @@ class ApiServerQueue:
         """The earliest any request sent at ``after`` or later can reach the scheduler."""
         if self.ingress is None:
             return after + self.overhead
-        return max(after, self.free) + self.ingress(0) + self.overhead
+        return max(after, self._free[0]) + self.ingress(0) + self.overhead
 
     def _done(self, req: Request, sent: float) -> float:
         assert self.ingress is not None
-        return max(sent, self.free) + self.ingress(req.prompt_len)
+        return max(sent, self._free[0]) + self.ingress(req.prompt_len)
 
 
 class Simulation:
@@ -486,7 +496,7 @@ class Simulation:
                  session_of: Optional[Mapping[str, str]] = None,
                  clients: Optional[Sequence[ClientGroupLike]] = None,
                  ingress: Optional[Callable[[int], float]] = None,
-                 lockstep: int = 1) -> None:
+                 lockstep: int = 1, api_servers: int = 1) -> None:
         """``requests`` is read in order and may be lazy (``sim.workload.RequestStream``).
         A streamed run passes ``on_finish`` (each finished or rejected request, once),
         ``keep_finished=False`` and a ``step_sink``, so nothing grows with the run's length.
@@ -504,12 +514,12 @@ class Simulation:
         of its group finishes (plus a closed loop's think time). A request's ``arrival_time``
         is then its send time.
 
-        The API server (``ingress``: its seconds on a request of a given prompt length,
-        ``sim.catalog.frontends.FrontEnd.ingress_s``; None: no front end) serves requests one at
-        a time in the order they are sent: a request reaches the scheduler when the server has
-        finished it and everything sent before it, plus ``request_overhead``. So a burst of
-        sends (a closed loop's clients all finishing in one step) queues there and reaches the
-        engine spread out, as on a real server.
+        The API servers (``api_servers`` of them, one per replica; ``ingress``: seconds on a
+        request of a given prompt length, ``sim.catalog.frontends.FrontEnd.ingress_s``; None: no
+        front end) each serve requests one at a time, in the order they are sent: a request
+        reaches the scheduler when a server has finished it, plus ``request_overhead``. So a
+        burst of sends (a closed loop's clients all finishing in one step) queues there and
+        reaches the engine spread out, as on a real server.
 
         ``lockstep`` > 1: every run of that many consecutive schedulers is one replica's
         data-parallel attention ranks of a MoE, stepping together (``LockstepGroup``)."""
@@ -517,7 +527,7 @@ class Simulation:
         #: Seconds between a request's arrival and its reaching the scheduler (work outside the
         #: engine: HTTP, tokenisation, IPC). TTFT and E2E still count from ``arrival_time``.
         self.request_overhead = request_overhead
-        self._front = ApiServerQueue(ingress, request_overhead)
+        self._front = ApiServerQueue(ingress, request_overhead, api_servers)
         self.requests = requests
         self.router = router or Router()
         self.log = StepLog(sink=step_sink)

@@ -69,6 +69,30 @@ def test_a_burst_passes_the_api_server_one_at_a_time():
     assert all(r.state is RequestState.FINISHED for r in res.requests)
 
 
+def test_each_replica_has_its_own_api_server():
+    """The same burst of eight over four replicas: four API servers, so they reach the
+    schedulers two deep (10 ms, then 20 ms), not eight deep as through one server."""
+    reqs = [Request(f"r{i}", 0.0, 100, 4) for i in range(8)]
+    res = simulate(None, overrides=["engine.frontend_request_ms=10", "engine.frontend_tokenize_us=0",
+                                    "cost_model.source=roofline", "parallel.num_replicas=4"], requests=reqs)
+    firsts = sorted(r.first_scheduled_time for r in res.requests)
+    assert all(t >= 0.010 - 1e-12 for t in firsts[:4]) and all(t >= 0.020 - 1e-12 for t in firsts[4:])
+    assert firsts[-1] < 0.030
+
+
+def test_a_fleet_serves_more_than_one_api_servers_rate():
+    """An API server that takes 40 ms a request serves 25 req/s. Four replicas at 60 req/s are
+    at 60% of their four servers: the queue stays short. Through one server it would grow
+    without bound (TTFT of seconds by the end of the run)."""
+    sets = ["engine.frontend_request_ms=40", "engine.frontend_tokenize_us=0", "parallel.num_replicas=4",
+            "workload.arrival.rate=60", "workload.num_requests=1200", "workload.output_len.mean=32",
+            "workload.output_len.max=64"]
+    s = simulate(None, overrides=sets, seed=3).summary
+    assert s["completed"] == 1200
+    assert s["p99_ttft_ms"] < 500
+    assert s["request_throughput"] == pytest.approx(60, rel=0.1)
+
+
 def test_one_client_ttft_is_an_idle_prefill_plus_the_front_end():
     over = closed(10, 1) + ["engine.frontend_request_ms=4", "engine.frontend_tokenize_us=2"]
     res = simulate(None, overrides=over, seed=3)

@@ -22,9 +22,10 @@ The model (``FrontEnd``), three terms, from vLLM's structure:
 - ``stream_s_per_chunk``: per request per step (one SSE chunk: incremental detokenise + JSON + SSE
   framing). **Measured** by the same script.
 
-How the simulator uses them (``sim.simulation.Simulation``): requests pass the API server one at a
-time (one event loop): a request reaches the scheduler ``request_s + tokenize_s_per_token x
-prompt`` after the server is free of the requests sent before it, so a burst of sends (a closed
+How the simulator uses them (``sim.simulation.Simulation``): each replica has its own API server,
+and requests pass a server one at a time (one event loop): a request reaches the scheduler
+``request_s + tokenize_s_per_token x prompt`` after the first free server is done with the
+requests sent to it before, so a burst of sends (a closed
 loop's clients all finishing in one step) queues and spreads out as it does on a real server.
 Streaming competes for that same core: a step's outputs cannot be delivered faster than
 ``stream_s_per_chunk`` x the requests in it, which the step pricer takes as a floor on the step's
