@@ -260,9 +260,9 @@ def find_capacity(config: Union[dict, str, Path, None], slo: SLO, *,
     if base["workload"].get("arrival", {}).get("process") == "closed":
         from sim.errors import ConfigError
 
-        raise ConfigError("workload.arrival.process: kvplan capacity searches over the request "
-                          "rate, which a closed loop does not have; use an open-loop arrival "
-                          "process (with workload.max_concurrency to cap the clients)")
+        raise ConfigError("workload.arrival.process: find_capacity searches over the request "
+                          "rate, which a closed loop does not have; search it in clients "
+                          "(analysis.client_capacity.find_client_capacity, kvplan capacity --clients)")
     table = price_table(prices)
     evaluator = _Evaluator(base, slo, sizing, base_dir, max_simulations, on_evaluation)
     start = start_rate or _configured_rate(base)

@@ -39,6 +39,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequenc
 
 from sim import config as config_mod
 from analysis.capacity import RunSizing, find_capacity, worker_pool
+from analysis.client_capacity import clients_run
 from analysis.pareto import pareto_mask
 from analysis.pricing import price_table, usd_per_gpu_hour
 from analysis.slo import SLO
@@ -604,30 +605,6 @@ def plan(config: Union[dict, str, None], slo: SLO, target_rate: Optional[float] 
 
 # --- --concurrency: clients instead of a rate -------------------------------------------------
 
-#: Requests per client in a client-mode run (the first tenth is the warm-up the window drops).
-REQUESTS_PER_CLIENT = 8
-
-
-def _clients_run(base: dict, overrides: Sequence[str], slo: SLO, clients: int, replicas: int, seed: int,
-                 base_dir) -> tuple[bool, list[str], dict]:
-    """One closed-loop run: ``clients`` over ``replicas`` behind the config's router."""
-    from analysis.steady import window_metrics
-    from sim.api import simulate
-
-    n = max(100, REQUESTS_PER_CLIENT * clients)
-    sets = list(overrides) + slo.overrides() + [
-        f"parallel.num_replicas={replicas}", f"workload.num_requests={n}", "workload.arrival.process=closed",
-        f"workload.arrival.concurrency={clients}", f"seed={seed}"]
-    res = simulate(config_mod.build_config(base, sets), base_dir=base_dir, statistics=False)
-    m = window_metrics(res.requests, warmup_fraction=0.1, slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms)
-    ok, bad = slo.check(m)
-    done = [r for r in res.requests if r.finish_time is not None]
-    span = (max(r.finish_time for r in done) - min(r.arrival_time for r in res.requests)) if done else 0.0
-    m["request_throughput"] = len(done) / span if span > 0 else 0.0
-    m["output_throughput"] = sum(r.num_output_tokens for r in done) / span if span > 0 else 0.0
-    return ok, bad, m
-
-
 def _bisect_clients(args: tuple) -> tuple[dict, int]:
     """The most clients one replica holds inside the SLO, by bisection between 1 and the
     bound's ceiling."""
@@ -636,7 +613,7 @@ def _bisect_clients(args: tuple) -> tuple[dict, int]:
     lo_c, hi_c = 1, max(1, int(hi))
     while lo_c <= hi_c:
         mid = (lo_c + hi_c) // 2
-        ok, bad, m = _clients_run(base, overrides, slo, mid, 1, 0, base_dir)
+        ok, bad, m = clients_run(base, overrides, slo, mid, 1, 0, base_dir)
         sims += 1
         if ok:
             best, best_m, lo_c = mid, m, mid + 1
@@ -673,7 +650,7 @@ def _full_clients(r: Row, base: dict, slo: SLO, concurrency: int, base_dir, seed
     replicas = math.ceil(concurrency / max(1, r.clients_per_replica or 1))
     for extra in range(most_extra + 1):
         n = replicas + extra
-        runs = [_clients_run(base, r.candidate.overrides, slo, concurrency, n, seed, base_dir) for seed in range(seeds)]
+        runs = [clients_run(base, r.candidate.overrides, slo, concurrency, n, seed, base_dir) for seed in range(seeds)]
         sims += len(runs)
         if all(ok for ok, _, _ in runs):
             m = runs[0][2]

@@ -73,6 +73,10 @@ _SHAPES: dict[str, dict[str, Optional[type | tuple[type, ...]]]] = {
                  "planning_rate": None, "goodput": None, "output_tokens_per_s_per_gpu": None,
                  "gpus_per_replica": None, "hardware": None, "usd_per_gpu_hour": None,
                  "usd_per_million_output_tokens": None, "num_simulations": None},
+    "capacity_clients": {"headline": str, "slo_text": str, "searches": list, "confidence": (int, float),
+                         "capacity_clients": None, "ci_low": None, "ci_high": None, "planning_clients": int,
+                         "gpus_per_replica": None, "hardware": None, "requests_per_client": int,
+                         "max_clients": int, "num_simulations": None},
     "ab": {"headline": str, "label_a": str, "label_b": str, "seeds": list, "confidence": (int, float),
            "num_bootstrap": None, "differences": list, "rows": list},
     "sweep": {"grid": dict, "rows": list, "seeds": list, "num_simulations": None, "backend": None,
@@ -109,8 +113,9 @@ def build_sections(records: Sequence[dict]) -> list[Section]:
     sections = []
     cfg = next((r.get("config") or r.get("config_a") for r in records if r.get("config") or r.get("config_a")), None)
     if cfg:
-        searched = next(r for r in records if r.get("config") or r.get("config_a"))["kind"] == "capacity"
-        sections.append(scenario_section(cfg, rates_searched=searched))
+        kind = next(r for r in records if r.get("config") or r.get("config_a"))["kind"]
+        sections.append(scenario_section(cfg, rates_searched=kind == "capacity",
+                                         clients_searched=kind == "capacity_clients"))
     for rec in records:
         sections.append(RENDERERS[rec["kind"]](rec))
     sections.append(provenance_section(cfg, [r for r in records if r["kind"] == "validation"]))
@@ -137,9 +142,10 @@ def _figures():
     return figures
 
 
-def scenario_section(cfg: dict, rates_searched: bool = False) -> Section:
+def scenario_section(cfg: dict, rates_searched: bool = False, clients_searched: bool = False) -> Section:
     """The scenario's settings; ``rates_searched``: a capacity search's, whose runs take their
-    arrival rates and request counts from the search, not from the config."""
+    arrival rates and request counts from the search, not from the config; ``clients_searched``:
+    a search in clients, whose runs take their client counts and request counts from it."""
     kv, sch, par, spec, wl = (cfg.get(k, {}) for k in ("kv_cache", "scheduler", "parallel", "speculative", "workload"))
     alloc = kv.get("allocator")
     alloc_text = (f"paged, block {kv.get('block_size')}" + (", prefix caching" if kv.get("prefix_caching") else "")
@@ -162,6 +168,11 @@ def scenario_section(cfg: dict, rates_searched: bool = False) -> Section:
     ]
     if rates_searched:
         rows[-2:] = _searched_workload_rows(wl)
+    elif clients_searched:
+        lengths = _workload_text(wl).split("; ", 1)[-1]
+        rows[-2:] = [["workload", f"requests per run set by the search (per client); {lengths}"],
+                     ["arrivals", "closed loop: clients set by the search, each sending its next request "
+                                  f"when its last one finishes (think time {arrival.get('think_time_s') or 0:g} s)"]]
     rows += [
         ["SLO (per request)", _slo_text(cfg.get("slo") or {})],
         ["seed", cfg.get("seed")],
@@ -214,6 +225,39 @@ def capacity_section(rec: dict) -> Section:
                          [[k, _f(v)] for k, v in at.items() if k not in ("steady",)]))
     s.notes += rec.get("notes", [])
     s.figures.append(figures.capacity_search(rec))
+    return s
+
+
+def client_capacity_section(rec: dict) -> Section:
+    """``kvplan capacity`` in clients (a closed loop): the answer, each seed's bracket, the
+    statistics at the planning count and, for --target-clients, the simulated fleet."""
+    s = Section("Capacity in clients", text=[rec["headline"]])
+    rows = [["SLO", rec["slo_text"]],
+            ["most clients meeting the SLO (every seed)", rec["planning_clients"] or "none"],
+            ["search estimate", f"{_f(rec['capacity_clients'])} clients ({rec['confidence']:.0%} CI "
+                                f"{_f(rec['ci_low'])}-{_f(rec['ci_high'])}, {len(rec['searches'])} seeds)"],
+            ["GPUs per replica / hardware", f"{rec['gpus_per_replica']} x {rec['hardware']}"],
+            ["output tokens/s per GPU", _f(rec.get("output_tokens_per_s_per_gpu"))],
+            ["$ per million output tokens", _f(rec.get("usd_per_million_output_tokens"), 3)],
+            ["simulations used", rec["num_simulations"]],
+            ["run length", f"{rec['requests_per_client']} requests per client (at least 100), first 10% "
+                           f"of the arrival span not judged; searched up to {rec['max_clients']} clients"]]
+    if rec.get("target_clients"):
+        rows.append(["target clients", rec["target_clients"]])
+        rows.append(["replicas / GPUs needed", f"{rec['replicas']} / {rec['gpus']}" if rec.get("replicas")
+                     else f"none found: {rec.get('fleet_note')}"])
+        if rec.get("replicas"):
+            rows += [["fleet sizing", f"simulated with all {rec['target_clients']} clients behind the router; "
+                                      f"{rec['fleet_note']}"],
+                     ["cost at target", f"${_f(rec.get('usd_per_hour'))} per hour"]]
+    s.tables.append((["capacity", "value"], rows))
+    s.tables.append((["seed", "most clients meeting SLO", "fewest clients missing it", "note"],
+                     [[x["seed"], x["low"], "—" if x["high"] is None else x["high"], x["note"]]
+                      for x in rec["searches"]]))
+    at = rec.get("at_planning_clients") or {}
+    if at:
+        s.tables.append((["at the planning count (mean over seeds)", "value"], [[k, _f(v)] for k, v in at.items()]))
+    s.notes += rec.get("notes", [])
     return s
 
 
@@ -506,6 +550,11 @@ def assumptions_section(records: Sequence[dict]) -> Section:
              "cost model; CPU overheads, network and tokenisation are not modelled.",
              "Metric names follow vllm bench serve: TTFT, TPOT = (E2EL - TTFT) / (output tokens - 1), "
              "ITL, E2EL; percentiles over completed requests."]
+    if "capacity_clients" in kinds:
+        items += ["Capacity in clients is per replica: each seed's most closed-loop clients meeting the SLO, "
+                  "bracketed to one client; the count every seed met is planned with. Clients for a target "
+                  "are simulated as one fleet behind the configured router, from ceil(target / that count) "
+                  "replicas up."]
     if "capacity" in kinds:
         simulated = any(r.get("fleet_mode") == "simulate" for r in records if r["kind"] == "capacity")
         items += ["Capacity is per replica (for disaggregated prefill/decode, per P/D group); "
@@ -541,7 +590,8 @@ def _plan_section(rec: dict) -> Section:
     return plan_section(rec)
 
 
-RENDERERS = {"capacity": capacity_section, "ab": ab_section, "sweep": sweep_section,
+RENDERERS = {"capacity": capacity_section, "capacity_clients": client_capacity_section,
+             "ab": ab_section, "sweep": sweep_section,
              "simulation": simulation_section, "validation": validation_section, "plan": _plan_section}
 
 

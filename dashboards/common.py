@@ -14,7 +14,7 @@ import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import streamlit as st
 
@@ -24,6 +24,9 @@ from sim.config import (ALLOCATORS, DEFAULTS, KV_DTYPES, POLICIES, PREEMPTIONS, 
                         RESERVES, ROUTERS, WEIGHT_QUANT, build_config, parse_override)
 from sim.errors import KvplanError
 from sim.scenario import MOE_ACTIVATIONS, MOE_ROUTINGS
+
+if TYPE_CHECKING:
+    from analysis.slo import SLO
 
 Progress = Callable[[float, Optional[str]], None]
 
@@ -375,6 +378,17 @@ def _merge(a: dict, b: dict) -> dict:
     for k, v in b.items():
         out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
     return out
+
+
+def slo_field(f: Fields, text: str) -> Optional["SLO"]:
+    """The SLO typed in the ``slo`` field, or None with the error shown beside that field."""
+    from analysis.slo import parse_slo
+
+    try:
+        return parse_slo(text)
+    except KvplanError as exc:
+        f.error(str(exc), "slo")
+        return None
 
 
 def parse_numbers(text: str, what: str) -> list[float]:

@@ -268,9 +268,9 @@ def test_cli_closed_loop_end_to_end(tmp_path):
     assert 7.0 < s["achieved_concurrency"] <= 8.0
 
 
-def test_capacity_refuses_a_closed_loop_in_one_line():
+def test_capacity_of_a_closed_loop_is_in_clients_and_a_rate_target_is_refused_in_one_line():
     from tests.test_cli import assert_one_line_error, kvplan
 
-    proc = kvplan("capacity", "--slo", "ttft_p99_ms=500", "--no-progress",
-                  "--set", "workload.arrival.process=closed", "--set", "workload.arrival.concurrency=4")
-    assert_one_line_error(proc, "workload.arrival.process", "closed")
+    closed = ("--set", "workload.arrival.process=closed", "--set", "workload.arrival.concurrency=4")
+    proc = kvplan("capacity", "--slo", "ttft_p99_ms=500", "--no-progress", "--target-rate", "5", *closed)
+    assert_one_line_error(proc, "--target-rate", "--target-clients")

@@ -11,7 +11,6 @@ import streamlit as st
 from dashboards import common
 from analysis import figures
 from analysis.capacity import NO_RATE, CapacityResult, RunSizing, find_capacity, plan, rate_text
-from analysis.slo import parse_slo
 
 st.title("Capacity")
 st.caption("A bracketed search over request rate, one bracket per seed, each run long enough to "
@@ -22,11 +21,20 @@ f = common.sidebar_fields("cap.", sections=("deployment", "kv", "scheduler", "sp
                                              "overrides"), load=False)
 cfg = common.build(f)
 
+mode = f.add("mode", st.radio, "Search over", ["request rate", "concurrent clients"], horizontal=True,
+             config_key=False, help="As `kvplan capacity` and `kvplan capacity --clients`: the highest open-loop "
+                                    "rate, or the most closed-loop clients (each sending its next request when "
+                                    "its last one finishes), one replica serves inside the SLO.")
 c1, c2, c3 = st.columns([2, 1, 1])
 with c1:
     slo_text = f.add("slo", st.text_input, "SLO", value="ttft_p99_ms=500,tpot_p99_ms=50", config_key=False,
                      help="metric_stat_ms=bound, comma separated; metric ttft/tpot/itl/e2el, "
                           "stat mean/median/p90/p99; optional attainment=0.99")
+if mode == "concurrent clients":
+    from dashboards.client_capacity_view import client_capacity_page
+
+    client_capacity_page(f, cfg, slo_text, c2, c3)
+    st.stop()
 with c2:
     target = f.add("target", st.number_input, "Target rate (req/s)", min_value=0.0, value=100.0,
                    step=10.0, config_key=False)
@@ -59,11 +67,7 @@ with c9:
     max_seeds = f.add("max_seeds", st.number_input, "Most seeds", min_value=1, max_value=16, value=8,
                       config_key=False, help="The interval target stops adding seeds here and says so.")
 
-try:
-    slo = parse_slo(slo_text)
-except common.KvplanError as exc:
-    f.error(str(exc), "slo")
-    slo = None
+slo = common.slo_field(f, slo_text)
 
 if cfg is None or slo is None:
     st.info("Fix the setting marked in red to search.")

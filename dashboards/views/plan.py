@@ -22,7 +22,7 @@ from analysis.capacity import RunSizing
 from analysis.plan import default_hardware, parse_search, plan
 from analysis.plan_report import frontier_figure, plan_section
 from analysis.pricing import price_table
-from analysis.slo import SLO, parse_slo
+from analysis.slo import SLO
 from sim.catalog import list_hardware
 
 #: GPUs offered when no measured tables are installed (``default_hardware()`` is then empty).
@@ -89,11 +89,7 @@ pd_text = field(advanced, "pd", st.text_input, "Also try P/D groups", value="",
                 help="As `--search pd=...`: prefill:decode instances per group, comma separated, e.g. 1:1,1:2 "
                      "(empty: collocated replicas only).")
 
-slo: Optional[SLO] = None
-try:
-    slo = parse_slo(slo_text)
-except common.KvplanError as exc:
-    f.error(str(exc), "slo")
+slo: Optional[SLO] = common.slo_field(f, slo_text)
 if not gpus:
     f.error("GPUs: choose at least one", "gpus")
 prices = [p.strip() for p in prices_text.split(",") if p.strip()]

@@ -41,14 +41,28 @@ def capacity(
     out: Optional[Path] = typer.Option(None, "--out", help="Write the result as JSON (input for `kvplan report`)."),
     as_json: bool = typer.Option(False, "--json", help="Print the result as JSON instead of tables."),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show a progress bar."),
+    clients: bool = typer.Option(False, "--clients", help="Search in closed-loop clients instead of a rate: the most concurrent clients one replica serves inside the SLO (the default when the config's workload.arrival.process is closed)."),
+    target_clients: Optional[int] = typer.Option(None, "--target-clients", help="Clients to serve (implies --clients): prints replicas, GPUs and $/hour, the fleet simulated with all of them."),
+    max_clients: int = typer.Option(4096, "--max-clients", help="With --clients: the most clients searched (a TPOT-only SLO may never be missed: clients past the running-request limit only wait)."),
+    start_clients: Optional[int] = typer.Option(None, "--start-clients", help="With --clients: the first count tried (default: the config's workload.arrival.concurrency, else 8)."),
 ) -> None:
-    """Highest request rate one replica sustains inside an SLO; replicas, GPUs and cost for a target rate (the fleet simulated behind the router)."""
+    """Highest request rate one replica sustains inside an SLO; replicas, GPUs and cost for a target rate (the fleet simulated behind the router).
+    With --clients (or a closed-loop config): the most concurrent clients instead, and --target-clients sizes the fleet."""
     from analysis.capacity import RunSizing, find_capacity
     from analysis.report import capacity_section
     from analysis.slo import parse_slo
 
     check_out_file(out)
     spec = parse_slo(slo)
+    if clients or target_clients is not None or _closed_loop(config, set_):
+        if target_rate is not None or start_rate is not None:
+            from sim.errors import ConfigError
+
+            raise ConfigError("--target-rate/--start-rate: a search in clients has no request rate; "
+                              "give --target-clients N (or an open-loop workload.arrival.process)")
+        _client_capacity(config, spec, seeds, max_simulations, price, set_, out, as_json, progress,
+                         target_clients, max_clients, start_clients)
+        return
     with Bar("capacity search", "sim", enabled=progress and not as_json) as bar:
         result = find_capacity(
             config, spec, target_rate=target_rate, seeds=seeds, rel_tol=rel_tol, start_rate=start_rate,
@@ -58,6 +72,31 @@ def capacity(
             ci_target=ci_target, max_seeds=max_seeds, fleet=fleet, max_replicas=max_replicas,
             on_evaluation=lambda ev, n: bar.set(n, progress_text(ev)))
     finish(result.to_dict(), capacity_section, out, as_json)
+
+
+def _closed_loop(config: Optional[Path], overrides: List[str]) -> bool:
+    """Whether the scenario (with its overrides) is a closed loop, whose capacity is in clients."""
+    from sim import config as config_mod
+
+    cfg = config_mod.build_config(config, list(overrides))
+    return (cfg.get("workload", {}).get("arrival") or {}).get("process") == "closed"
+
+
+def _client_capacity(config: Optional[Path], spec, seeds: int, max_simulations: int, price: List[str],
+                     overrides: List[str], out: Optional[Path], as_json: bool, progress: bool,
+                     target_clients: Optional[int], max_clients: int, start_clients: Optional[int]) -> None:
+    """``kvplan capacity --clients``: the search in closed-loop clients (``analysis.client_capacity``)."""
+    from analysis.client_capacity import find_client_capacity
+    from analysis.report import client_capacity_section
+
+    with Bar("capacity search (clients)", "sim", enabled=progress and not as_json) as bar:
+        result = find_client_capacity(
+            config, spec, seeds=seeds, start_clients=start_clients, max_clients=max_clients,
+            target_clients=target_clients, max_simulations=max_simulations, prices=price,
+            overrides=overrides, base_dir=config.parent if config else None,
+            on_run=lambda run, n: bar.set(n, f"{run.stage} {run.clients} clients x{run.replicas} seed {run.seed}: "
+                                             f"{'met' if run.passed else 'missed'}"))
+    finish(result.to_dict(), client_capacity_section, out, as_json)
 
 
 def progress_text(ev) -> str:

@@ -146,6 +146,22 @@ def test_capacity_when_no_rate_meets_the_slo():
     assert "—" in at.dataframe[0].value["Highest rate meeting the SLO (req/s)"].tolist()
 
 
+def test_capacity_in_concurrent_clients():
+    """The client mode: the answer in clients, each seed bracketed to one client, and a target
+    number of clients sized by simulating the fleet."""
+    at = page("capacity.py")
+    at.radio(key="cap.mode").set_value("concurrent clients").run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert "concurrent clients" in at.success[0].value
+    clients = int(metric(at, "Clients per replica"))
+    table = at.dataframe[0].value
+    assert list(table.columns[:3]) == ["Seed", "Most clients meeting the SLO", "Fewest clients missing it"]
+    assert all(int(hi) == int(lo) + 1 for lo, hi in zip(table.iloc[:, 1], table.iloc[:, 2]))
+    assert clients == min(int(x) for x in table.iloc[:, 1])
+    at.number_input(key="cap.target_clients").set_value(3 * clients).run()
+    assert not at.exception and int(metric(at, f"Replicas for {3 * clients} clients")) >= 3
+
+
 def test_sweep():
     at = page("sweep.py")
     assert "6 configurations" in at.success[0].value
