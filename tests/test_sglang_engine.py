@@ -163,6 +163,15 @@ def test_an_extend_in_piecewise_graphs_costs_the_captured_size_that_runs_it(pack
     assert rows(sg, 1000) == rows(sg, 1024) < rows(sg, 1025) == rows(sg, 1280)
     # vLLM's mixed batches above its capture sizes run at their own rows.
     assert rows(vl, 1000) < rows(vl, 1024) < rows(vl, 1025)
+    # A limit between two captured sizes is not captured itself (SGLang lists only its sizes):
+    # 3,000 captures up to 2,816, and a 2,900-token extend runs eagerly, above the host floor.
+    odd = resolve_deployment({**base, "engine": {"name": "sglang", "version": "0.5.14"},
+                              "sglang": {"piecewise_cuda_graph_max_tokens": 3000}}).cost_model
+    assert odd.extend_graph_tokens == 2816 and "up to 2816 tokens" in odd.describe()
+    assert rows(odd, 2800) == rows(sg, 2816)
+    eager = resolve_deployment({**base, "engine": {"name": "sglang", "version": "0.5.14"},
+                                "sglang": {"disable_piecewise_cuda_graph": True}}).cost_model
+    assert rows(odd, 2900) == rows(eager, 2900) != rows(sg, 2900)
     # price and price_columns agree bit for bit on padded extends.
     cols = {"num_prefill_tokens": np.array([1000, 1025]), "num_prefill_seqs": np.array([1, 1]),
             "num_decode_seqs": np.array([0, 0]),

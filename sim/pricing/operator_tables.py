@@ -524,12 +524,13 @@ class OperatorTableCostModel(StepPricer):
             extend_graph_tokens, extend_graph_reason = sglang_extend_graph_tokens(
                 engine, chunked_prefill_size=engine.default_max_num_batched_tokens(h), mla=m.is_mla,
                 multimodal=m.multimodal, data_parallel_size=dp, pipeline_parallel_size=pp)
-        self.extend_graph_tokens = (extend_graph_tokens or 0) if cuda_graphs else 0
         #: The extend sizes captured: an extend runs (and its GEMMs cost) the smallest that
-        #: holds it, padded (``sglang_pcg_capture_sizes``; the largest is the limit itself).
-        sizes = sglang_pcg_capture_sizes(self.extend_graph_tokens) if self.extend_graph_tokens else []
-        if sizes and sizes[-1] != self.extend_graph_tokens:
-            sizes.append(self.extend_graph_tokens)
+        #: holds it, padded (``sglang_pcg_capture_sizes``). The largest captured size is the
+        #: limit: SGLang captures only its listed sizes (a limit between two of them is not
+        #: added) and runs a larger extend eagerly, so ``extend_graph_tokens`` is that size.
+        asked = (extend_graph_tokens or 0) if cuda_graphs else 0
+        sizes = sglang_pcg_capture_sizes(asked) if asked else []
+        self.extend_graph_tokens = sizes[-1] if sizes else 0
         self._pcg_sizes = sizes
         self._np_pcg_sizes = np.array(sizes + [np.inf], dtype=float)
         #: Why extends run eagerly (``sglang_extend_graph_tokens``'s words), for ``describe``.
