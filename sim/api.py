@@ -217,7 +217,8 @@ def new_simulation(sc: Scenario, dep: "Deployment", requests: list[Request], sch
     scenario's speculative, async-scheduling and per-request settings; ``hooks`` are the
     ``Simulation``'s callbacks (on_finish, step_sink, next_turn, clients, ...). Without a
     ``clients`` hook the scenario's own closed loop or concurrency cap applies, so every
-    caller (the autoscaled fleet too) sends the workload as configured."""
+    caller (the autoscaled fleet too) sends the workload as configured. Each replica (its
+    lockstep data-parallel ranks together) has its own API server."""
     if "clients" not in hooks:
         hooks["clients"] = client_groups(sc, len(requests))
     pricer, fe = dep.cost_model, dep.frontend
@@ -231,7 +232,7 @@ def new_simulation(sc: Scenario, dep: "Deployment", requests: list[Request], sch
                       async_scheduling=async_scheduling_of(sc, dep),
                       request_overhead=dep.request_overhead_s,
                       ingress=fe.ingress, lockstep=lockstep_ranks(sc, dep),
-                      api_servers=sc.parallel.num_replicas,
+                      api_servers=max(1, len(schedulers) // lockstep_ranks(sc, dep)),
                       decode_pricer=getattr(pricer, "decode_context_pricer", None), **hooks)
 
 
