@@ -4,6 +4,7 @@
 
     result = simulate(overrides=["hardware=h100-sxm"])          # one scenario (sim.api.simulate)
     cap = capacity(None, parse_slo("ttft_p99_ms=500"), target_rate=50)   # analysis.capacity
+    most = capacity_in_clients(None, parse_slo("ttft_p99_ms=500")).planning_clients  # closed loop
     best = plan(None, parse_slo("ttft_p99_ms=500,tpot_p99_ms=50"), 100,
                 hardware=["h100-sxm", "h200"]).best            # analysis.plan
 
@@ -20,6 +21,7 @@ from typing import Any
 _EXPORTS = {
     "simulate": ("sim.api", "simulate"),
     "capacity": ("analysis.capacity", "find_capacity"),
+    "capacity_in_clients": ("analysis.client_capacity", "find_client_capacity"),
     "plan": ("analysis.plan", "plan"),
     "parse_slo": ("analysis.slo", "parse_slo"),
     "SLO": ("analysis.slo", "SLO"),

@@ -165,11 +165,14 @@ def test_the_public_api_names_and_stays_light():
     from analysis.plan import plan as plan_fn
     from sim.api import simulate
 
+    from analysis.client_capacity import find_client_capacity
+
     assert kvplan.plan is plan_fn and kvplan.simulate is simulate and kvplan.capacity is find_capacity
+    assert kvplan.capacity_in_clients is find_client_capacity
     assert {"plan", "simulate", "capacity", "parse_slo"} <= set(dir(kvplan))
     with pytest.raises(AttributeError):
         kvplan.no_such_name  # noqa: B018
-    proc = subprocess.run([sys.executable, "-c", "import sys, kvplan; from kvplan import plan, simulate, capacity; "
+    proc = subprocess.run([sys.executable, "-c", "import sys, kvplan; from kvplan import plan, simulate, capacity, capacity_in_clients; "
                            "print(sorted(m for m in ('torch', 'streamlit', 'plotly', 'pandas') if m in sys.modules))"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0 and proc.stdout.strip() == "[]", proc.stderr
