@@ -116,6 +116,9 @@ _LLAMA_HOPPER = {"kv_cache.dtype": "fp8", "scheduler.async_scheduling": True,
 _GPTOSS_HOPPER = {"scheduler.async_scheduling": True, "kv_cache.prefix_caching": False,
                   "scheduler.max_num_batched_tokens": 8192, "kv_cache.gpu_memory_utilization": 0.9,
                   "scheduler.max_num_seqs": "CONC"}
+#: ``VLLM_MXFP4_USE_MARLIN=1``, exported by the gpt-oss Hopper scripts from 4e52ed4c6 (#327):
+#: Marlin's W4A16 MoE instead of OpenAI's Triton kernels.
+_MARLIN = {"quantization.moe_kernel": "marlin"}
 _GPTOSS_B200 = {"scheduler.async_scheduling": True, "kv_cache.prefix_caching": False,
                 "scheduler.max_num_batched_tokens": 8192, "kv_cache.gpu_memory_utilization": 0.9,
                 "scheduler.max_num_seqs": 512, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"}
@@ -170,17 +173,17 @@ RECIPES: tuple[Recipe, ...] = (
            "25506e87c (#273)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240},
            ("max-cudagraph-capture-size 2048",), "none"),
     Recipe("gpt-oss", "h100_sxm", "fp4", "2026-01-02", "2026-02-25", "benchmarks/gptoss_fp4_h100{_docker,_slurm,}.sh",
-           "4e52ed4c6 (#327)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240},
-           ("max-cudagraph-capture-size 2048", "VLLM_MXFP4_USE_MARLIN=1"), "none"),
+           "4e52ed4c6 (#327)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240} | _MARLIN,
+           ("max-cudagraph-capture-size 2048",), "none"),
     Recipe("gpt-oss", "h100_sxm", "fp4", "2026-02-25", "2026-03-28", _SN + "gptoss_fp4_h100.sh",
            "d2c2acb19 (#789); image v0.18.0 cec542a9a (#960)",
            {k: v for k, v in _GPTOSS_HOPPER.items() if k != "scheduler.async_scheduling"}
-           | {"kv_cache.max_model_len": 10240},
-           ("max-cudagraph-capture-size 2048", "VLLM_MXFP4_USE_MARLIN=1"), "none", _NO_ASYNC),
+           | {"kv_cache.max_model_len": 10240} | _MARLIN,
+           ("max-cudagraph-capture-size 2048",), "none", _NO_ASYNC),
     Recipe("gpt-oss", "h100_sxm", "fp4", "2026-03-28", None, _SN + "gptoss_fp4_h100.sh", "626932a11 (#911)",
            {k: v for k, v in _GPTOSS_HOPPER.items() if k != "scheduler.async_scheduling"}
-           | {"kv_cache.max_model_len": "MAX_MODEL_LEN"},
-           ("max-cudagraph-capture-size 2048", "VLLM_MXFP4_USE_MARLIN=1"), "none", _NO_ASYNC),
+           | {"kv_cache.max_model_len": "MAX_MODEL_LEN"} | _MARLIN,
+           ("max-cudagraph-capture-size 2048",), "none", _NO_ASYNC),
     Recipe("gpt-oss", "h200_sxm", "fp4", "2025-09-28", "2025-11-04", "benchmarks/gptoss_fp4_h200_slurm.sh",
            "eb282d8f6 (#66); last touched 9596d23d7 (#148, log handling only)",
            {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"}, ("cuda-graph-sizes 2048",), "none"),
@@ -191,13 +194,13 @@ RECIPES: tuple[Recipe, ...] = (
            "25506e87c (#273)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"},
            ("max-cudagraph-capture-size 2048",), "none"),
     Recipe("gpt-oss", "h200_sxm", "fp4", "2026-01-02", "2026-02-25", "benchmarks/gptoss_fp4_h200{_slurm,}.sh",
-           "4e52ed4c6 (#327)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"},
-           ("max-cudagraph-capture-size 2048", "VLLM_MXFP4_USE_MARLIN=1"), "none"),
+           "4e52ed4c6 (#327)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"} | _MARLIN,
+           ("max-cudagraph-capture-size 2048",), "none"),
     Recipe("gpt-oss", "h200_sxm", "fp4", "2026-02-25", None, _SN + "gptoss_fp4_h200.sh",
            "d2c2acb19 (#789); image v0.18.0 cec542a9a (#960)",
            {k: v for k, v in _GPTOSS_HOPPER.items() if k != "scheduler.async_scheduling"}
-           | {"kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"},
-           ("max-cudagraph-capture-size 2048", "VLLM_MXFP4_USE_MARLIN=1"), "none", _NO_ASYNC),
+           | {"kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"} | _MARLIN,
+           ("max-cudagraph-capture-size 2048",), "none", _NO_ASYNC),
 
     # Kimi-K2.5: the scripts pass no expert- or data-parallel flag.
     Recipe("kimi-k2.5", "b200_sxm", "fp4", "2026-03-11", "2026-03-27", _SN + "kimik2.5_fp4_b200.sh",

@@ -1325,7 +1325,10 @@ ASSUMPTIONS = {
                     "rows with fp8_block experts (Qwen3.5: gemm fp8 / moe fp8_block), else "
                     "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16 on the routed experts only, "
                     "as Kimi-K2.5's checkpoint; Marlin MoE rows); gpt-oss (labelled nvfp4) -> mxfp4, "
-                    "its checkpoint's format (experts only; FlashInfer MoE rows on Blackwell, Triton on Hopper); "
+                    "its checkpoint's format (experts only; FlashInfer MoE rows on Blackwell, Triton on Hopper, "
+                    "Marlin (quantization.moe_kernel marlin) where InferenceX's Hopper script exported "
+                    "VLLM_MXFP4_USE_MARLIN=1, from 2026-01-02: the Triton rows bounded by Marlin's measured "
+                    "FLOP rate on another MXFP4 shape at equal tokens per expert); "
                     "on Blackwell with MXFP8 activations (quantization.moe_activations mxfp8: vLLM's gpt-oss "
                     "recipe sets VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 there, and vLLM's BF16 default prices an "
                     "idle 8k prefill on B200 TP 1 at 157 ms, above the 116 ms those rows measure as mean TTFT)",

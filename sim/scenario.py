@@ -57,6 +57,10 @@ MOE_ROUTINGS: tuple[str, ...] = ("uniform", "balanced", "power_law_1.01", "power
 #: ``quantization.moe_activations``: what MXFP4 experts take as activations (``auto``: the
 #: engine's default for the GPU, ``sim.pricing.operator_tables.mxfp4_moe_activations``).
 MOE_ACTIVATIONS: tuple[str, ...] = ("auto", "bf16", "mxfp8")
+#: ``quantization.moe_kernel``: which fused-MoE kernel runs MXFP4 experts (``auto``: the engine's
+#: default for the GPU, ``sim.pricing.operator_tables.DEFAULT_MOE_KERNELS``; ``marlin``: Marlin's
+#: W4A16 MoE, as ``VLLM_MXFP4_USE_MARLIN=1`` selects).
+MOE_KERNELS: tuple[str, ...] = ("auto", "marlin")
 
 #: Bytes in a GiB. ``kv_cache.swap_space_gb`` is in GiB, like vLLM's ``swap_space``; the
 #: simulator and the runtime both size the host swap pool with this constant.
@@ -374,9 +378,21 @@ class QuantizationConfig(_Section):
     #: is ``mxfp8``, as vLLM's gpt-oss recipe sets for Blackwell), SGLang ``mxfp8``
     #: (``--flashinfer-mxfp4-moe-precision default``; ``bf16`` is its other choice).
     moe_activations: str = choice("auto", MOE_ACTIVATIONS)
+    #: The fused-MoE kernel for MXFP4 experts: ``auto`` (vLLM's ``get_mxfp4_backend``: OpenAI's
+    #: Triton kernels on Hopper, FlashInfer's TRT-LLM MoE on Blackwell, Marlin elsewhere) or
+    #: ``marlin`` (``VLLM_MXFP4_USE_MARLIN=1``, which InferenceX's gpt-oss Hopper scripts set from
+    #: January 2026: the weights dequantised to BF16 inside the GEMM, about half OpenAI's Triton
+    #: kernel's FLOP rate on long prefills in the measured tables). INT4 experts run Marlin already.
+    moe_kernel: str = choice("auto", MOE_KERNELS)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.moe_kernel == "marlin" and self.weights not in ("mxfp4", "int4"):
+            raise ConfigError(f"quantization.moe_kernel: marlin runs 4-bit experts (mxfp4, int4); "
+                              f"quantization.weights is {self.weights!r}")
+        if self.moe_kernel == "marlin" and self.moe_activations == "mxfp8":
+            raise ConfigError("quantization.moe_kernel: marlin takes bf16 activations, not "
+                              "quantization.moe_activations mxfp8")
         if self.moe_activations == "mxfp8" and self.weights != "mxfp4":
             raise ConfigError(f"quantization.moe_activations: mxfp8 activations are FlashInfer's "
                               f"MXFP4 MoE kernel's; quantization.weights is {self.weights!r}, "

@@ -14,6 +14,7 @@ m = load_benchmark("inferencex_vllm_flags")
 ALLOWED = {
     "scheduler": {"max_num_batched_tokens", "max_num_seqs", "async_scheduling"},
     "kv_cache": {"gpu_memory_utilization", "block_size", "prefix_caching", "dtype", "max_model_len"},
+    "quantization": {"moe_kernel"},
 }
 
 MM = "MiniMaxAI/MiniMax-M2.5"
@@ -49,21 +50,28 @@ def test_undated_row_gets_empty_config_and_reason():
     assert config == {} and len(notes) == 1 and "no measured date" in notes[0]
 
 
-def test_hopper_gpt_oss_notes_marlin_as_not_modelled():
-    # cec542a9a (#960, 2026-03-27): VLLM_MXFP4_USE_MARLIN=1 since 4e52ed4c6 (#327);
-    # async-scheduling dropped by d2c2acb19 (#789); max-model-len still 10240 until #911.
+def test_hopper_gpt_oss_runs_marlin_experts_from_january_2026():
+    # cec542a9a (#960, 2026-03-27): VLLM_MXFP4_USE_MARLIN=1 since 4e52ed4c6 (#327), now
+    # quantization.moe_kernel marlin; async-scheduling dropped by d2c2acb19 (#789); max-model-len
+    # still 10240 until #911.
     config, notes = flags("openai/gpt-oss-120b", "fp4", "h100_sxm", "2026-03-27", clients=32, tp=2)
     assert config["scheduler"] == {"max_num_batched_tokens": 8192, "max_num_seqs": 32}
     assert config["kv_cache"] == {"prefix_caching": False, "gpu_memory_utilization": 0.9, "max_model_len": 10240}
+    assert config["quantization"] == {"moe_kernel": "marlin"}
     not_modelled = [n for n in notes if n.startswith("not modelled:")]
-    assert len(not_modelled) == 1 and "VLLM_MXFP4_USE_MARLIN=1" in not_modelled[0]
+    assert len(not_modelled) == 1 and "MARLIN" not in not_modelled[0]
+    # The day before #327 the same script ran OpenAI's Triton kernels (vLLM's Hopper default).
+    before, _ = flags("openai/gpt-oss-120b", "fp4", "h200_sxm", "2026-01-01", clients=32, tp=2)
+    assert "quantization" not in before
+    after, _ = flags("openai/gpt-oss-120b", "fp4", "h200_sxm", "2026-01-02", clients=32, tp=2)
+    assert after["quantization"] == {"moe_kernel": "marlin"}
 
 
 def test_gpt_oss_hopper_2025_had_async_scheduling_and_no_marlin():
     config, notes = flags("openai/gpt-oss-120b", "fp4", "h200_sxm", "2025-11-02", isl=8192, tp=8, clients=16)
     assert config["scheduler"]["async_scheduling"] is True
     assert config["kv_cache"]["max_model_len"] == 8192 + 1024 + 200  # CALCULATED_MAX_MODEL_LEN
-    assert not any("MARLIN" in n for n in notes)
+    assert not any("MARLIN" in n for n in notes) and "quantization" not in config
 
 
 def test_gpt_oss_h100_docker_client_defect_by_date_and_label():
@@ -173,7 +181,7 @@ def test_table_is_well_formed():
         for key, value in rec.flags.items():
             section, name = key.split(".", 1)
             assert name in ALLOWED[section], key
-            if isinstance(value, str) and key != "kv_cache.dtype":
+            if isinstance(value, str) and key not in ("kv_cache.dtype", "quantization.moe_kernel"):
                 assert value in m.RULES, (key, value)
     key = lambda r: (r.family, r.system, r.precision)
     for _, group in itertools.groupby(sorted(m.RECIPES, key=lambda r: (key(r), r.from_date)), key=key):
@@ -190,4 +198,4 @@ def test_every_version_resolves(rec):
     assert config and notes[0].startswith("InferenceX ")
     for section, values in config.items():
         assert set(values) <= ALLOWED[section]
-        assert all(not isinstance(v, str) or v in ("fp8", "auto") for v in values.values())
+        assert all(not isinstance(v, str) or v in ("fp8", "auto", "marlin") for v in values.values())

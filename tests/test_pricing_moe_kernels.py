@@ -129,3 +129,55 @@ def test_mxfp8_activations_need_mxfp4_weights():
     sc = build_scenario({"model": "openai/gpt-oss-120b", "hardware": "b200",
                          "quantization": {"weights": "mxfp4", "moe_activations": "mxfp8"}})
     assert sc.quantization.moe_activations == "mxfp8"
+
+
+@needs_package
+def test_marlin_mxfp4_experts_run_at_marlins_measured_flop_rate(no_env):
+    """``quantization.moe_kernel: marlin`` (``VLLM_MXFP4_USE_MARLIN=1``, as InferenceX's gpt-oss
+    Hopper scripts export): the H200 tables time Marlin's MXFP4 MoE on another shape only (896
+    experts of 3584 x 3072, top-16), so gpt-oss's experts cost the default Triton rows, bounded
+    below by that shape's FLOP rate at the same tokens per expert (T x top-k / E), times
+    gpt-oss's FLOPs. A long prefill is compute-bound and slower in Marlin; a small decode batch
+    keeps the Triton rows."""
+    vllm = get_engine("vllm", "0.24.0")
+    args = dict(dtype="bfloat16", weight_dtype="mxfp4", engine=vllm, moe_routing="balanced")
+    triton = make_pricer("operator_tables", "openai/gpt-oss-120b", "h200", **args)
+    marlin = make_pricer("operator_tables", "openai/gpt-oss-120b", "h200", moe_kernel="marlin", **args)
+    ref = _rows(PACKAGE / "h200_sxm" / "moe" / "vllm" / "0.24.0" / "moe_perf.parquet",
+                3584, 3072, 896, 16, 1, "w4a16_mxfp4", "marlin")
+    tokens = np.array(sorted(ref))
+    per_expert = tokens * 16 / 896
+    rate = 6 * 3584 * 3072 * 16 * tokens / np.array([ref[t] for t in tokens])  # FLOPs per ms
+    # gpt-oss-120b: 128 experts of 2880 x 2880, top-4. 8,192 tokens: 256 per expert.
+    want_rate = np.exp(np.interp(np.log(8192 * 4 / 128), np.log(per_expert), np.log(rate)))
+    want = 6 * 2880 * 2880 * 4 * 8192 / want_rate
+    i = int(np.searchsorted(marlin._gemm_m, 8192))
+    assert marlin._gemm_m[i] == 8192
+    assert float(marlin._gemm_ms["experts"][i]) == pytest.approx(want, rel=1e-3)
+    assert float(marlin._gemm_ms["experts"][i]) > 2 * float(triton._gemm_ms["experts"][i])
+    # Decode batches read the same 4-bit weights: the Triton rows, unchanged.
+    j = int(np.searchsorted(marlin._gemm_m, 16))
+    assert float(marlin._gemm_ms["experts"][j]) == float(triton._gemm_ms["experts"][j])
+    from sim.policies.step import StepShape
+    s = StepShape(num_prefill_tokens=8192, num_prefill_seqs=1, prefill_attention_work=8192 * 8193 // 2)
+    assert marlin.price(s) > 1.3 * triton.price(s)
+    assert "Marlin bound from" in marlin.describe() and "Marlin" not in triton.describe()
+    assert marlin.table_source()["tables_read"]["moe/marlin_reference"] == "0.24.0"
+    # Expert TP 8 splits the FLOPs eight ways at the same tokens per expert.
+    tp8 = make_pricer("operator_tables", "openai/gpt-oss-120b", "h200", moe_kernel="marlin",
+                      tensor_parallel_size=8, **args)
+    k = int(np.searchsorted(tp8._gemm_m, 8192))
+    assert float(tp8._gemm_ms["experts"][k]) == pytest.approx(want / 8, rel=1e-3)
+
+
+def test_marlin_moe_kernel_needs_four_bit_experts_and_bf16_activations():
+    from sim.config import build_scenario
+    from sim.errors import ConfigError
+    with pytest.raises(ConfigError, match="quantization.moe_kernel: marlin runs 4-bit experts"):
+        build_scenario({"quantization": {"weights": "fp8", "moe_kernel": "marlin"}})
+    with pytest.raises(ConfigError, match="quantization.moe_kernel: marlin takes bf16"):
+        build_scenario({"model": "openai/gpt-oss-120b", "hardware": "b200",
+                        "quantization": {"weights": "mxfp4", "moe_kernel": "marlin", "moe_activations": "mxfp8"}})
+    sc = build_scenario({"model": "openai/gpt-oss-120b", "hardware": "h200",
+                         "quantization": {"weights": "mxfp4", "moe_kernel": "marlin"}})
+    assert sc.quantization.moe_kernel == "marlin"

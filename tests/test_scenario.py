@@ -86,6 +86,7 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "parallel.session_affinity_rel_threshold": (2.0, {}),
         "quantization.weights": ("int4", {}),
         "quantization.moe_activations": ("mxfp8", {"quantization.weights": "mxfp4"}),
+        "quantization.moe_kernel": ("marlin", {"quantization.weights": "mxfp4"}),
         "cost_model.profile": (profile, {}),
         "cost_model.source": ("roofline", {}),
         "cost_model.tables": (__import__("os").path.dirname(str(profile)), {}),

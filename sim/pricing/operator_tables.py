@@ -439,7 +439,7 @@ class OperatorTableCostModel(StepPricer):
                  expert_parallel_size: int = 1, data_parallel_size: int = 1,
                  table_engine: Optional[EngineRelease] = None,
                  expert_tensor_parallel_size: Optional[int] = None,
-                 moe_activations: str = "auto",
+                 moe_activations: str = "auto", moe_kernel: str = "auto",
                  extend_graph_tokens: Optional[int] = None,
                  extend_graph_reason: Optional[str] = None) -> None:
         self.model = m = get_model(model)
@@ -509,8 +509,14 @@ class OperatorTableCostModel(StepPricer):
         #: What an MXFP4 MoE's experts take as activations (``quantization.moe_activations``,
         #: ``auto`` resolved for this engine and GPU): ``mxfp8`` or ``bf16``; None for any
         #: other MoE (its table dtype says it all).
-        self.moe_activations = mxfp4_moe_activations(moe_activations, engine.name, h.name,
-                                                     p.weight_dtype if m.is_moe else "")
+        #: ``quantization.moe_kernel``: ``marlin`` runs MXFP4 experts in Marlin's W4A16 MoE
+        #: (``VLLM_MXFP4_USE_MARLIN=1``), always with BF16 activations (``_marlin_bound``).
+        self.moe_kernel_setting = moe_kernel if m.is_moe and p.weight_dtype == "mxfp4" else "auto"
+        self.moe_activations = mxfp4_moe_activations(
+            "bf16" if self.moe_kernel_setting == "marlin" else moe_activations, engine.name, h.name,
+            p.weight_dtype if m.is_moe else "")
+        #: How the Marlin bound was priced (``_marlin_bound``), for ``describe``; None without it.
+        self.marlin_reference: Optional[str] = None
         self._warnings: list[str] = []
         self.max_num_seqs = max_num_seqs
         self.cuda_graphs, self.async_scheduling = cuda_graphs, async_scheduling
@@ -705,6 +711,12 @@ class OperatorTableCostModel(StepPricer):
         want = MOE_DTYPES.get(self.precision.weight_dtype, "bfloat16")
         files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.table_engine.version)
         kernel = default_moe_kernel(self.precision.weight_dtype, self.gpu_dir.name)
+        marlin = self.moe_kernel_setting == "marlin"
+        if marlin:
+            # Marlin's rows for this very shape where measured (L40S, RTX Pro 6000), else the
+            # engine's default kernel's, bounded below by Marlin's FLOP rate (``_marlin_bound``).
+            kernel = ("marlinexperts",) if self._marlin_rows_for_shape(files, want) else kernel
+            marlin = kernel != ("marlinexperts",)
         if self.moe_activations == "mxfp8":
             # FlashInfer's TRT-LLM MXFP4 x MXFP8 MoE: vLLM's 0.24 tables hold it for other
             # shapes only; AIConfigurator's SGLang collector timed the same kernel on gpt-oss's
@@ -774,9 +786,89 @@ class OperatorTableCostModel(StepPricer):
                                   f"{self.hardware.name}; experts priced from the {dt} rows")
         routed = np.array([float(x) * dp for x in ms])  # tokens the router sees
         curve = np.array([_loglog(xs, ys, t) for t in routed])
+        if marlin:
+            curve = np.maximum(curve, self._marlin_bound(routed))
         if scale_to_uniform:
             curve = curve * uniform_over_balanced(m.num_experts, m.num_experts_per_tok, routed)
         return _isotonic(curve)
+
+    def _marlin_rows_for_shape(self, files: list, want: str) -> bool:
+        """Whether any version folder holds Marlin MoE rows for this model's experts at this
+        layout (MoE TP x EP)."""
+        m = self.model
+        for path, _ in files:
+            c = read_columns_present(path, ("moe_dtype", "hidden_size", "inter_size", "topk",
+                                            "num_experts", "moe_tp_size", "moe_ep_size"),
+                                     ("kernel_source",))
+            if "kernel_source" not in c:
+                continue
+            sel = ((c["moe_dtype"] == want) & (c["hidden_size"] == m.hidden_size)
+                   & (c["inter_size"] == m.intermediate_size) & (c["topk"] == m.num_experts_per_tok)
+                   & (c["num_experts"] == m.num_experts)
+                   & (c["moe_tp_size"] == self.expert_tensor_parallel_size)
+                   & (c["moe_ep_size"] == self.expert_parallel_size))
+            if sel.any() and any("marlinexperts" in str(k) for k in c["kernel_source"][sel]):
+                return True
+        return False
+
+    def _marlin_bound(self, routed: np.ndarray) -> np.ndarray:
+        """Milliseconds per layer below which Marlin's MoE cannot run this model's experts at
+        each routed token count (balanced routing, as the rows it is compared with), where the
+        tables time Marlin on other expert shapes only (H100 and H200: Kimi-K2.5's INT4 and an
+        MXFP4 checkpoint's 896 x 3584 x 3072 experts, not gpt-oss's).
+
+        Why this transfer: a grouped GEMM's FLOP rate is set by the tokens each expert gets
+        (``T x top-k / E``): few, and it streams each touched expert's weights (the rate grows
+        with the tokens per expert at a fixed bandwidth), many, and the tensor cores bind. At
+        equal tokens per expert two shapes run at nearly the same rate, so this GPU's measured
+        Marlin rate at that point times this layer's FLOPs (``6 x hidden x inter x top-k x T``,
+        the expert split over MoE TP and EP) is Marlin's time here. It binds on long prefills:
+        on H200, Marlin's W4A16 MXFP4 MoE reaches ~230 TFLOPS at 16k tokens, OpenAI's Triton
+        kernel ~560 on gpt-oss-120b's experts. The measured curve of the default kernel stays the
+        floor (small batches: both kernels read the same 4-bit weights). Marlin rows in the
+        weight format first (W4A16 MXFP4), then INT4's, at MoE TP 1 x EP 1, the version nearest
+        the engine first; balanced rows."""
+        m = self.model
+        files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.table_engine.version)
+        for dtype in ("w4a16_mxfp4", "int4_wo"):
+            for path, version in files:
+                c = read_columns_present(path, ("moe_dtype", "num_tokens", "hidden_size", "inter_size",
+                                                "topk", "num_experts", "moe_tp_size", "moe_ep_size",
+                                                "distribution", "latency"), ("kernel_source",))
+                if "kernel_source" not in c:
+                    continue
+                sel = ((c["moe_dtype"] == dtype) & (c["moe_tp_size"] == 1) & (c["moe_ep_size"] == 1)
+                       & (c["distribution"] == "balanced")
+                       & np.array(["marlin" in str(k) for k in c["kernel_source"]]))
+                if not sel.any():
+                    continue
+                # One reference shape: the one with the most experts x top-k (the widest range of
+                # tokens per expert), as measured.
+                shapes = sorted({(int(h), int(i), int(e), int(k)) for h, i, e, k in
+                                 zip(c["hidden_size"][sel], c["inter_size"][sel],
+                                     c["num_experts"][sel], c["topk"][sel])},
+                                key=lambda s: (s[2] * s[3], s))
+                h, i, e, k = shapes[-1]
+                one = (sel & (c["hidden_size"] == h) & (c["inter_size"] == i)
+                       & (c["num_experts"] == e) & (c["topk"] == k))
+                tokens = c["num_tokens"][one].astype(float)
+                lat = c["latency"][one].astype(float)
+                counts = np.unique(tokens)
+                med = np.array([np.median(lat[tokens == t]) for t in counts])
+                per_expert, rate = counts * k / e, 6.0 * h * i * k * counts / med  # FLOPs per ms
+                want_tpe = routed * m.num_experts_per_tok / m.num_experts
+                target_rate = np.exp(np.interp(np.log(np.maximum(want_tpe, 1e-9)),
+                                               np.log(per_expert), np.log(rate)))
+                flops = (6.0 * m.hidden_size * (m.intermediate_size / self.expert_tensor_parallel_size)
+                         * m.num_experts_per_tok * routed / self.expert_parallel_size)
+                kernel = str(c["kernel_source"][one][0])
+                self.marlin_reference = (f"Marlin bound from {kernel} ({version}, {e} x {h}x{i} "
+                                         f"top-{k}) at equal tokens per expert")
+                self.tables_read["moe/marlin_reference"] = version
+                return flops / target_rate
+        self._warnings.append(f"operator tables: quantization.moe_kernel marlin, but no Marlin MoE rows "
+                              f"on {self.hardware.name}; experts priced from the default kernel's rows")
+        return np.zeros_like(routed, dtype=float)
 
     def _dispatch_curve(self, ms: np.ndarray) -> np.ndarray:
         """Milliseconds per MoE layer of moving the DP ranks' tokens to the experts and back at
@@ -1359,6 +1451,7 @@ class OperatorTableCostModel(StepPricer):
                 f"async scheduling {'on' if self.async_scheduling else 'off'}"
                 + (f", MoE experts from the fused-MoE table"
                    + (f" (MXFP4 x {self.moe_activations.upper()})" if self.moe_activations else "")
+                   + (f", {self.marlin_reference}" if self.marlin_reference else "")
                    + f", {self.moe_routing} routing"
                    + (" (balanced rows scaled to the experts touched)"
                       if self.moe_routing == "uniform" and self.moe_rows_routing == "balanced"
