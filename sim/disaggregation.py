@@ -78,7 +78,7 @@ class DisaggSimulation:
                  prefill_router: Optional[Router] = None, decode_router: Optional[Router] = None,
                  request_overhead: float = 0.0, async_scheduling: bool = False,
                  ingress: Optional[Callable[[int], float]] = None,
-                 first_token: str = "decode") -> None:
+                 first_token: str = "decode", api_servers: int = 1) -> None:
         if len(links) != len(prefill):
             raise ValueError("one link per prefill instance")
         if first_token not in ("decode", "prefill"):
@@ -91,9 +91,11 @@ class DisaggSimulation:
         self.links = list(links)
         self.kv_bytes_per_token = kv_bytes_per_token
         self.request_overhead = request_overhead
-        #: The API server (``sim.simulation.ApiServerQueue``): one queue in front of the
-        #: prefill pool, requests served in arrival order.
-        self._front = ApiServerQueue(ingress, request_overhead)
+        #: The API servers (``sim.simulation.ApiServerQueue``) in front of the prefill pool,
+        #: ``api_servers`` of them (one per prefill instance: each ``vllm serve`` of a P/D
+        #: deployment has its own, and the proxy's request reaches the prefill instance's first),
+        #: requests served in arrival order by the first one free.
+        self._front = ApiServerQueue(ingress, request_overhead, api_servers)
         self.prefill_router = prefill_router or Router()
         self.decode_router = decode_router or Router()
         n_p = len(prefill)
@@ -306,7 +308,8 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
                            request_overhead=pre.deployment.request_overhead_s,
                            ingress=pre.deployment.frontend.ingress,
                            async_scheduling=async_scheduling_of(pre.scenario, pre.deployment),
-                           first_token=sc.disaggregation.first_token)
+                           first_token=sc.disaggregation.first_token,
+                           api_servers=pre.num_replicas)
     sim.run()
     steps = sim.log.columns()
     scheds = p_scheds + d_scheds

@@ -219,3 +219,22 @@ def test_cli_prints_pool_rows(tmp_path):
     assert proc.returncode == 0, proc.stderr
     assert "Disaggregated prefill / decode" in proc.stdout and "KV transfers" in proc.stdout
     assert (tmp_path / "out" / "summary.json").exists()
+
+
+def test_each_prefill_instance_has_its_own_api_server():
+    """Each ``vllm serve`` of a P/D deployment runs its own API server. At 40 ms a request one
+    serves 25 req/s: four prefill instances at 60 req/s keep the queue short, where one server
+    for the whole deployment would let it grow for the whole run (TTFT of seconds)."""
+    sets = ["hardware=h100-sxm", "cost_model.source=roofline", "engine.frontend_request_ms=40",
+            "engine.frontend_tokenize_us=0", "workload.arrival.rate=60", "workload.num_requests=900",
+            "workload.output_len.mean=32", "workload.output_len.max=64",
+            "disaggregation.enabled=true", "disaggregation.decode_replicas=2"]
+    four = simulate(None, overrides=sets + ["disaggregation.prefill_replicas=4"], seed=3).summary
+    assert four["completed"] == 900
+    assert four["p99_ttft_ms"] < 500
+    one = simulate(None, overrides=sets + ["disaggregation.prefill_replicas=1"], seed=3).summary
+    assert one["median_ttft_ms"] > 2000  # one server: 60 req/s into 25
+    # ... and the server, not the prefill GPU, is what holds it up.
+    free = simulate(None, overrides=sets + ["disaggregation.prefill_replicas=1",
+                                            "engine.frontend_request_ms=0"], seed=3).summary
+    assert free["median_ttft_ms"] < 100
