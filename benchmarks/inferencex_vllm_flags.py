@@ -332,10 +332,11 @@ def _parallel_notes(rec: Recipe, tp: int, ep: int, dp: int) -> list[str]:
     name = rec.script.rsplit("/", 1)[-1]
     if rec.parallel == "none" and (ep > 1 or dp > 1):
         return [f"{name} passes no --enable-expert-parallel / --data-parallel-size: it ran TP {tp} "
-                f"with experts TP-sharded whatever the row's EP {ep} / DP {dp}"]
+                f"with experts TP-sharded whatever the row's EP {ep} / DP {dp}"
+                + (" (replayed so)" if dp <= 1 else " (not modelled: the layout comes from the row)")]
     if rec.parallel == "always-ep" and ep <= 1:
         return [f"{name} tests EP_SIZE -ge 1, so it always passed --enable-expert-parallel: experts "
-                f"over EP {tp * dp}, not TP-sharded as the row's EP 1 says (not modelled)"]
+                f"over EP {tp * dp}, not TP-sharded as the row's EP 1 says (replayed so)"]
     if rec.parallel == "dp-attention" and dp > 1:
         return [f"{name} with DP attention: --tensor-parallel-size=1 --data-parallel-size=$TP "
                 f"--enable-expert-parallel (not modelled here; the layout comes from the row)"]
@@ -373,6 +374,11 @@ def script_flags(model_path: str, precision: str, system: str, measured: Optiona
     row = _Row(isl, osl, clients, measured)
     flat = {key: (RULES[value](row) if isinstance(value, str) and value in RULES else value)
             for key, value in rec.flags.items()}
+    # What the script's parallel flags ran, where the row's label says otherwise.
+    if rec.parallel == "always-ep" and ep <= 1:
+        flat["parallel.enable_expert_parallel"] = True
+    if rec.parallel == "none" and ep > 1 and dp <= 1:
+        flat["parallel.enable_expert_parallel"] = False
     config = _nest(flat)
     shown = ", ".join(f"{k}={v}" for k, v in flat.items())
     notes = [f"InferenceX {rec.script} @ {rec.source} (in force {rec.from_date}.."

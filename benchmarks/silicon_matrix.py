@@ -1320,7 +1320,10 @@ ASSUMPTIONS = {
               "2026-04-03, B300 from 2026-04-17 and Kimi-K2.5 FP4 B200 from 2026-04-20, per DP rank "
               "under MiniMax FP4's DP-attention branch, --max-num-seqs CONC, "
               "--gpu-memory-utilization, --kv-cache-dtype, --block-size, --async-scheduling; per row "
-              "with its commit, and the flags kvplan cannot express named as not modelled)",
+              "with its commit, and the flags kvplan cannot express named as not modelled; the MiniMax-M2.5 "
+              "scripts that always passed --enable-expert-parallel, B200 FP8 to 2026-04-03 and H200 from "
+              "2026-03-13, replayed with EP whatever the row's label, and Kimi-K2.5's, which never passed it, "
+              "replayed with TP-sharded experts where a row is labelled EP without attention DP)",
     "quantisation": "fp8 -> fp8_block for block-FP8 checkpoints (MiniMax-M2.5, Qwen3-235B-A22B-FP8) and for "
                     "rows with fp8_block experts (Qwen3.5: gemm fp8 / moe fp8_block), else "
                     "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16 on the routed experts only, "

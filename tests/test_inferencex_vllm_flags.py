@@ -15,6 +15,7 @@ ALLOWED = {
     "scheduler": {"max_num_batched_tokens", "max_num_seqs", "async_scheduling"},
     "kv_cache": {"gpu_memory_utilization", "block_size", "prefix_caching", "dtype", "max_model_len"},
     "quantization": {"moe_kernel"},
+    "parallel": {"enable_expert_parallel"},
 }
 
 MM = "MiniMaxAI/MiniMax-M2.5"
@@ -94,7 +95,7 @@ def test_gpt_oss_h100_docker_client_defect_by_date_and_label():
 def test_kimi_fp4_b200_versions():
     first, _ = flags("moonshotai/Kimi-K2.5", "fp4", "b200_sxm", "2026-03-11", clients=16, ep=4)
     assert first == {"kv_cache": {"max_model_len": 2248, "gpu_memory_utilization": 0.90},
-                     "scheduler": {"max_num_seqs": 16}}
+                     "scheduler": {"max_num_seqs": 16}, "parallel": {"enable_expert_parallel": False}}
     no_prefix, _ = flags("moonshotai/Kimi-K2.5", "fp4", "b200_sxm", "2026-03-27")
     assert no_prefix["kv_cache"]["prefix_caching"] is False
     assert "max_num_batched_tokens" not in no_prefix["scheduler"]
@@ -106,8 +107,14 @@ def test_kimi_fp4_b200_versions():
 
 
 def test_kimi_scripts_pass_no_expert_parallel_flag():
-    _, notes = flags("moonshotai/Kimi-K2.5", "fp4", "b200_sxm", "2026-03-11", ep=4)
-    assert any("passes no --enable-expert-parallel" in n for n in notes)
+    config, notes = flags("moonshotai/Kimi-K2.5", "fp4", "b200_sxm", "2026-03-11", ep=4)
+    assert any("passes no --enable-expert-parallel" in n and "replayed so" in n for n in notes)
+    assert config["parallel"] == {"enable_expert_parallel": False}  # TP 4, experts TP-sharded
+    # Attention DP in the label is not turned into a layout here: a note, no flag.
+    dp, notes = flags("moonshotai/Kimi-K2.5", "fp4", "b200_sxm", "2026-03-11", tp=1, ep=4, dp=4)
+    assert "parallel" not in dp and any("not modelled" in n for n in notes if "passes no" in n)
+    unlabelled, _ = flags("moonshotai/Kimi-K2.5", "fp4", "b200_sxm", "2026-03-11", ep=1)
+    assert "parallel" not in unlabelled
 
 
 def test_kimi_int4_b200_never_disabled_prefix_caching():
@@ -151,8 +158,13 @@ def test_minimax_hopper():
     h200, notes = flags(MM, "fp8", "h200_sxm", "2026-03-28", tp=8)
     assert h200["kv_cache"] == {"gpu_memory_utilization": 0.95, "max_model_len": 2248, "prefix_caching": False}
     assert any("-ge 1" in n for n in notes)
+    # The script passed --enable-expert-parallel whatever the label: the replay runs EP.
+    assert h200["parallel"] == {"enable_expert_parallel": True}
     first, notes = flags(MM, "fp8", "h200_sxm", "2026-03-01")
-    assert not any("-ge 1" in n for n in notes)
+    assert not any("-ge 1" in n for n in notes) and "parallel" not in first
+    # A row labelled with EP already runs it: nothing to add.
+    labelled, _ = flags(MM, "fp8", "h200_sxm", "2026-03-28", tp=8, ep=8)
+    assert "parallel" not in labelled
 
 
 def test_llama_2025_10_29():
