@@ -25,7 +25,7 @@ an empty config and a note).
 Values that depend on the row (``--max-num-batched-tokens "$((ISL * 2))"``,
 ``--max-num-seqs $CONC``, ``--max-model-len $MAX_MODEL_LEN`` from the workflow or computed in
 the script) are written as rule names in the table and resolved by ``RULES``. Flags kvplan
-cannot express (CUDA-graph capture sizes, compilation passes, kernel-selecting environment
+cannot express (explicit CUDA-graph modes, compilation passes, most kernel-selecting environment
 variables, ``--stream-interval``) are listed in a ``not modelled`` note, as are quirks of the
 scripts' parallel flags. Stdlib only: ``silicon_matrix`` imports it by path.
 """
@@ -33,7 +33,7 @@ scripts' parallel flags. Stdlib only: ``silicon_matrix`` imports it by path.
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Optional
 
 #: The tables hold every script version up to (not including) this date; later rows get a note.
@@ -131,10 +131,20 @@ _MM_B200_V3 = {"kv_cache.gpu_memory_utilization": 0.90, "kv_cache.max_model_len"
 _MM_FP4 = {"kv_cache.gpu_memory_utilization": 0.90, "kv_cache.max_model_len": "MAX_MODEL_LEN",
            "kv_cache.dtype": "fp8", "scheduler.max_num_batched_tokens": "2*ISL",
            "kv_cache.prefix_caching": False}
-_MM_BW_NM = ("--max-cudagraph-capture-size 2048", "--stream-interval 20")
+_MM_BW_NM = ("--stream-interval 20",)
 _MM_HOPPER = {"kv_cache.gpu_memory_utilization": 0.90, "kv_cache.max_model_len": "MAX_MODEL_LEN",
               "scheduler.max_num_seqs": 256}
 _MM_H200 = {"kv_cache.gpu_memory_utilization": 0.95, "kv_cache.max_model_len": "MAX_MODEL_LEN"}
+
+#: ``--max-cudagraph-capture-size 2048`` (``--cuda-graph-sizes 2048`` in the 2025 scripts, the
+#: same largest size under vLLM 0.10-0.11's single-value form).
+_CAPTURE_2048 = {"engine.max_cudagraph_capture_size": 2048}
+
+
+def _capture_2048(rec: Recipe) -> Recipe:
+    """``rec`` with the scripts' CUDA-graph capture limit among its flags."""
+    return replace(rec, flags={**rec.flags, **_CAPTURE_2048})
+
 
 RECIPES: tuple[Recipe, ...] = (
     # Llama-3.x-70B: the 2025 docker/slurm scripts, deleted by 2582bce40 (#149, 2025-10-30 02:18 UTC).
@@ -151,56 +161,56 @@ RECIPES: tuple[Recipe, ...] = (
            {**_LLAMA_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"}, (), "none"),
 
     # gpt-oss-120b (MXFP4).
-    Recipe("gpt-oss", "b200_sxm", "fp4", "2025-10-01", "2025-12-05", "benchmarks/gptoss_fp4_b200_docker.sh",
+    _capture_2048(Recipe("gpt-oss", "b200_sxm", "fp4", "2025-10-01", "2025-12-05", "benchmarks/gptoss_fp4_b200_docker.sh",
            "4b860b78e (#79)", _GPTOSS_B200,
-           ("cuda-graph-sizes 2048", '--compilation-config {"pass_config": {"enable_fi_allreduce_fusion", '
+           ('--compilation-config {"pass_config": {"enable_fi_allreduce_fusion", '
             '"enable_attn_fusion", "enable_noop"}, "custom_ops": ["+rms_norm"], "cudagraph_mode": "FULL_AND_PIECEWISE"}',
-            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1", "VLLM_FLASHINFER_ALLREDUCE_FUSION_THRESHOLDS_MB"), "none"),
-    Recipe("gpt-oss", "b200_sxm", "fp4", "2025-12-05", "2026-02-25", "benchmarks/gptoss_fp4_b200{_docker,}.sh",
+            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1", "VLLM_FLASHINFER_ALLREDUCE_FUSION_THRESHOLDS_MB"), "none")),
+    _capture_2048(Recipe("gpt-oss", "b200_sxm", "fp4", "2025-12-05", "2026-02-25", "benchmarks/gptoss_fp4_b200{_docker,}.sh",
            "25506e87c (#273); pass names renamed 4e52ed4c6 (#327)", {**_GPTOSS_B200, "kv_cache.dtype": "fp8"},
-           ("max-cudagraph-capture-size 2048", "--compilation-config fuse_allreduce_rms + eliminate_noops",
-            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"), "none"),
-    Recipe("gpt-oss", "b200_sxm", "fp4", "2026-02-25", None, _SN + "gptoss_fp4_b200.sh", "d2c2acb19 (#789)",
+           ("--compilation-config fuse_allreduce_rms + eliminate_noops",
+            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"), "none")),
+    _capture_2048(Recipe("gpt-oss", "b200_sxm", "fp4", "2026-02-25", None, _SN + "gptoss_fp4_b200.sh", "d2c2acb19 (#789)",
            {k: v for k, v in {**_GPTOSS_B200, "kv_cache.dtype": "fp8"}.items() if k != "scheduler.async_scheduling"},
-           ("max-cudagraph-capture-size 2048", "--compilation-config fuse_allreduce_rms + eliminate_noops",
-            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"), "none", _NO_ASYNC),
-    Recipe("gpt-oss", "h100_sxm", "fp4", "2025-09-23", "2025-11-04", "benchmarks/gptoss_fp4_h100_{docker,slurm}.sh",
-           "af4ccd03f (#43)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240}, ("cuda-graph-sizes 2048",), "none"),
-    Recipe("gpt-oss", "h100_sxm", "fp4", "2025-11-04", "2025-12-05", "benchmarks/gptoss_fp4_h100_{docker,slurm}.sh",
+           ("--compilation-config fuse_allreduce_rms + eliminate_noops",
+            "VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1"), "none", _NO_ASYNC)),
+    _capture_2048(Recipe("gpt-oss", "h100_sxm", "fp4", "2025-09-23", "2025-11-04", "benchmarks/gptoss_fp4_h100_{docker,slurm}.sh",
+           "af4ccd03f (#43)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240}, (), "none")),
+    _capture_2048(Recipe("gpt-oss", "h100_sxm", "fp4", "2025-11-04", "2025-12-05", "benchmarks/gptoss_fp4_h100_{docker,slurm}.sh",
            "7103d6608 (#159)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240},
-           ("cuda-graph-sizes 2048", '--compilation-config {"cudagraph_mode": "PIECEWISE"}'), "none"),
-    Recipe("gpt-oss", "h100_sxm", "fp4", "2025-12-05", "2026-01-02", "benchmarks/gptoss_fp4_h100_{docker,slurm}.sh",
+           ('--compilation-config {"cudagraph_mode": "PIECEWISE"}',), "none")),
+    _capture_2048(Recipe("gpt-oss", "h100_sxm", "fp4", "2025-12-05", "2026-01-02", "benchmarks/gptoss_fp4_h100_{docker,slurm}.sh",
            "25506e87c (#273)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240},
-           ("max-cudagraph-capture-size 2048",), "none"),
-    Recipe("gpt-oss", "h100_sxm", "fp4", "2026-01-02", "2026-02-25", "benchmarks/gptoss_fp4_h100{_docker,_slurm,}.sh",
+           (), "none")),
+    _capture_2048(Recipe("gpt-oss", "h100_sxm", "fp4", "2026-01-02", "2026-02-25", "benchmarks/gptoss_fp4_h100{_docker,_slurm,}.sh",
            "4e52ed4c6 (#327)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240} | _MARLIN,
-           ("max-cudagraph-capture-size 2048",), "none"),
-    Recipe("gpt-oss", "h100_sxm", "fp4", "2026-02-25", "2026-03-28", _SN + "gptoss_fp4_h100.sh",
+           (), "none")),
+    _capture_2048(Recipe("gpt-oss", "h100_sxm", "fp4", "2026-02-25", "2026-03-28", _SN + "gptoss_fp4_h100.sh",
            "d2c2acb19 (#789); image v0.18.0 cec542a9a (#960)",
            {k: v for k, v in _GPTOSS_HOPPER.items() if k != "scheduler.async_scheduling"}
            | {"kv_cache.max_model_len": 10240} | _MARLIN,
-           ("max-cudagraph-capture-size 2048",), "none", _NO_ASYNC),
-    Recipe("gpt-oss", "h100_sxm", "fp4", "2026-03-28", None, _SN + "gptoss_fp4_h100.sh", "626932a11 (#911)",
+           (), "none", _NO_ASYNC)),
+    _capture_2048(Recipe("gpt-oss", "h100_sxm", "fp4", "2026-03-28", None, _SN + "gptoss_fp4_h100.sh", "626932a11 (#911)",
            {k: v for k, v in _GPTOSS_HOPPER.items() if k != "scheduler.async_scheduling"}
            | {"kv_cache.max_model_len": "MAX_MODEL_LEN"} | _MARLIN,
-           ("max-cudagraph-capture-size 2048",), "none", _NO_ASYNC),
-    Recipe("gpt-oss", "h200_sxm", "fp4", "2025-09-28", "2025-11-04", "benchmarks/gptoss_fp4_h200_slurm.sh",
+           (), "none", _NO_ASYNC)),
+    _capture_2048(Recipe("gpt-oss", "h200_sxm", "fp4", "2025-09-28", "2025-11-04", "benchmarks/gptoss_fp4_h200_slurm.sh",
            "eb282d8f6 (#66); last touched 9596d23d7 (#148, log handling only)",
-           {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"}, ("cuda-graph-sizes 2048",), "none"),
-    Recipe("gpt-oss", "h200_sxm", "fp4", "2025-11-04", "2025-12-05", "benchmarks/gptoss_fp4_h200_slurm.sh",
+           {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"}, (), "none")),
+    _capture_2048(Recipe("gpt-oss", "h200_sxm", "fp4", "2025-11-04", "2025-12-05", "benchmarks/gptoss_fp4_h200_slurm.sh",
            "7103d6608 (#159)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"},
-           ("cuda-graph-sizes 2048", '--compilation-config {"cudagraph_mode": "PIECEWISE"}'), "none"),
-    Recipe("gpt-oss", "h200_sxm", "fp4", "2025-12-05", "2026-01-02", "benchmarks/gptoss_fp4_h200_slurm.sh",
+           ('--compilation-config {"cudagraph_mode": "PIECEWISE"}',), "none")),
+    _capture_2048(Recipe("gpt-oss", "h200_sxm", "fp4", "2025-12-05", "2026-01-02", "benchmarks/gptoss_fp4_h200_slurm.sh",
            "25506e87c (#273)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"},
-           ("max-cudagraph-capture-size 2048",), "none"),
-    Recipe("gpt-oss", "h200_sxm", "fp4", "2026-01-02", "2026-02-25", "benchmarks/gptoss_fp4_h200{_slurm,}.sh",
+           (), "none")),
+    _capture_2048(Recipe("gpt-oss", "h200_sxm", "fp4", "2026-01-02", "2026-02-25", "benchmarks/gptoss_fp4_h200{_slurm,}.sh",
            "4e52ed4c6 (#327)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"} | _MARLIN,
-           ("max-cudagraph-capture-size 2048",), "none"),
-    Recipe("gpt-oss", "h200_sxm", "fp4", "2026-02-25", None, _SN + "gptoss_fp4_h200.sh",
+           (), "none")),
+    _capture_2048(Recipe("gpt-oss", "h200_sxm", "fp4", "2026-02-25", None, _SN + "gptoss_fp4_h200.sh",
            "d2c2acb19 (#789); image v0.18.0 cec542a9a (#960)",
            {k: v for k, v in _GPTOSS_HOPPER.items() if k != "scheduler.async_scheduling"}
            | {"kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"} | _MARLIN,
-           ("max-cudagraph-capture-size 2048",), "none", _NO_ASYNC),
+           (), "none", _NO_ASYNC)),
 
     # Kimi-K2.5: the scripts pass no expert- or data-parallel flag.
     Recipe("kimi-k2.5", "b200_sxm", "fp4", "2026-03-11", "2026-03-27", _SN + "kimik2.5_fp4_b200.sh",
@@ -208,10 +218,10 @@ RECIPES: tuple[Recipe, ...] = (
     Recipe("kimi-k2.5", "b200_sxm", "fp4", "2026-03-27", "2026-04-20", _SN + "kimik2.5_fp4_b200.sh",
            "79a42e20a (#926)", {**_KIMI, "kv_cache.gpu_memory_utilization": 0.90,
                                 "kv_cache.prefix_caching": False}, _KIMI_NM, "none"),
-    Recipe("kimi-k2.5", "b200_sxm", "fp4", "2026-04-20", None, _SN + "kimik2.5_fp4_b200.sh",
+    _capture_2048(Recipe("kimi-k2.5", "b200_sxm", "fp4", "2026-04-20", None, _SN + "kimik2.5_fp4_b200.sh",
            "6c3acebfa (#1047)", {**_KIMI, "kv_cache.gpu_memory_utilization": 0.90, "kv_cache.prefix_caching": False,
                                  "kv_cache.dtype": "fp8", "scheduler.max_num_batched_tokens": "2*ISL"},
-           _KIMI_NM + ("--max-cudagraph-capture-size 2048", "--stream-interval 20"), "none"),
+           _KIMI_NM + ("--stream-interval 20",), "none")),
     Recipe("kimi-k2.5", "b200_sxm", "int4", "2026-02-24", "2026-03-24", _SN + "kimik2.5_int4_b200.sh",
            "eb02101ef (#735)", {**_KIMI, "kv_cache.gpu_memory_utilization": 0.95}, _KIMI_NM, "none"),
     Recipe("kimi-k2.5", "b200_sxm", "int4", "2026-03-24", None, _SN + "kimik2.5_int4_b200.sh",
@@ -235,27 +245,27 @@ RECIPES: tuple[Recipe, ...] = (
            "0f78cf4eb (#966)", {"kv_cache.gpu_memory_utilization": 0.95, "kv_cache.max_model_len": "MAX_MODEL_LEN",
                                 "kv_cache.block_size": 32, "kv_cache.prefix_caching": False},
            ("VLLM_USE_FLASHINFER_MOE_FP8=0", "VLLM_MOE_USE_DEEP_GEMM=0"), "always-ep"),
-    Recipe("minimax-m2.5", "b200_sxm", "fp8", "2026-04-03", "2026-04-22", _SN + "minimaxm2.5_fp8_b200.sh",
-           "bddbf4031 (#947)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",)),
-    Recipe("minimax-m2.5", "b200_sxm", "fp8", "2026-04-22", None, _SN + "minimaxm2.5_fp8_b200.sh",
-           "41ed82dc1 (#1068)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",)),
+    _capture_2048(Recipe("minimax-m2.5", "b200_sxm", "fp8", "2026-04-03", "2026-04-22", _SN + "minimaxm2.5_fp8_b200.sh",
+           "bddbf4031 (#947)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",))),
+    _capture_2048(Recipe("minimax-m2.5", "b200_sxm", "fp8", "2026-04-22", None, _SN + "minimaxm2.5_fp8_b200.sh",
+           "41ed82dc1 (#1068)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",))),
     Recipe("minimax-m2.5", "b200_sxm", "fp4", "2026-04-02", "2026-04-08", _SN + "minimaxm2.5_fp4_b200.sh",
            "08bcde8f1 on PR #996's branch (not yet on main; the nightly-5b8c30d image of the 2026-04-03 rows)",
            {"kv_cache.gpu_memory_utilization": 0.95, "kv_cache.max_model_len": "MAX_MODEL_LEN",
             "kv_cache.block_size": 32, "kv_cache.dtype": "fp8", "kv_cache.prefix_caching": False},
            ("--stream-interval 20", "VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl")),
-    Recipe("minimax-m2.5", "b200_sxm", "fp4", "2026-04-08", "2026-04-22", _SN + "minimaxm2.5_fp4_b200.sh",
-           "79bd988e9 (#996)", _MM_FP4, _MM_BW_NM, "dp-attention"),
-    Recipe("minimax-m2.5", "b200_sxm", "fp4", "2026-04-22", None, _SN + "minimaxm2.5_fp4_b200.sh",
-           "13962fcfa (#1069)", _MM_FP4, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",), "dp-attention"),
-    Recipe("minimax-m2.5", "b300_sxm", "fp8", "2026-04-17", "2026-04-21", _SN + "minimaxm2.5_fp8_b300.sh",
-           "340d7854c (#1054)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",)),
-    Recipe("minimax-m2.5", "b300_sxm", "fp8", "2026-04-21", None, _SN + "minimaxm2.5_fp8_b300.sh",
-           "0c2467c15 (#1106)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",)),
-    Recipe("minimax-m2.5", "b300_sxm", "fp4", "2026-04-17", "2026-04-21", _SN + "minimaxm2.5_fp4_b300.sh",
-           "22d0f12f7 (#1055)", _MM_FP4, _MM_BW_NM, "dp-attention"),
-    Recipe("minimax-m2.5", "b300_sxm", "fp4", "2026-04-21", None, _SN + "minimaxm2.5_fp4_b300.sh",
-           "633fd2377 (#1107)", _MM_FP4, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",), "dp-attention"),
+    _capture_2048(Recipe("minimax-m2.5", "b200_sxm", "fp4", "2026-04-08", "2026-04-22", _SN + "minimaxm2.5_fp4_b200.sh",
+           "79bd988e9 (#996)", _MM_FP4, _MM_BW_NM, "dp-attention")),
+    _capture_2048(Recipe("minimax-m2.5", "b200_sxm", "fp4", "2026-04-22", None, _SN + "minimaxm2.5_fp4_b200.sh",
+           "13962fcfa (#1069)", _MM_FP4, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",), "dp-attention")),
+    _capture_2048(Recipe("minimax-m2.5", "b300_sxm", "fp8", "2026-04-17", "2026-04-21", _SN + "minimaxm2.5_fp8_b300.sh",
+           "340d7854c (#1054)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",))),
+    _capture_2048(Recipe("minimax-m2.5", "b300_sxm", "fp8", "2026-04-21", None, _SN + "minimaxm2.5_fp8_b300.sh",
+           "0c2467c15 (#1106)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",))),
+    _capture_2048(Recipe("minimax-m2.5", "b300_sxm", "fp4", "2026-04-17", "2026-04-21", _SN + "minimaxm2.5_fp4_b300.sh",
+           "22d0f12f7 (#1055)", _MM_FP4, _MM_BW_NM, "dp-attention")),
+    _capture_2048(Recipe("minimax-m2.5", "b300_sxm", "fp4", "2026-04-21", None, _SN + "minimaxm2.5_fp4_b300.sh",
+           "633fd2377 (#1107)", _MM_FP4, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",), "dp-attention")),
     Recipe("minimax-m2.5", "h100_sxm", "fp8", "2026-03-03", "2026-03-28", _SN + "minimaxm2.5_fp8_h100.sh",
            "ac0d2a853 (#832); image v0.18.0 1d5cae141 (#958)", _MM_HOPPER,
            ('--compilation-config {"cudagraph_mode": "PIECEWISE"}',)),

@@ -457,8 +457,16 @@ class EngineConfig(_Section):
     frontend_request_ms: Optional[float] = number(None, 0.0, 1e6, optional=True)
     frontend_tokenize_us: Optional[float] = number(None, 0.0, 1e6, optional=True)
     frontend_stream_us: Optional[float] = number(None, 0.0, 1e6, optional=True)
+    #: vLLM's ``--max-cudagraph-capture-size`` (``--cuda-graph-sizes N`` before 0.11): the
+    #: largest step, in tokens, run in CUDA graphs (piecewise for mixed and prefill steps).
+    #: None: vLLM's default, ``min(2 x max_num_seqs, 512)``. A step above it runs outside graphs
+    #: and pays the host's time to issue each layer (``docs/cost_model.md``).
+    max_cudagraph_capture_size: Optional[int] = integer(None, 1, _MAX_TOKENS, optional=True)
 
     def __post_init__(self) -> None:
+        if self.max_cudagraph_capture_size is not None and self.name == "sglang":
+            raise ConfigError("engine.max_cudagraph_capture_size: a vLLM flag; SGLang's extend "
+                              "graphs are sglang.piecewise_cuda_graph_max_tokens")
         if isinstance(self.version, (int, float)) and not isinstance(self.version, bool):
             raise ConfigError(f"engine.version: got the number {self.version!r}; quote the version "
                               f"(YAML reads 0.20 as 0.2), e.g. '{DEFAULT_VLLM_VERSION}'")

@@ -16,6 +16,7 @@ ALLOWED = {
     "kv_cache": {"gpu_memory_utilization", "block_size", "prefix_caching", "dtype", "max_model_len"},
     "quantization": {"moe_kernel"},
     "parallel": {"enable_expert_parallel"},
+    "engine": {"max_cudagraph_capture_size"},
 }
 
 MM = "MiniMaxAI/MiniMax-M2.5"
@@ -35,7 +36,9 @@ def test_minimax_b200_fp8_token_budget_from_pr_947():
     assert after["scheduler"]["max_num_batched_tokens"] == 16384
     assert after["kv_cache"]["dtype"] == "fp8" and after["kv_cache"]["gpu_memory_utilization"] == 0.90
     assert any("#947" in n for n in notes)
-    assert any(n.startswith("not modelled:") and "--max-cudagraph-capture-size 2048" in n for n in notes)
+    # --max-cudagraph-capture-size 2048: modelled (engine.max_cudagraph_capture_size), no longer a note.
+    assert after["engine"] == {"max_cudagraph_capture_size": 2048}
+    assert not any("capture-size" in n for n in notes if n.startswith("not modelled:"))
     assert any("measured day" in n for n in notes)  # #947 merged on 2026-04-03 itself
 
 
@@ -59,8 +62,9 @@ def test_hopper_gpt_oss_runs_marlin_experts_from_january_2026():
     assert config["scheduler"] == {"max_num_batched_tokens": 8192, "max_num_seqs": 32}
     assert config["kv_cache"] == {"prefix_caching": False, "gpu_memory_utilization": 0.9, "max_model_len": 10240}
     assert config["quantization"] == {"moe_kernel": "marlin"}
-    not_modelled = [n for n in notes if n.startswith("not modelled:")]
-    assert len(not_modelled) == 1 and "MARLIN" not in not_modelled[0]
+    assert config["engine"] == {"max_cudagraph_capture_size": 2048}
+    # Both the Marlin variable and the capture limit are modelled now: nothing left unmodelled.
+    assert not [n for n in notes if n.startswith("not modelled:")]
     # The day before #327 the same script ran OpenAI's Triton kernels (vLLM's Hopper default).
     before, _ = flags("openai/gpt-oss-120b", "fp4", "h200_sxm", "2026-01-01", clients=32, tp=2)
     assert "quantization" not in before

@@ -202,6 +202,32 @@ def test_a_step_outside_the_graphs_costs_at_least_the_hosts_time_to_issue_it(tab
     assert b["gpu"] < floor
 
 
+def test_a_larger_capture_limit_puts_a_prompt_back_inside_the_graphs(tables):
+    """``engine.max_cudagraph_capture_size`` (vLLM's ``--max-cudagraph-capture-size``, which
+    InferenceX's gpt-oss, MiniMax and Kimi scripts set to 2048): vLLM's size pattern up to the
+    given limit, taken as given (no ``2 x max_num_seqs`` cap), so a 600-token prompt runs in
+    piecewise graphs, padded to 608, and pays no eager floor; decode batches are unchanged."""
+    from sim.catalog.engines import get_engine as engine_of
+
+    sizes = engine_of("vllm").capture_sizes(128, max_capture=2048)
+    assert sizes[:4] == [1, 2, 4, 8] and sizes[-1] == 2048 and 608 in sizes and 600 not in sizes
+    assert all(b - a == 16 for a, b in zip(sizes[sizes.index(256):], sizes[sizes.index(256) + 1:]))
+    base, big = pricer(tables), pricer(tables, max_capture_size=2048)
+    assert base.max_capture == 256 and big.max_capture == 2048
+    shape = StepShape(num_prefill_tokens=600, num_prefill_seqs=1, prefill_attention_work=600 * 601 // 2)
+    eager, graphed = base.breakdown(shape), big.breakdown(shape)
+    assert eager["gpu"] >= base._eager_launch > graphed["gpu"]
+    # Padded to the next captured size: the same price as a 608-token prompt's rows.
+    padded = big.breakdown(StepShape(num_prefill_tokens=608, num_prefill_seqs=1,
+                                     prefill_attention_work=608 * 609 // 2))
+    assert graphed["rows"] == pytest.approx(padded["rows"], rel=1e-12)
+    dec = StepShape(num_decode_seqs=64, decode_context_tokens=64 * 500)
+    assert big.price(dec) == pytest.approx(base.price(dec), rel=1e-12)
+    from sim.config import build_scenario
+    with pytest.raises(ConfigError, match="engine.max_cudagraph_capture_size: a vLLM flag"):
+        build_scenario({"engine": {"name": "sglang", "max_cudagraph_capture_size": 2048}})
+
+
 
 def test_the_eager_host_time_counts_each_blocks_ops_at_the_dense_layers_time_per_op():
     """80 us an op (0.8 ms over the measured dense layer's 10 ops). DeepSeek-V3 at TP 8, by

@@ -87,6 +87,7 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "quantization.weights": ("int4", {}),
         "quantization.moe_activations": ("mxfp8", {"quantization.weights": "mxfp4"}),
         "quantization.moe_kernel": ("marlin", {"quantization.weights": "mxfp4"}),
+        "engine.max_cudagraph_capture_size": (2048, {}),
         "cost_model.profile": (profile, {}),
         "cost_model.source": ("roofline", {}),
         "cost_model.tables": (__import__("os").path.dirname(str(profile)), {}),

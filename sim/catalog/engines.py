@@ -119,16 +119,19 @@ class EngineRelease:
         return f"{self.name} {version_text(self.version)}"
 
     def capture_sizes(self, max_num_seqs: int, hw: Optional["HardwareSpec"] = None,
-                      tensor_parallel_size: int = 1) -> list[int]:
-        """The release's default CUDA-graph capture sizes. vLLM: ``[1, 2, 4] + range(8, 256, 8)
-        + range(256, max + 1, 16)`` with ``max = min(2 * max_num_seqs, 512)``. SGLang (decode
-        batches only): ``[1, 2, 4, 8, 12] + range(16, 257, 8) + range(272, max + 1, 16)`` up to
-        ``cuda_graph_max_bs`` (``sglang_cuda_graph_max_bs``: by GPU memory and TP)."""
+                      tensor_parallel_size: int = 1, max_capture: Optional[int] = None) -> list[int]:
+        """The release's CUDA-graph capture sizes. vLLM: ``[1, 2, 4] + range(8, 256, 8)
+        + range(256, max + 1, 16)`` with ``max = min(2 * max_num_seqs, 512)``, or ``max_capture``
+        where ``--max-cudagraph-capture-size`` sets it (``VllmConfig._set_cudagraph_sizes`` takes
+        it as given, without the ``2 x max_num_seqs`` cap; mixed and prefill steps up to it run
+        in piecewise graphs). SGLang (decode batches only): ``[1, 2, 4, 8, 12] + range(16, 257,
+        8) + range(272, max + 1, 16)`` up to ``cuda_graph_max_bs``
+        (``sglang_cuda_graph_max_bs``: by GPU memory and TP)."""
         if self.name == "sglang":
             top = sglang_cuda_graph_max_bs(hw, tensor_parallel_size)
             sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, top + 1, 16))
         else:
-            top = min(2 * max_num_seqs, 512)
+            top = max_capture if max_capture else min(2 * max_num_seqs, 512)
             sizes = [1, 2, 4] + list(range(8, 256, 8)) + list(range(256, top + 1, 16))
         return sorted(s for s in set(sizes) if s <= top) or [1]
 

@@ -135,11 +135,13 @@ class TablesNotCovering(ConfigError):
 
 
 def capture_sizes(max_num_seqs: int, engine: Optional[EngineRelease] = None,
-                  hw: Optional[Any] = None, tensor_parallel_size: int = 1) -> list[int]:
-    """The engine release's default CUDA-graph capture sizes (``EngineRelease.capture_sizes``:
-    vLLM's ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``, ``max = min(2 *
-    max_num_seqs, 512)``; SGLang's up to its ``cuda_graph_max_bs`` for the GPU and TP)."""
-    return (engine or get_engine()).capture_sizes(max_num_seqs, hw, tensor_parallel_size)
+                  hw: Optional[Any] = None, tensor_parallel_size: int = 1,
+                  max_capture: Optional[int] = None) -> list[int]:
+    """The engine release's CUDA-graph capture sizes (``EngineRelease.capture_sizes``: vLLM's
+    ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``, ``max = min(2 * max_num_seqs,
+    512)`` or ``engine.max_cudagraph_capture_size``; SGLang's up to its ``cuda_graph_max_bs``
+    for the GPU and TP)."""
+    return (engine or get_engine()).capture_sizes(max_num_seqs, hw, tensor_parallel_size, max_capture)
 
 
 #: ``quantization.weights`` -> the GEMM table's ``gemm_dtype`` measured for it (vLLM's kernels:
@@ -440,6 +442,7 @@ class OperatorTableCostModel(StepPricer):
                  table_engine: Optional[EngineRelease] = None,
                  expert_tensor_parallel_size: Optional[int] = None,
                  moe_activations: str = "auto", moe_kernel: str = "auto",
+                 max_capture_size: Optional[int] = None,
                  extend_graph_tokens: Optional[int] = None,
                  extend_graph_reason: Optional[str] = None) -> None:
         self.model = m = get_model(model)
@@ -520,7 +523,8 @@ class OperatorTableCostModel(StepPricer):
         self._warnings: list[str] = []
         self.max_num_seqs = max_num_seqs
         self.cuda_graphs, self.async_scheduling = cuda_graphs, async_scheduling
-        self.capture_sizes = capture_sizes(max_num_seqs, engine, h, tp) if cuda_graphs else []
+        self.capture_sizes = (capture_sizes(max_num_seqs, engine, h, tp, max_capture_size)
+                              if cuda_graphs else [])
         #: SGLang captures full graphs of decode batches only; an extend (prefill) batch runs in
         #: piecewise graphs up to ``extend_graph_tokens`` tokens (0: eagerly; None: the
         #: release's default for this model and layout, ``sglang_extend_graph_tokens``).
