@@ -87,17 +87,18 @@ def dsr1_fp8_blackwell_tp(p: Point) -> Optional[Flags]:
     if p.tp == 8:
         return {"max_running_requests": 128, "mem_fraction_static": 0.82,
                 "chunked_prefill_size": 32768, "max_prefill_tokens": 32768,
-                "scheduler_recv_interval": recv_30_from_16_clients(p)}
+                "scheduler_recv_interval": recv_30_from_16_clients(p), "cuda_graph_max_bs": 128}
     if p.tp == 4 and (p.isl, p.osl) == (8192, 1024):
         return {"max_running_requests": 32, "mem_fraction_static": 0.95,
                 "chunked_prefill_size": 8192, "max_prefill_tokens": 8192,
-                "scheduler_recv_interval": 10}
+                "scheduler_recv_interval": 10, "cuda_graph_max_bs": 32}
     return None
 
 
 def dsr1_fp8_h200_seq(p: Point) -> Optional[Flags]:
-    """``dsr1_fp8_h200.sh``: 512 running requests at 1k/1k, else 256."""
-    return {"max_running_requests": 512 if (p.isl, p.osl) == (1024, 1024) else 256}
+    """``dsr1_fp8_h200.sh``: 512 running requests (and CUDA-graph batches) at 1k/1k, else 256."""
+    n = 512 if (p.isl, p.osl) == (1024, 1024) else 256
+    return {"max_running_requests": n, "cuda_graph_max_bs": n}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,17 +111,17 @@ _QWEN_B200_ENV = ("NCCL_NVLS_ENABLE=1", "SGL_ENABLE_JIT_DEEPGEMM=false",
                   "SGLANG_ENABLE_FLASHINFER_GEMM=true")
 _QWEN_STP = {"scheduler_recv_interval": recv_30_from_16_clients, "max_running_requests": 128,
              "chunked_prefill_size": 32768, "max_prefill_tokens": 32768,
-             "disable_radix_cache": True}
-_QWEN_STP_NM = ("--cuda-graph-max-bs $CONC", "--attention-backend trtllm_mha",
+             "disable_radix_cache": True, "cuda_graph_max_bs": concurrency}
+_QWEN_STP_NM = ("--attention-backend trtllm_mha",
                 "--moe-runner-backend flashinfer_trtllm", "--tokenizer-worker-num 6",
                 "--stream-interval 30", "--context-length ISL+OSL+20") + _QWEN_B200_ENV
 _DSR1_FP4 = {"max_running_requests": 256, "mem_fraction_static": 0.85, "chunked_prefill_size": 16384,
              "disable_radix_cache": True, "scheduler_recv_interval": recv_30_from_16_clients,
-             **_KV_FP8}
-_DSR1_FP4_NM = ("--cuda-graph-max-bs 256", "--ep-size $EP_SIZE", "--enable-flashinfer-allreduce-fusion",
+             "cuda_graph_max_bs": 256, **_KV_FP8}
+_DSR1_FP4_NM = ("--ep-size $EP_SIZE", "--enable-flashinfer-allreduce-fusion",
                 "--enable-symm-mem", "--attention-backend trtllm_mla",
                 "--moe-runner-backend flashinfer_trtllm", "--stream-interval 10")
-_DSR1_FP8_NM = ("--cuda-graph-max-bs 128 (TP 8) / 32 (TP 4)", "--enable-flashinfer-allreduce-fusion",
+_DSR1_FP8_NM = ("--enable-flashinfer-allreduce-fusion",
                 "--attention-backend trtllm_mla", "--stream-interval 30", "--ep-size $EP_SIZE",
                 "--moe-runner-backend flashinfer_trtllm", "SGL_ENABLE_JIT_DEEPGEMM=false",
                 "SGLANG_ENABLE_FLASHINFER_GEMM=true")
@@ -128,7 +129,7 @@ _DSR1_FP8_NM = ("--cuda-graph-max-bs 128 (TP 8) / 32 (TP 4)", "--enable-flashinf
 VERSIONS: tuple[Version, ...] = (
     # --- DeepSeek-R1 / V3 (the dsr1 scripts) -------------------------------------------------
     Version("deepseek", "b200", "fp4", "2025-10-01", "2025-11-09", _DSR1_FP4,
-            ("--cuda-graph-max-bs 256", "--enable-ep-moe (EP = TP)", "--enable-flashinfer-allreduce-fusion",
+            ("--enable-ep-moe (EP = TP)", "--enable-flashinfer-allreduce-fusion",
              "--enable-symm-mem", "--attention-backend trtllm_mla", "--enable-flashinfer-trtllm-moe",
              "--stream-interval 10"),
             "benchmarks/dsr1_fp4_b200_docker.sh @4b860b78e (#79)"),
@@ -140,8 +141,8 @@ VERSIONS: tuple[Version, ...] = (
     Version("deepseek", "b200", "fp8", "2025-11-10", "2026-01-12",
             {"max_running_requests": 128, "mem_fraction_static": 0.82, "chunked_prefill_size": 32768,
              "max_prefill_tokens": 32768, "disable_radix_cache": True,
-             "scheduler_recv_interval": recv_30_from_16_clients, **_KV_FP8},
-            ("--cuda-graph-max-bs 128",) + _DSR1_FP8_NM[1:],
+             "scheduler_recv_interval": recv_30_from_16_clients, "cuda_graph_max_bs": 128, **_KV_FP8},
+            _DSR1_FP8_NM,
             "benchmarks/dsr1_fp8_b200_docker.sh @d8fe8f73e (#204), @d22bf9ca9 (#227); "
             "benchmarks/dsr1_fp8_b200_slurm.sh @ea181ae6d (#379, 2025-12-31) has the same flags"),
     Version("deepseek", "b200", "fp8", "2026-01-13", None, {"disable_radix_cache": True, **_KV_FP8},
@@ -157,15 +158,16 @@ VERSIONS: tuple[Version, ...] = (
     Version("deepseek", "h200", "fp8", "2026-01-22", None,
             {"chunked_prefill_size": 32768, "max_prefill_tokens": 32768, "mem_fraction_static": 0.82,
              "disable_radix_cache": True, **_KV_AUTO},
-            ("--cuda-graph-max-bs 512 (1k/1k) / 256", "--attention-backend flashinfer",
+            ("--attention-backend flashinfer",
              "--stream-interval 10", "--decode-log-interval 1", "TORCH_CUDA_ARCH_LIST=9.0"),
             "benchmarks/single_node/dsr1_fp8_h200.sh @41aff0afc (#878); flags unchanged since "
             "b0c4ed21b (#406)", branch=dsr1_fp8_h200_seq),
     # --- GLM-5 ---------------------------------------------------------------------------------
     Version("glm-5", "b200", "fp4", "2026-03-29", "2026-04-08",
             {"max_running_requests": concurrency, "mem_fraction_static": 0.80,
-             "chunked_prefill_size": 131072, "disable_radix_cache": False},
-            ("--cuda-graph-max-bs $CONC", "--expert-parallel-size 1", "--stream-interval 30",
+             "chunked_prefill_size": 131072, "disable_radix_cache": False,
+             "cuda_graph_max_bs": concurrency},
+            ("--expert-parallel-size 1", "--stream-interval 30",
              "--model-loader-extra-config enable_multithread_load",
              "no --kv-cache-dtype (SGLang auto; the NVFP4 checkpoint may declare an FP8 KV cache)"),
             "benchmarks/single_node/glm5_nvfp4_b200.sh @d43805fc3 (#973; renamed glm5_fp4_b200.sh "
@@ -175,8 +177,8 @@ VERSIONS: tuple[Version, ...] = (
     Version("glm-5", "b200", "fp8", "2026-03-20", "2026-05-17",
             {"max_running_requests": concurrency, "mem_fraction_static": 0.85,
              "chunked_prefill_size": 32768, "max_prefill_tokens": 32768,
-             "disable_radix_cache": True, **_KV_FP8},
-            ("--cuda-graph-max-bs $CONC", "--attention-backend nsa", "--nsa-decode-backend trtllm",
+             "disable_radix_cache": True, "cuda_graph_max_bs": concurrency, **_KV_FP8},
+            ("--attention-backend nsa", "--nsa-decode-backend trtllm",
              "--nsa-prefill-backend trtllm", "--moe-runner-backend flashinfer_trtllm",
              "--enable-flashinfer-allreduce-fusion", "--stream-interval 30",
              "SGL_ENABLE_JIT_DEEPGEMM=1"),
@@ -217,8 +219,8 @@ VERSIONS: tuple[Version, ...] = (
             caveat="merged 2026-03-24 00:52 UTC, the rows' date; its kvplan flags equal @efd49e50b's"),
     Version("qwen3.5", "h200", "fp8", "2026-03-04", None,
             {"max_running_requests": 128, "chunked_prefill_size": 16384, "mem_fraction_static": 0.8,
-             "disable_radix_cache": True, **_KV_FP8},
-            ("--cuda-graph-max-bs $CONC", "--enable-flashinfer-allreduce-fusion",
+             "disable_radix_cache": True, "cuda_graph_max_bs": concurrency, **_KV_FP8},
+            ("--enable-flashinfer-allreduce-fusion",
              "--attention-backend flashinfer", "--stream-interval 50", "--decode-log-interval 1",
              "--tokenizer-worker-num 6", "--mamba-ssm-dtype bfloat16", "--context-length ISL+OSL+20"),
             "benchmarks/single_node/qwen3.5_fp8_h200.sh @f65d6b4b1 (#855)",
@@ -238,8 +240,8 @@ VERSIONS: tuple[Version, ...] = (
     Version("qwen3.5", "b300", "fp8", "2026-04-17", "2026-05-20",
             {"max_running_requests": concurrency, "chunked_prefill_size": 16384,
              "max_prefill_tokens": 16384, "mem_fraction_static": 0.8, "scheduler_recv_interval": 10,
-             "disable_radix_cache": True, **_KV_FP8},
-            ("--cuda-graph-max-bs $CONC", "--enable-symm-mem", "--attention-backend trtllm_mha",
+             "disable_radix_cache": True, "cuda_graph_max_bs": concurrency, **_KV_FP8},
+            ("--enable-symm-mem", "--attention-backend trtllm_mha",
              "--moe-runner-backend flashinfer_trtllm", "--stream-interval 50",
              "--tokenizer-worker-num 6", "--mamba-ssm-dtype bfloat16", "--context-length ISL+OSL+20"),
             "benchmarks/single_node/qwen3.5_fp8_b300.sh @c0f62a2ef (#1048)",

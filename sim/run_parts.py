@@ -207,7 +207,8 @@ def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], ki
                            data_parallel_size=par.data_parallel_size, table_engine=table_engine,
                            moe_activations=sc.quantization.moe_activations,
                            moe_kernel=sc.quantization.moe_kernel,
-                           max_capture_size=sc.engine.max_cudagraph_capture_size,
+                           max_capture_size=(sc.sglang.cuda_graph_max_bs if sc.engine.name == "sglang"
+                                             else sc.engine.max_cudagraph_capture_size),
                            **_extend_graphs(sc, model), **common)
     return make_pricer("roofline", model, sc.hardware,
                        expert_parallel_size=par.expert_shards,

@@ -465,8 +465,9 @@ class EngineConfig(_Section):
 
     def __post_init__(self) -> None:
         if self.max_cudagraph_capture_size is not None and self.name == "sglang":
-            raise ConfigError("engine.max_cudagraph_capture_size: a vLLM flag; SGLang's extend "
-                              "graphs are sglang.piecewise_cuda_graph_max_tokens")
+            raise ConfigError("engine.max_cudagraph_capture_size: a vLLM flag; SGLang's are "
+                              "sglang.cuda_graph_max_bs (decode batches) and "
+                              "sglang.piecewise_cuda_graph_max_tokens (extends)")
         if isinstance(self.version, (int, float)) and not isinstance(self.version, bool):
             raise ConfigError(f"engine.version: got the number {self.version!r}; quote the version "
                               f"(YAML reads 0.20 as 0.2), e.g. '{DEFAULT_VLLM_VERSION}'")
@@ -530,6 +531,10 @@ class SglangConfig(_Section):
     #: ``--piecewise-cuda-graph-max-tokens``: the largest extend captured (None:
     #: ``chunked_prefill_size``, or 2048 for an MLA model).
     piecewise_cuda_graph_max_tokens: Optional[int] = integer(None, 1, _MAX_TOKENS, optional=True)
+    #: ``--cuda-graph-max-bs``: the largest decode batch captured in a CUDA graph; SGLang's
+    #: capture list is cut (or extended, by 16s past 256) to it, and a larger decode batch runs
+    #: eagerly (None: 8 to 512 by GPU memory and TP, ``sglang_cuda_graph_max_bs``).
+    cuda_graph_max_bs: Optional[int] = integer(None, 1, _MAX_SEQS, optional=True)
 
     def scheduler_options(self) -> dict:
         """``SglangScheduler``'s keyword arguments."""

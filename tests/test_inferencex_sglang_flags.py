@@ -34,10 +34,10 @@ def test_b200_dsr1_fp4_flags_and_notes():
     cfg, notes = flags(R1_FP4, "fp4", "b200_sxm", "2025-11-02", isl=8192, osl=1024, clients=4)
     assert cfg == {"sglang": {"max_running_requests": 256, "mem_fraction_static": 0.85,
                               "chunked_prefill_size": 16384, "disable_radix_cache": True,
-                              "scheduler_recv_interval": 10},
+                              "scheduler_recv_interval": 10, "cuda_graph_max_bs": 256},
                    "kv_cache": {"dtype": "fp8"}}
     assert "@4b860b78e" in notes[0]
-    assert any(n.startswith("not modelled:") and "--cuda-graph-max-bs 256" in n
+    assert any(n.startswith("not modelled:") and "--cuda-graph-max-bs" not in n
                and "--attention-backend trtllm_mla" in n and "--stream-interval 10" in n for n in notes)
     assert "@d8fe8f73e" in flags(R1_FP4, "fp4", "b200_sxm", "2025-11-10")[1][0]
 
@@ -52,12 +52,14 @@ def test_b200_dsr1_fp8_tp_branches():
     s = flags(R1, "fp8", "b200_sxm", "2025-11-18", clients=8)[0]["sglang"]
     assert (s["max_running_requests"], s["mem_fraction_static"], s["scheduler_recv_interval"]) == (128, 0.82, 10)
     assert s["max_prefill_tokens"] == 32768
-    # 2026-03-25: TP 4 (8k/1k only) runs 32 requests, 0.95 memory, 8k chunks, recv 10 at any CONC.
+    # 2026-03-25: TP 4 (8k/1k only) runs 32 requests, 0.95 memory, 8k chunks, recv 10 at any CONC,
+    # and captures decode batches up to 32 (--cuda-graph-max-bs 32); TP 8 up to 128.
     s = flags(R1, "fp8", "b200_sxm", "2026-03-25", isl=8192, osl=1024, clients=64, tp=4)[0]["sglang"]
     assert s == {"disable_radix_cache": True, "max_running_requests": 32, "mem_fraction_static": 0.95,
-                 "chunked_prefill_size": 8192, "max_prefill_tokens": 8192, "scheduler_recv_interval": 10}
+                 "chunked_prefill_size": 8192, "max_prefill_tokens": 8192, "scheduler_recv_interval": 10,
+                 "cuda_graph_max_bs": 32}
     s = flags(R1, "fp8", "b200_sxm", "2026-03-25", clients=64, tp=8)[0]["sglang"]
-    assert (s["max_running_requests"], s["scheduler_recv_interval"]) == (128, 30)
+    assert (s["max_running_requests"], s["scheduler_recv_interval"], s["cuda_graph_max_bs"]) == (128, 30, 128)
     cfg, notes = flags(R1, "fp8", "b200_sxm", "2026-03-25", isl=1024, osl=1024, tp=4)
     assert cfg == {} and "exits" in notes[0]
 
@@ -66,17 +68,19 @@ def test_h200_qwen35_fp8_max_running_requests_128_and_hopper_recv_default():
     # benchmarks/single_node/qwen3.5_fp8_h200.sh @f65d6b4b1 (#855).
     cfg, notes = flags(QWEN, "fp8", "h200_sxm", "2026-03-04", clients=64, ep=8)
     assert cfg["sglang"] == {"max_running_requests": 128, "chunked_prefill_size": 16384,
-                             "mem_fraction_static": 0.8, "disable_radix_cache": True}
+                             "mem_fraction_static": 0.8, "disable_radix_cache": True,
+                             "cuda_graph_max_bs": 64}  # --cuda-graph-max-bs $CONC
     assert cfg["kv_cache"] == {"dtype": "fp8"}
     assert "@f65d6b4b1" in notes[0]
-    assert flags(QWEN, "fp8", "h200_sxm", "2026-03-09")[0] == cfg
+    assert flags(QWEN, "fp8", "h200_sxm", "2026-03-09", clients=64, ep=8)[0] == cfg
 
 
 def test_h200_dsr1_and_glm5_leave_kv_cache_auto():
     cfg = flags(R1, "fp8", "h200_sxm", "2026-03-25", isl=1024, osl=1024)[0]
     assert cfg["kv_cache"] == {"dtype": "auto"} and cfg["sglang"]["max_running_requests"] == 512
-    assert flags(R1, "fp8", "h200_sxm", "2026-03-25", isl=8192, osl=1024)[0]["sglang"][
-        "max_running_requests"] == 256
+    assert cfg["sglang"]["cuda_graph_max_bs"] == 512
+    s = flags(R1, "fp8", "h200_sxm", "2026-03-25", isl=8192, osl=1024)[0]["sglang"]
+    assert s["max_running_requests"] == s["cuda_graph_max_bs"] == 256
     cfg = flags("zai-org/GLM-5", "fp8", "h200_sxm", "2026-03-19")[0]
     assert cfg == {"sglang": {"mem_fraction_static": 0.85, "disable_radix_cache": False},
                    "kv_cache": {"dtype": "auto"}}
@@ -86,7 +90,7 @@ def test_glm5_b200():
     # glm5_nvfp4_b200.sh @d43805fc3: MRR = CONC, no recv interval yet (10 came with #1011 on 04-09).
     s = flags("zhipuai/GLM-5", "fp4", "b200_sxm", "2026-03-29", clients=16)[0]["sglang"]
     assert s == {"max_running_requests": 16, "mem_fraction_static": 0.80,
-                 "chunked_prefill_size": 131072, "disable_radix_cache": False}
+                 "chunked_prefill_size": 131072, "disable_radix_cache": False, "cuda_graph_max_bs": 16}
     cfg = flags("zai-org/GLM-5", "fp8", "b200_sxm", "2026-03-20", clients=64)[0]
     assert cfg["sglang"]["max_running_requests"] == 64 and "scheduler_recv_interval" not in cfg["sglang"]
 

@@ -120,6 +120,7 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "sglang.enable_piecewise_cuda_graph": (True, {}),
         "sglang.disable_piecewise_cuda_graph": (True, {}),
         "sglang.piecewise_cuda_graph_max_tokens": (4096, {}),
+        "sglang.cuda_graph_max_bs": (64, {}),
         "slo.ttft_ms": (250.5, {}),
         "slo.tpot_ms": (40, {}),
         "disaggregation.enabled": (True, {}),

@@ -143,6 +143,35 @@ def test_extends_run_eagerly_before_0_5_10_and_in_piecewise_graphs_after(package
 
 
 @tables
+def test_cuda_graph_max_bs_cuts_or_extends_the_decode_graphs(package_tables):
+    """``sglang.cuda_graph_max_bs`` (``--cuda-graph-max-bs``, which InferenceX's DeepSeek, GLM-5
+    and Qwen3.5 scripts set): SGLang's capture list cut to N, or extended past 256 by 16s; a
+    decode batch above it runs eagerly, at the host's time to issue every layer."""
+    base = {"model": "llama-3.1-8b", "hardware": "h100-sxm", "dtype": "bfloat16",
+            "cost_model": {"source": "operator_tables"}, "engine": {"name": "sglang", "version": "0.5.14"}}
+
+    def pricer(**sglang):
+        return resolve_deployment({**base, "sglang": sglang}).cost_model
+
+    default, cut, wide = pricer(), pricer(cuda_graph_max_bs=32), pricer(cuda_graph_max_bs=512)
+    assert default.capture_sizes[-1] == 256  # an H100 at TP 1: SGLang's default
+    assert cut.capture_sizes == [1, 2, 4, 8, 12, 16, 24, 32]
+    assert wide.capture_sizes[-1] == 512 and 272 in wide.capture_sizes and 264 not in wide.capture_sizes
+    host = 32 * 0.8e-3  # Llama-3.1-8B's 32 layers at the eager host's 0.8 ms each
+    inside = StepShape(num_decode_seqs=32, decode_context_tokens=32 * 500)
+    above = StepShape(num_decode_seqs=40, decode_context_tokens=40 * 500)
+    assert cut.price(inside) == pytest.approx(default.price(inside), rel=1e-12)
+    assert cut.price(above) >= host > 2 * default.price(above)
+    # A 300-request batch: eager under the default list, a replayed graph (padded to 304) above it.
+    big = StepShape(num_decode_seqs=300, decode_context_tokens=300 * 500)
+    assert default.price(big) >= host > wide.price(big)
+    assert "cuda graphs up to 32 tokens" in cut.describe()
+    # vLLM's key is refused for SGLang, naming SGLang's.
+    with pytest.raises(ConfigError, match="sglang.cuda_graph_max_bs"):
+        resolve_deployment({**base, "engine": {"name": "sglang", "max_cudagraph_capture_size": 64}})
+
+
+@tables
 def test_an_extend_in_piecewise_graphs_costs_the_captured_size_that_runs_it(package_tables):
     from sim.catalog.engines import sglang_pcg_capture_sizes
 

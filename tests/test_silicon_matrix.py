@@ -616,9 +616,10 @@ def test_inferencex_rows_replay_their_scripts_flags_at_the_measured_date():
     p = point(sglang_row(32), quant=None, moe=True)
     assert p.config["sglang"] == {"max_running_requests": 128, "mem_fraction_static": 0.82,
                                   "chunked_prefill_size": 32768, "max_prefill_tokens": 32768,
-                                  "disable_radix_cache": True, "scheduler_recv_interval": 30}
+                                  "disable_radix_cache": True, "scheduler_recv_interval": 30,
+                                  "cuda_graph_max_bs": 128}
     assert p.config["kv_cache"]["dtype"] == "fp8"
-    assert any("not modelled" in n and "--cuda-graph-max-bs" in n for n in p.notes)
+    assert any("not modelled" in n and "--attention-backend trtllm_mla" in n for n in p.notes)
     assert point(sglang_row(8), quant=None, moe=True).config["sglang"]["scheduler_recv_interval"] == 10
     assert "sglang" not in point(sglang_row(32), quant=None, moe=True, server="defaults").config
     # InferenceX's sweep of this config went to 64 clients at 1k / 1k (nvidia-master.yaml): a row

@@ -125,10 +125,12 @@ class EngineRelease:
         where ``--max-cudagraph-capture-size`` sets it (``VllmConfig._set_cudagraph_sizes`` takes
         it as given, without the ``2 x max_num_seqs`` cap; mixed and prefill steps up to it run
         in piecewise graphs). SGLang (decode batches only): ``[1, 2, 4, 8, 12] + range(16, 257,
-        8) + range(272, max + 1, 16)`` up to ``cuda_graph_max_bs``
-        (``sglang_cuda_graph_max_bs``: by GPU memory and TP)."""
+        8) + range(272, max + 1, 16)`` up to ``cuda_graph_max_bs``: ``max_capture`` where
+        ``--cuda-graph-max-bs`` sets it (SGLang's docs, "CUDA Graph Capture": it cuts or extends
+        the internal list to N; larger batches run eagerly), else ``sglang_cuda_graph_max_bs``
+        (by GPU memory and TP)."""
         if self.name == "sglang":
-            top = sglang_cuda_graph_max_bs(hw, tensor_parallel_size)
+            top = max_capture if max_capture else sglang_cuda_graph_max_bs(hw, tensor_parallel_size)
             sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, top + 1, 16))
         else:
             top = max_capture if max_capture else min(2 * max_num_seqs, 512)

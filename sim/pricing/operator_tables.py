@@ -139,8 +139,8 @@ def capture_sizes(max_num_seqs: int, engine: Optional[EngineRelease] = None,
                   max_capture: Optional[int] = None) -> list[int]:
     """The engine release's CUDA-graph capture sizes (``EngineRelease.capture_sizes``: vLLM's
     ``[1, 2, 4] + range(8, 256, 8) + range(256, max + 1, 16)``, ``max = min(2 * max_num_seqs,
-    512)`` or ``engine.max_cudagraph_capture_size``; SGLang's up to its ``cuda_graph_max_bs``
-    for the GPU and TP)."""
+    512)`` or ``engine.max_cudagraph_capture_size``; SGLang's up to ``sglang.cuda_graph_max_bs``,
+    or its default for the GPU and TP)."""
     return (engine or get_engine()).capture_sizes(max_num_seqs, hw, tensor_parallel_size, max_capture)
 
 
