@@ -1363,8 +1363,8 @@ SGLANG_ASSUMPTIONS = {
               "(inferencex_sglang_flags: --max-running-requests, --chunked-prefill-size, "
               "--max-prefill-tokens, --mem-fraction-static, --kv-cache-dtype, --disable-radix-cache and, "
               "on B200 / B300, --scheduler-recv-interval: 30 at 16 clients or more, else 10, for "
-              "DeepSeek-R1 and Qwen3.5; per row with its commit, and the flags kvplan cannot express "
-              "(--cuda-graph-max-bs, --stream-interval, back ends) named as not modelled)",
+              "DeepSeek-R1 and Qwen3.5, --cuda-graph-max-bs; per row with its commit, and the flags "
+              "kvplan cannot express (--stream-interval, back ends) named as not modelled)",
     "engine_version": f"the row's backend_version (0.5.x); nightly-* or missing -> kvplan's default "
                       f"SGLang {DEFAULT_SGLANG_VERSION}; custom builds (glm5-hopper) skipped",
 }
