@@ -43,6 +43,7 @@ class Transfer:
     prefill: int
     decode: int
     ready: float                # prefill finished, first token sampled
+    announced: float = -1.0     # through the decode instance's API server: its engine sees it
     reserved: float = -1.0      # decode blocks reserved, transfer started
     landed: float = -1.0        # KV on the decode instance
     num_bytes: float = 0.0
@@ -50,7 +51,7 @@ class Transfer:
 
 class _DecodeView:
     """What the router sees of a decode instance: its scheduler's requests plus those queued for
-    it or in transfer to it (``sim.policies.router.Routable``)."""
+    it, in its API server or in transfer to it (``sim.policies.router.Routable``)."""
 
     def __init__(self, sim: "DisaggSimulation", index: int) -> None:
         self.sim, self.index = sim, index
@@ -58,7 +59,8 @@ class _DecodeView:
     @property
     def num_unfinished(self) -> int:
         s = self.sim
-        return s.decode[self.index].num_unfinished + len(s.queues[self.index]) + s.incoming[self.index]
+        j = self.index
+        return s.decode[j].num_unfinished + len(s.queues[j]) + s.incoming[j] + s.incoming_api[j]
 
     @property
     def kv_free_fraction(self) -> float:
@@ -78,7 +80,8 @@ class DisaggSimulation:
                  prefill_router: Optional[Router] = None, decode_router: Optional[Router] = None,
                  request_overhead: float = 0.0, async_scheduling: bool = False,
                  ingress: Optional[Callable[[int], float]] = None,
-                 first_token: str = "decode", api_servers: int = 1) -> None:
+                 first_token: str = "decode", api_servers: int = 1,
+                 decode_ingress: Optional[Callable[[int], float]] = None) -> None:
         if len(links) != len(prefill):
             raise ValueError("one link per prefill instance")
         if first_token not in ("decode", "prefill"):
@@ -96,6 +99,14 @@ class DisaggSimulation:
         #: deployment has its own, and the proxy's request reaches the prefill instance's first),
         #: requests served in arrival order by the first one free.
         self._front = ApiServerQueue(ingress, request_overhead, api_servers)
+        #: The decode instances' own API servers, one each (None: the request reaches the decode
+        #: engine as the prefill ends). vLLM's P/D proxy (its NIXL ``toy_proxy_server.py``) and
+        #: llm-d's routing sidecar send the prefill instance the request with ``max_tokens`` 1,
+        #: then the whole request to the decode instance's ``vllm serve``, which parses and
+        #: tokenises it again before its engine can pull the KV: ``decode_ingress(prompt)`` each,
+        #: in the order the prefills end.
+        self._decode_front = ([ApiServerQueue(decode_ingress, 0.0, 1) for _ in decode]
+                              if decode_ingress is not None else None)
         self.prefill_router = prefill_router or Router()
         self.decode_router = decode_router or Router()
         n_p = len(prefill)
@@ -109,6 +120,7 @@ class DisaggSimulation:
         self.views = [_DecodeView(self, j) for j in range(len(decode))]
         self.queues: list[list[Transfer]] = [[] for _ in decode]   # waiting for decode room
         self.incoming = [0] * len(decode)                          # reserved, in transfer
+        self.incoming_api = [0] * len(decode)                      # in a decode API server
         self.held = [0] * n_p                                      # prefills held for transfer
         self.transfers: list[Transfer] = []
         self._by_id: dict[str, Request] = {}
@@ -172,8 +184,20 @@ class DisaggSimulation:
         self.decode_of[req.request_id] = j
         t = Transfer(req, clone, i, j, ready=clone.token_times[0])
         self.transfers.append(t)
-        self.queues[j].append(t)
-        self._admit(j)
+        t.announced = now if self._decode_front is None else self._decode_front[j].take(req, now)
+        if t.announced > now:
+            self.incoming_api[j] += 1
+            self.env.process(self._announce(t))
+        else:
+            self.queues[j].append(t)
+            self._admit(j)
+
+    def _announce(self, t: Transfer):
+        """The decode instance's API server is done with ``t``: its engine queues it for room."""
+        yield self.env.timeout(t.announced - self.env.now)
+        self.incoming_api[t.decode] -= 1
+        self.queues[t.decode].append(t)
+        self._admit(t.decode)
 
     # --- decode-side admission and transfer ---------------------------------------------------
     def _admit(self, j: int) -> None:
@@ -309,7 +333,9 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
                            ingress=pre.deployment.frontend.ingress,
                            async_scheduling=async_scheduling_of(pre.scenario, pre.deployment),
                            first_token=sc.disaggregation.first_token,
-                           api_servers=pre.num_replicas)
+                           api_servers=pre.num_replicas,
+                           decode_ingress=(dec.deployment.frontend.ingress
+                                           if sc.disaggregation.decode_api_server else None))
     sim.run()
     steps = sim.log.columns()
     scheds = p_scheds + d_scheds
@@ -391,7 +417,9 @@ def disaggregation_summary(sim: DisaggSimulation, steps: dict, pre: PoolPlan, de
             "mean_gb": float(np.mean([t.num_bytes for t in done]) / 1e9) if done else 0.0,
             # prefill end -> KV on the decode instance: waiting for room + link queue + wire
             "total_ms": _ms_stats([t.landed - t.ready for t in done]),
-            "wait_for_kv_ms": _ms_stats([t.reserved - t.ready for t in done]),
+            # the decode instance's API server's second pass (0 without one)
+            "decode_api_server_ms": _ms_stats([t.announced - t.ready for t in done]),
+            "wait_for_kv_ms": _ms_stats([t.reserved - t.announced for t in done]),
             "link_ms": _ms_stats([t.landed - t.reserved for t in done]),
             "link_utilization": float(sum(link.busy_s for link in sim.links)
                                       / (max(duration, 1e-12) * len(sim.links))),

@@ -613,6 +613,12 @@ class DisaggregationConfig(_Section):
     #: every token, so TTFT includes the KV transfer, the wait for decode room and one decode
     #: step) or ``prefill`` (DistServe and Splitwise: the prefill instance returns it).
     first_token: str = choice("decode", ("decode", "prefill"))
+    #: Whether each request passes the decode instance's own API server too (its ingress, after
+    #: the prefill): true for vLLM's P/D proxy and llm-d's sidecar, which send the whole request
+    #: to the decode instance's ``vllm serve`` once the prefill returns; false for a front end
+    #: that tokenises once and hands requests to its workers (Dynamo). No effect with
+    #: ``engine.frontend: none``.
+    decode_api_server: bool = _field(True, _Check("bool"))
 
 
 def default_workload() -> dict[str, Any]:

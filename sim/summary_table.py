@@ -105,6 +105,8 @@ def summary_rows(summary: dict) -> list[tuple[str, str, str]]:
         tr = dis["transfer"]
         add("KV transfers / mean size", f"{tr['count']:,} / {tr['mean_gb']:.3f} GB")
         add("transfer mean / p99 (ms)", f"{_fmt(tr['mean_ms'])} / {_fmt(tr['p99_ms'])}")
+        if "decode_api_server_ms" in tr:
+            add("of which in the decode API server, mean (ms)", _fmt(tr["decode_api_server_ms"]["mean"]))
         add("of which waiting for decode KV, mean (ms)", _fmt(tr["wait_for_kv_ms"]["mean"]))
         if "goodput_per_gpu" in dis:
             add(f"goodput per GPU ({dis['num_gpus']} GPUs, req/s)", _fmt(dis["goodput_per_gpu"], 3))

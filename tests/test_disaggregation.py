@@ -228,7 +228,9 @@ def test_each_prefill_instance_has_its_own_api_server():
     sets = ["hardware=h100-sxm", "cost_model.source=roofline", "engine.frontend_request_ms=40",
             "engine.frontend_tokenize_us=0", "workload.arrival.rate=60", "workload.num_requests=900",
             "workload.output_len.mean=32", "workload.output_len.max=64",
-            "disaggregation.enabled=true", "disaggregation.decode_replicas=2"]
+            "disaggregation.enabled=true", "disaggregation.decode_replicas=2",
+            # the prefill side alone here (the decode instances' own pass: the next test)
+            "disaggregation.decode_api_server=false"]
     four = simulate(None, overrides=sets + ["disaggregation.prefill_replicas=4"], seed=3).summary
     assert four["completed"] == 900
     assert four["p99_ttft_ms"] < 500
@@ -238,3 +240,38 @@ def test_each_prefill_instance_has_its_own_api_server():
     free = simulate(None, overrides=sets + ["disaggregation.prefill_replicas=1",
                                             "engine.frontend_request_ms=0"], seed=3).summary
     assert free["median_ttft_ms"] < 100
+
+
+def test_the_decode_instance_api_server_serves_each_request_again():
+    """vLLM's P/D proxy sends the decode instance's ``vllm serve`` the whole request once the
+    prefill returns: its API server parses and tokenises it again (one server per decode
+    instance, FIFO) before that engine can pull the KV. With an idle deployment and exact
+    lengths the first token comes exactly ``request + tokenise x prompt`` later, the summary says
+    where the time went, and with 40 ms a request, two decode servers at 60 req/s (30 each, over
+    their 25) queue for the whole run, as the real ones would."""
+    base = ["hardware=h100-sxm", "cost_model.source=roofline", "engine.frontend_request_ms=6",
+            "engine.frontend_tokenize_us=2", "workload.num_requests=1",
+            "workload.input_len.dist=fixed", "workload.input_len.mean=500",
+            "workload.output_len.dist=fixed", "workload.output_len.mean=8",
+            "disaggregation.enabled=true"]
+    two = simulate(None, overrides=base, seed=1)
+    one = simulate(None, overrides=base + ["disaggregation.decode_api_server=false"], seed=1)
+    ingress_ms = 6 + 2e-3 * 500
+    assert two.summary["mean_ttft_ms"] - one.summary["mean_ttft_ms"] == pytest.approx(ingress_ms, abs=1e-6)
+    tr = two.summary["disaggregation"]["transfer"]
+    assert tr["decode_api_server_ms"]["mean"] == pytest.approx(ingress_ms, abs=1e-6)
+    assert one.summary["disaggregation"]["transfer"]["decode_api_server_ms"]["mean"] == 0
+    # The decode side's servers queue like the prefill side's: 40 ms a request, 30 req/s each.
+    load = ["hardware=h100-sxm", "cost_model.source=roofline", "engine.frontend_request_ms=40",
+            "engine.frontend_tokenize_us=0", "workload.arrival.rate=60", "workload.num_requests=900",
+            "workload.output_len.mean=32", "workload.output_len.max=64",
+            "disaggregation.enabled=true", "disaggregation.decode_replicas=2",
+            "disaggregation.prefill_replicas=4"]
+    queued = simulate(None, overrides=load, seed=3).summary
+    assert queued["completed"] == 900
+    assert queued["median_ttft_ms"] > 1000
+    assert queued["disaggregation"]["transfer"]["decode_api_server_ms"]["p99"] > 2000
+    # engine.frontend none: no API server on either side.
+    offline = [o for o in base if not o.startswith("engine.frontend_")] + ["engine.frontend=none"]
+    none = simulate(None, overrides=offline, seed=1).summary
+    assert none["disaggregation"]["transfer"]["decode_api_server_ms"]["mean"] == 0

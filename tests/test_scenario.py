@@ -134,6 +134,7 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "disaggregation.link_bandwidth_gbs": (25.0, {}),
         "disaggregation.link_latency_us": (100.0, {}),
         "disaggregation.first_token": ("prefill", {}),
+        "disaggregation.decode_api_server": (False, {}),
     }
 
 

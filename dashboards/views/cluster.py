@@ -416,7 +416,8 @@ def pd_results(rows: list[dict], has_slo: bool, rate: float) -> None:
     st.plotly_chart(show.pd_comparison(rows, has_slo), key="cl-pd")
     st.dataframe(show.pd_table(rows), hide_index=True)
     st.caption("TTFT of P/D ends at the decode instance's first token, as vLLM's P/D proxy and llm-d serve it: "
-               "it includes the KV transfer over the link and the wait for decode room "
+               "it includes the decode instance's API server pass, the KV transfer over the link and the wait "
+               "for decode room "
                "(disaggregation.first_token=prefill in the other settings counts it at the prefill instance, as "
                "DistServe and Splitwise do). docs/cluster.md, Disaggregated prefill/decode.")
 
