@@ -268,6 +268,10 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
                   help="vllm: vLLM V1 (chunked prefill, paged blocks); sglang: SGLang 0.5 "
                        "(prefill-first extend batches, radix cache, mem_fraction_static); "
                        "docs/engines.md")
+            f.add("engine.enforce_eager", st.checkbox, "Eager mode (vLLM --enforce-eager)", value=False,
+                  help="No CUDA graphs: every forward waits for the host to issue each layer's ops "
+                       "(about 0.8 ms a dense layer). SGLang's switch is sglang.disable_cuda_graph "
+                       "(in the overrides)")
             cost_model_field(f)
             f.add("cost_model.moe_routing", st.selectbox, "MoE routing (operator tables)",
                   list(MOE_ROUTINGS),

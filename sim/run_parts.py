@@ -190,6 +190,7 @@ def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], ki
     from sim.pricing import make_pricer
 
     par, kv = sc.parallel, sc.kv_cache
+    eager = eager_forwards(sc)
     common = dict(dtype=sc.dtype, tensor_parallel_size=par.tensor_parallel_size,
                   pipeline_parallel_size=par.pipeline_parallel_size,
                   kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype)
@@ -209,11 +210,23 @@ def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], ki
                            moe_kernel=sc.quantization.moe_kernel,
                            max_capture_size=(sc.sglang.cuda_graph_max_bs if sc.engine.name == "sglang"
                                              else sc.engine.max_cudagraph_capture_size),
-                           **_extend_graphs(sc, model), **common)
-    return make_pricer("roofline", model, sc.hardware,
-                       expert_parallel_size=par.expert_shards,
-                       expert_tensor_parallel_size=par.expert_tensor_shards,
-                       data_parallel_size=par.data_parallel_size, **common)
+                           cuda_graphs=not eager, **_extend_graphs(sc, model), **common)
+    roofline = make_pricer("roofline", model, sc.hardware,
+                           expert_parallel_size=par.expert_shards,
+                           expert_tensor_parallel_size=par.expert_tensor_shards,
+                           data_parallel_size=par.data_parallel_size, **common)
+    if not eager:
+        return roofline
+    from sim.pricing.adjusted import EagerHostFloor
+    from sim.pricing.operator_tables import eager_host_seconds
+
+    return EagerHostFloor(roofline, eager_host_seconds(model, par.tensor_parallel_size))
+
+
+def eager_forwards(sc: Scenario) -> bool:
+    """Whether the engine runs every forward without CUDA graphs: vLLM's ``--enforce-eager``, or
+    SGLang's ``--disable-cuda-graph`` (its extends then follow the piecewise-graph keys)."""
+    return sc.engine.enforce_eager or (sc.engine.name == "sglang" and sc.sglang.disable_cuda_graph)
 
 
 def _extend_graphs(sc: Scenario, model: "ModelSpec") -> dict[str, Any]:

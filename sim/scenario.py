@@ -462,8 +462,13 @@ class EngineConfig(_Section):
     #: None: vLLM's default, ``min(2 x max_num_seqs, 512)``. A step above it runs outside graphs
     #: and pays the host's time to issue each layer (``docs/cost_model.md``).
     max_cudagraph_capture_size: Optional[int] = integer(None, 1, _MAX_TOKENS, optional=True)
+    #: vLLM's ``--enforce-eager``: no CUDA graphs and no torch.compile; every step waits for the
+    #: host to issue each layer's ops one by one (``eager_host_seconds``).
+    enforce_eager: bool = _field(False, _Check("bool"))
 
     def __post_init__(self) -> None:
+        if self.enforce_eager and self.name == "sglang":
+            raise ConfigError("engine.enforce_eager: a vLLM flag; SGLang's is sglang.disable_cuda_graph")
         if self.max_cudagraph_capture_size is not None and self.name == "sglang":
             raise ConfigError("engine.max_cudagraph_capture_size: a vLLM flag; SGLang's are "
                               "sglang.cuda_graph_max_bs (decode batches) and "
@@ -535,6 +540,9 @@ class SglangConfig(_Section):
     #: capture list is cut (or extended, by 16s past 256) to it, and a larger decode batch runs
     #: eagerly (None: 8 to 512 by GPU memory and TP, ``sglang_cuda_graph_max_bs``).
     cuda_graph_max_bs: Optional[int] = integer(None, 1, _MAX_SEQS, optional=True)
+    #: ``--disable-cuda-graph``: decode batches run eagerly too (extends follow the piecewise
+    #: keys above, a separate switch in SGLang).
+    disable_cuda_graph: bool = _field(False, _Check("bool"))
 
     def scheduler_options(self) -> dict:
         """``SglangScheduler``'s keyword arguments."""

@@ -73,7 +73,55 @@ def chunks_out(shape: StepShape) -> int:
     return shape.num_decode_seqs + shape.num_prefill_seqs
 
 
-class FrontEndFloor(StepPricer):
+class StepFloor(StepPricer):
+    """``base``'s price, but never below ``floor(shape)`` for a step that runs: a resource other
+    than the GPU's kernels that every step waits on. Subclasses say which (``floor``,
+    ``floor_columns``, ``wait_key`` for ``breakdown``, ``because`` for ``describe``)."""
+
+    wait_key = "floor_wait"
+
+    def __init__(self, base: StepPricer) -> None:
+        self.base = base
+        self.provenance = getattr(base, "provenance", None)
+
+    def floor(self, shape: StepShape) -> float:
+        raise NotImplementedError
+
+    def floor_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
+        raise NotImplementedError
+
+    def because(self) -> str:
+        raise NotImplementedError
+
+    def price(self, shape: StepShape) -> float:
+        return max(self.base.price(shape), self.floor(shape))
+
+    step_time = price
+
+    def decode_context_pricer(self, shape: StepShape) -> Callable[[int], float]:
+        base, floor = self.base.decode_context_pricer(shape), self.floor(shape)
+        return lambda c: max(base(c), floor)
+
+    def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
+        return np.maximum(self.base.price_columns(columns), self.floor_columns(columns))
+
+    def breakdown(self, shape: StepShape) -> dict[str, float]:
+        """The base's terms, plus the time the step waits on the floor (0 while it is under)."""
+        parts = dict(self.base.breakdown(shape))
+        parts[self.wait_key] = max(0.0, self.price(shape) - self.base.price(shape))
+        return parts
+
+    def describe(self) -> str:
+        return f"{self.base.describe()}, {self.because()}"
+
+    def warnings(self) -> list[str]:
+        return self.base.warnings()
+
+    def known_error(self) -> Any:
+        return self.base.known_error()
+
+
+class FrontEndFloor(StepFloor):
     """``base``'s price, but never below the API server's time to stream the step's outputs
     (``stream_s`` per request in the step: detokenise, JSON, SSE; ``sim.catalog.frontends``).
 
@@ -84,41 +132,53 @@ class FrontEndFloor(StepPricer):
     engine the same batch) without modelling the queue of undelivered tokens."""
 
     kind = "frontend_floor"
+    wait_key = "frontend_wait"
 
     def __init__(self, base: StepPricer, stream_s: float) -> None:
-        self.base = base
+        super().__init__(base)
         self.stream_s = float(stream_s)
-        self.provenance = getattr(base, "provenance", None)
 
-    def price(self, shape: StepShape) -> float:
-        return max(self.base.price(shape), self.stream_s * chunks_out(shape))
+    def floor(self, shape: StepShape) -> float:
+        return self.stream_s * chunks_out(shape)
 
-    step_time = price
-
-    def decode_context_pricer(self, shape: StepShape) -> Callable[[int], float]:
-        base, floor = self.base.decode_context_pricer(shape), self.stream_s * chunks_out(shape)
-        return lambda c: max(base(c), floor)
-
-    def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
+    def floor_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
         chunks = (np.asarray(columns.get("num_decode_seqs", 0), dtype=float)
                   + np.asarray(columns.get("num_prefill_seqs", 0), dtype=float))
-        return np.maximum(self.base.price_columns(columns), self.stream_s * chunks)
+        return self.stream_s * chunks
 
-    def breakdown(self, shape: StepShape) -> dict[str, float]:
-        """The base's terms, plus the time the step waits on the API server (0 while it keeps up)."""
-        parts = dict(self.base.breakdown(shape))
-        parts["frontend_wait"] = max(0.0, self.price(shape) - self.base.price(shape))
-        return parts
-
-    def describe(self) -> str:
-        return (f"{self.base.describe()}, no faster than the API server streams "
-                f"({self.stream_s * 1e6:.3g} us per request per step)")
-
-    def warnings(self) -> list[str]:
-        return self.base.warnings()
-
-    def known_error(self) -> Any:
-        return self.base.known_error()
+    def because(self) -> str:
+        return f"no faster than the API server streams ({self.stream_s * 1e6:.3g} us per request per step)"
 
     def __repr__(self) -> str:
         return f"FrontEndFloor({self.base!r}, {self.stream_s * 1e6:g} us/chunk)"
+
+
+class EagerHostFloor(StepFloor):
+    """``base``'s price, but never below the host's time to issue one eager forward
+    (``host_s``: ``sim.pricing.operator_tables.eager_host_seconds``, by the model's ops per
+    layer) for a step that runs anything. For a pricer with no notion of CUDA graphs (the
+    roofline) under vLLM's ``--enforce-eager`` or SGLang's ``--disable-cuda-graph``: the GPU
+    cannot run ahead of a host that launches every op itself; the operator-table pricer
+    applies the same floor inside its own formula."""
+
+    kind = "eager_host_floor"
+    wait_key = "eager_host_wait"
+
+    def __init__(self, base: StepPricer, host_s: float) -> None:
+        super().__init__(base)
+        self.host_s = float(host_s)
+
+    def floor(self, shape: StepShape) -> float:
+        busy = shape.num_prefill_tokens + shape.num_decode_seqs + shape.num_spec_tokens > 0
+        return self.host_s if busy else 0.0
+
+    def floor_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
+        rows = sum(np.asarray(columns.get(k, 0), dtype=float)
+                   for k in ("num_prefill_tokens", "num_decode_seqs", "num_spec_tokens"))
+        return np.where(rows > 0, self.host_s, 0.0)
+
+    def because(self) -> str:
+        return f"every forward eager: no faster than the host issues it ({self.host_s * 1e3:.3g} ms)"
+
+    def __repr__(self) -> str:
+        return f"EagerHostFloor({self.base!r}, {self.host_s * 1e3:g} ms)"

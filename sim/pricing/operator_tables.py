@@ -538,7 +538,7 @@ class OperatorTableCostModel(StepPricer):
         #: holds it, padded (``sglang_pcg_capture_sizes``). The largest captured size is the
         #: limit: SGLang captures only its listed sizes (a limit between two of them is not
         #: added) and runs a larger extend eagerly, so ``extend_graph_tokens`` is that size.
-        asked = (extend_graph_tokens or 0) if cuda_graphs else 0
+        asked = (extend_graph_tokens or 0) if cuda_graphs or self._graphs_decode_only else 0
         sizes = sglang_pcg_capture_sizes(asked) if asked else []
         self.extend_graph_tokens = sizes[-1] if sizes else 0
         self._pcg_sizes = sizes
@@ -1435,7 +1435,12 @@ class OperatorTableCostModel(StepPricer):
 
     def describe(self) -> str:
         p = self.precision
-        mode = "cuda graphs" if self.cuda_graphs else "eager"
+        if self.cuda_graphs:
+            graphs = f", cuda graphs up to {self.max_capture} tokens"
+        elif self._graphs_decode_only:
+            graphs = ", decode batches eager (--disable-cuda-graph)"
+        else:
+            graphs = ", no cuda graphs (enforce_eager: every forward issued op by op)"
         return (f"operator tables (AIConfigurator, {self.backend} {self.version} tables for "
                 f"{self.engine.label}, {self.gpu_dir.name}; "
                 f"{self.model.name}, {p.dtype} GEMMs as {self.gemm_dtype}, kv {p.kv_cache_dtype}, "
@@ -1445,12 +1450,13 @@ class OperatorTableCostModel(StepPricer):
                 + (f", moe_tp={self.expert_tensor_parallel_size}"
                    if self.model.is_moe and self.expert_tensor_parallel_size not in (1, self.tensor_parallel_size)
                    else "")
-                + f", {mode} up to {self.max_capture} tokens"
-                + ((f" (decode; extends in piecewise graphs up to {self.extend_graph_tokens} tokens)"
-                    if self.extend_graph_tokens else " (decode; extends eager"
+                + graphs
+                + ((f" ({'decode; ' if self.cuda_graphs else ''}extends in piecewise graphs up to "
+                    f"{self.extend_graph_tokens} tokens)"
+                    if self.extend_graph_tokens else f" ({'decode; ' if self.cuda_graphs else ''}extends eager"
                     + (f": {self.extend_graph_reason.removeprefix('off: ')}" if self.extend_graph_reason else "")
                     + ")")
-                   if self._graphs_decode_only and self.cuda_graphs else "")
+                   if self._graphs_decode_only else "")
                 + ", "
                 f"async scheduling {'on' if self.async_scheduling else 'off'}"
                 + (f", MoE experts from the fused-MoE table"
