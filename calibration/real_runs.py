@@ -124,6 +124,8 @@ class RealRun:
     #: ``--kv-cache-dtype`` / ``--[no-]enable-prefix-caching`` as the server log shows them.
     kv_cache_dtype: Optional[str] = None
     prefix_caching: Optional[bool] = None
+    #: ``--enforce-eager`` where the run's experiment file or server log says (None: not said).
+    enforce_eager: Optional[bool] = None
     #: The load tool's pool of distinct prompts (aiperf / genai-perf ``--num-dataset-entries``),
     #: with each entry's prompt and output length: the requests are drawn from it, and repeats
     #: hit the prefix cache (``sim.workload.prompt_pool``). None: every prompt new.
@@ -376,6 +378,9 @@ def read_inference_perf(folder: Path) -> RealRun:
     quant = str(exp.get("quantization") or exp.get("precision") or "").lower()
     if quant.startswith("fp8"):
         facts.weights = "fp8"
+    eager = exp.get("enforce_eager", facts.enforce_eager)
+    if eager is not None and not isinstance(eager, bool):
+        raise RealRunError(f"{folder / 'exp-config.yaml'}: enforce_eager: expected true or false, got {eager!r}")
     for key, value in server.items():
         if not isinstance(value, (int, float)) or isinstance(value, bool):
             raise RealRunError(f"{folder / 'exp-config.yaml'}: {key}: expected a number, got {value!r}")
@@ -387,7 +392,7 @@ def read_inference_perf(folder: Path) -> RealRun:
                                    or facts.engine_version or engine_version_of(folder)),
                    weights=facts.weights, cpu_offload_gb=facts.cpu_offload_gb,
                    kv_cache_tokens=facts.kv_cache_tokens, kv_cache_dtype=facts.kv_cache_dtype,
-                   prefix_caching=facts.prefix_caching)
+                   prefix_caching=facts.prefix_caching, enforce_eager=eager)
 
 
 def _merge_facts(server: dict, exp: dict, facts: ServerFacts, folder: Path, notes: list[str]) -> None:

@@ -72,6 +72,7 @@ class ServerFacts:
     gpu_memory_gib: Optional[float] = None
     kv_cache_dtype: Optional[str] = None      # "fp8" where the server was launched so
     prefix_caching: Optional[bool] = None     # --[no-]enable-prefix-caching as launched
+    enforce_eager: Optional[bool] = None      # --enforce-eager as launched
     engine_version: Optional[str] = None      # "vLLM API server version X" at start-up
     launch_args: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
@@ -235,6 +236,9 @@ def _apply_args(facts: ServerFacts, args: dict) -> None:
     caching = args.get("enable_prefix_caching")
     if isinstance(caching, bool):
         facts.prefix_caching = caching
+    eager = args.get("enforce_eager")
+    if isinstance(eager, bool):
+        facts.enforce_eager = eager
     facts.notes.append("vllm.log non-default args: " + ", ".join(sorted(str(k) for k in args)))
 
 

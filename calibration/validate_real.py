@@ -282,6 +282,9 @@ def build_config(run: RealRun, hardware: Optional[str] = None, model: Optional[s
             cfg["engine"] = {"name": run.engine_name}
         else:
             notes.append(f"the run was served by {run.engine_name}, which this kvplan does not model: priced as vLLM")
+    if run.enforce_eager and cfg.get("engine", {}).get("name", "vllm") == "vllm":
+        cfg.setdefault("engine", {})["enforce_eager"] = True
+        notes.append("enforce_eager: the server ran without CUDA graphs (every step at the eager host time)")
     extra = list(overrides)
     if cost_source not in (None, "auto"):
         if "source" not in DEFAULTS.get("cost_model", {}):

@@ -165,6 +165,21 @@ def test_launch_args_with_unreadable_values_keep_the_plain_pairs(tmp_path):
     assert config["kv_cache"]["dtype"] == "fp8" and config["kv_cache"]["prefix_caching"] is False
     assert config["kv_cache"].get("cpu_offload_gb", 0) == 0  # offload needs the prefix cache
     assert any("CPU KV offload left out" in n for n in notes)
+    assert config["engine"]["enforce_eager"] is False
+
+
+def test_a_server_launched_eager_is_replayed_eager(tmp_path):
+    """``--enforce-eager`` in vLLM's logged launch arguments (or ``enforce_eager: true`` in the
+    experiment file) replays the run with ``engine.enforce_eager``, with the engine release the
+    log names kept."""
+    line = "{'model_tag': 'meta-llama/Llama-2-7b-hf', 'enforce_eager': True, 'max_num_batched_tokens': 2048}"
+    log = (f"INFO 02-17 15:54:50 [api_server.py:1] vLLM API server version 0.15.1\n"
+           f"INFO 02-17 15:54:51 [utils.py:253] non-default args: {line}\n")
+    run = read_run(collection(tmp_path, ENTRY, log))
+    assert run.enforce_eager is True
+    config, notes = build_config(run)
+    assert config["engine"]["enforce_eager"] is True and config["engine"]["version"] == "0.15.1"
+    assert any(n.startswith("enforce_eager") for n in notes)
 
 
 def test_a_collection_folder_stands_for_its_runs(tmp_path, capsys):
