@@ -267,6 +267,7 @@ def pd_table(rows: Sequence[dict]) -> pd.DataFrame:
              "SLO attainment": [_pct(r.get("slo_attainment")) for r in rows]}
     lat = _latency_columns(rows, (("p99_ttft_ms", "p99 TTFT"), ("p99_tpot_ms", "p99 TPOT"),
                                   ("transfer_mean_ms", "KV transfer mean"), ("transfer_p99_ms", "KV transfer p99"),
+                                  ("decode_api_server_ms", "decode API server mean"),
                                   ("median_ttft_ms", "median TTFT"), ("median_tpot_ms", "median TPOT")))
     rest = {"output tok/s per GPU": [format_number(r["output_throughput_per_gpu"]) for r in rows],
             "KV per request (GB)": [format_number(r.get("transfer_gb")) for r in rows],

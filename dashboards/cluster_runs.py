@@ -174,6 +174,7 @@ def pd_row(run: dict) -> dict:
         row.update(goodput_per_gpu=d.get("goodput_per_gpu", row["goodput_per_gpu"]),
                    transfer_mean_ms=t["mean_ms"], transfer_p99_ms=t["p99_ms"],
                    wait_for_kv_ms=t["wait_for_kv_ms"]["mean"], transfer_gb=t["mean_gb"],
+                   decode_api_server_ms=t.get("decode_api_server_ms", {}).get("mean"),
                    link_utilization=t["link_utilization"],
                    prefill_utilization=d["prefill"]["utilization"],
                    decode_utilization=d["decode"]["utilization"])

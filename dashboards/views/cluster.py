@@ -412,7 +412,8 @@ def pd_results(rows: list[dict], has_slo: bool, rate: float) -> None:
                    delta_color="inverse", help=f"{col['label']}: {latency(col['p99_tpot_ms'])}")
     cols[3].metric("KV transfer, mean", latency(pd_.get("transfer_mean_ms")),
                    help=f"p99 {latency(pd_.get('transfer_p99_ms'))}; {format_number(pd_.get('transfer_gb'))} GB a "
-                        f"request; waiting for decode KV {latency(pd_.get('wait_for_kv_ms'))} on average")
+                        f"request; in the decode instance's API server {latency(pd_.get('decode_api_server_ms'))} "
+                        f"and waiting for decode KV {latency(pd_.get('wait_for_kv_ms'))} on average")
     st.plotly_chart(show.pd_comparison(rows, has_slo), key="cl-pd")
     st.dataframe(show.pd_table(rows), hide_index=True)
     st.caption("TTFT of P/D ends at the decode instance's first token, as vLLM's P/D proxy and llm-d serve it: "
