@@ -1,5 +1,7 @@
-"""A step pricer scaled by a constant: ``cost_model.step_scale`` and the step scale of a
-profile fitted to real benchmark runs (``kvplan calibrate --real``).
+"""Adjustments around a step pricer. A constant scale (``ScaledPricer``): ``cost_model.step_scale``
+and the step scale of a profile fitted to real benchmark runs (``kvplan calibrate --real``). And
+floors a step cannot go under whatever its kernels cost (``StepFloor``): the API server's
+streaming (``FrontEndFloor``) and a host issuing every op of an eager forward (``EagerHostFloor``).
 
 Why: kernel timings measured in isolation (operator tables) or a roofline miss a few percent a
 serving process adds around every step; one factor fitted to a user's own runs carries that
