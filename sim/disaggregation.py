@@ -335,7 +335,7 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
                            first_token=sc.disaggregation.first_token,
                            api_servers=pre.num_replicas,
                            decode_ingress=(dec.deployment.frontend.ingress
-                                           if sc.disaggregation.decode_api_server else None))
+                                           if decode_api_server(sc) else None))
     sim.run()
     steps = sim.log.columns()
     scheds = p_scheds + d_scheds
@@ -398,6 +398,15 @@ def pool_summary(steps: dict, indices: range, duration: float, pool: PoolPlan) -
         "kv_token_states": kv["token_states"],
         "kv_free": kv["free"],
     }
+
+
+def decode_api_server(sc) -> bool:
+    """``disaggregation.decode_api_server``, None resolved by engine: vLLM's P/D proxy sends the
+    decode instance the request after the prefill returns (a second pass, in series); SGLang's
+    router sends it to the prefill and decode servers at once (sglang-router's PD mode, its
+    bootstrap room), so the decode server's pass overlaps the prefill and is not priced."""
+    said = sc.disaggregation.decode_api_server
+    return sc.engine.name != "sglang" if said is None else bool(said)
 
 
 def disaggregation_summary(sim: DisaggSimulation, steps: dict, pre: PoolPlan, dec: PoolPlan,

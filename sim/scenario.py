@@ -621,12 +621,13 @@ class DisaggregationConfig(_Section):
     #: every token, so TTFT includes the KV transfer, the wait for decode room and one decode
     #: step) or ``prefill`` (DistServe and Splitwise: the prefill instance returns it).
     first_token: str = choice("decode", ("decode", "prefill"))
-    #: Whether each request passes the decode instance's own API server too (its ingress, after
-    #: the prefill): true for vLLM's P/D proxy and llm-d's sidecar, which send the whole request
-    #: to the decode instance's ``vllm serve`` once the prefill returns; false for a front end
-    #: that tokenises once and hands requests to its workers (Dynamo). No effect with
-    #: ``engine.frontend: none``.
-    decode_api_server: bool = _field(True, _Check("bool"))
+    #: Whether each request passes the decode instance's own API server too, after its prefill:
+    #: true for vLLM's P/D proxy and llm-d's sidecar, which send the whole request to the decode
+    #: instance's ``vllm serve`` once the prefill returns; false for a front end that tokenises
+    #: once and hands requests to its workers (Dynamo). None: the engine's way, true for vLLM and
+    #: false for SGLang, whose router sends the request to the prefill and decode servers at once
+    #: (the decode server's pass overlaps the prefill). No effect with ``engine.frontend: none``.
+    decode_api_server: Optional[bool] = _field(None, _Check("bool", optional=True))
 
 
 def default_workload() -> dict[str, Any]:

@@ -275,3 +275,17 @@ def test_the_decode_instance_api_server_serves_each_request_again():
     offline = [o for o in base if not o.startswith("engine.frontend_")] + ["engine.frontend=none"]
     none = simulate(None, overrides=offline, seed=1).summary
     assert none["disaggregation"]["transfer"]["decode_api_server_ms"]["mean"] == 0
+
+
+def test_sglang_pd_overlaps_the_decode_servers_pass_with_the_prefill():
+    """SGLang's router sends each request to the prefill and the decode server at once (its PD
+    bootstrap room), so by default (``disaggregation.decode_api_server`` unset) the decode
+    server's pass is not added after the prefill as vLLM's proxy's is; set true, it is."""
+    base = ["hardware=h100-sxm", "cost_model.source=roofline", "engine.name=sglang",
+            "engine.frontend_request_ms=6", "engine.frontend_tokenize_us=2", "workload.num_requests=1",
+            "workload.input_len.dist=fixed", "workload.input_len.mean=500",
+            "workload.output_len.dist=fixed", "workload.output_len.mean=8", "disaggregation.enabled=true"]
+    default = simulate(None, overrides=base, seed=1).summary
+    series = simulate(None, overrides=base + ["disaggregation.decode_api_server=true"], seed=1).summary
+    assert default["disaggregation"]["transfer"]["decode_api_server_ms"]["mean"] == 0
+    assert series["mean_ttft_ms"] - default["mean_ttft_ms"] == pytest.approx(6 + 2e-3 * 500, abs=1e-6)
