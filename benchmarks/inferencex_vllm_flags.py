@@ -107,8 +107,12 @@ _SN = "benchmarks/single_node/"
 _LLAMA_B200 = {"kv_cache.dtype": "fp8", "scheduler.async_scheduling": True,
                "kv_cache.prefix_caching": False, "scheduler.max_num_batched_tokens": 8192,
                "kv_cache.gpu_memory_utilization": 0.9, "scheduler.max_num_seqs": 512}
+#: ``--compilation-config {..., "cudagraph_mode": "FULL_DECODE_ONLY"}``: the mode is modelled
+#: (``engine.cudagraph_mode``), the fusion passes and custom ops are not.
+_FULL_DECODE_ONLY = {"engine.cudagraph_mode": "FULL_DECODE_ONLY"}
+_PIECEWISE = {"engine.cudagraph_mode": "PIECEWISE"}
 _LLAMA_B200_NM = ('--compilation-config {"pass_config": {"enable_fi_allreduce_fusion", "enable_attn_fusion", '
-                  '"enable_noop"}, "custom_ops": ["+quant_fp8", "+rms_norm"], "cudagraph_mode": "FULL_DECODE_ONLY"}',
+                  '"enable_noop"}, "custom_ops": ["+quant_fp8", "+rms_norm"]} (its cudagraph_mode is modelled)',
                   "VLLM_FLASHINFER_ALLREDUCE_FUSION_THRESHOLDS_MB")
 _LLAMA_HOPPER = {"kv_cache.dtype": "fp8", "scheduler.async_scheduling": True,
                  "kv_cache.prefix_caching": False, "scheduler.max_num_batched_tokens": 8192,
@@ -149,10 +153,11 @@ def _capture_2048(rec: Recipe) -> Recipe:
 RECIPES: tuple[Recipe, ...] = (
     # Llama-3.x-70B: the 2025 docker/slurm scripts, deleted by 2582bce40 (#149, 2025-10-30 02:18 UTC).
     Recipe("llama-70b", "b200_sxm", "fp4", "2025-10-01", "2025-10-30", "benchmarks/70b_fp4_b200_docker.sh",
-           "4b860b78e (#79)", {**_LLAMA_B200, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"},
+           "4b860b78e (#79)", {**_LLAMA_B200, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"} | _FULL_DECODE_ONLY,
            _LLAMA_B200_NM, "none"),
     Recipe("llama-70b", "b200_sxm", "fp8", "2025-10-01", "2025-10-30", "benchmarks/70b_fp8_b200_docker.sh",
-           "4b860b78e (#79)", {**_LLAMA_B200, "kv_cache.max_model_len": "MAX_MODEL_LEN"}, _LLAMA_B200_NM, "none"),
+           "4b860b78e (#79)", {**_LLAMA_B200, "kv_cache.max_model_len": "MAX_MODEL_LEN"} | _FULL_DECODE_ONLY,
+           _LLAMA_B200_NM, "none"),
     Recipe("llama-70b", "h100_sxm", "fp8", "2025-09-23", "2025-10-30",
            "benchmarks/70b_fp8_h100_{docker,slurm}.sh", "af4ccd03f (#43)",
            {**_LLAMA_HOPPER, "kv_cache.max_model_len": 10240}, (), "none"),
@@ -177,8 +182,8 @@ RECIPES: tuple[Recipe, ...] = (
     _capture_2048(Recipe("gpt-oss", "h100_sxm", "fp4", "2025-09-23", "2025-11-04", "benchmarks/gptoss_fp4_h100_{docker,slurm}.sh",
            "af4ccd03f (#43)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240}, (), "none")),
     _capture_2048(Recipe("gpt-oss", "h100_sxm", "fp4", "2025-11-04", "2025-12-05", "benchmarks/gptoss_fp4_h100_{docker,slurm}.sh",
-           "7103d6608 (#159)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240},
-           ('--compilation-config {"cudagraph_mode": "PIECEWISE"}',), "none")),
+           "7103d6608 (#159)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240} | _PIECEWISE,
+           (), "none")),
     _capture_2048(Recipe("gpt-oss", "h100_sxm", "fp4", "2025-12-05", "2026-01-02", "benchmarks/gptoss_fp4_h100_{docker,slurm}.sh",
            "25506e87c (#273)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": 10240},
            (), "none")),
@@ -198,8 +203,8 @@ RECIPES: tuple[Recipe, ...] = (
            "eb282d8f6 (#66); last touched 9596d23d7 (#148, log handling only)",
            {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"}, (), "none")),
     _capture_2048(Recipe("gpt-oss", "h200_sxm", "fp4", "2025-11-04", "2025-12-05", "benchmarks/gptoss_fp4_h200_slurm.sh",
-           "7103d6608 (#159)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"},
-           ('--compilation-config {"cudagraph_mode": "PIECEWISE"}',), "none")),
+           "7103d6608 (#159)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"} | _PIECEWISE,
+           (), "none")),
     _capture_2048(Recipe("gpt-oss", "h200_sxm", "fp4", "2025-12-05", "2026-01-02", "benchmarks/gptoss_fp4_h200_slurm.sh",
            "25506e87c (#273)", {**_GPTOSS_HOPPER, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"},
            (), "none")),
@@ -267,11 +272,9 @@ RECIPES: tuple[Recipe, ...] = (
     _capture_2048(Recipe("minimax-m2.5", "b300_sxm", "fp4", "2026-04-21", None, _SN + "minimaxm2.5_fp4_b300.sh",
            "633fd2377 (#1107)", _MM_FP4, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",), "dp-attention")),
     Recipe("minimax-m2.5", "h100_sxm", "fp8", "2026-03-03", "2026-03-28", _SN + "minimaxm2.5_fp8_h100.sh",
-           "ac0d2a853 (#832); image v0.18.0 1d5cae141 (#958)", _MM_HOPPER,
-           ('--compilation-config {"cudagraph_mode": "PIECEWISE"}',)),
+           "ac0d2a853 (#832); image v0.18.0 1d5cae141 (#958)", _MM_HOPPER | _PIECEWISE, ()),
     Recipe("minimax-m2.5", "h100_sxm", "fp8", "2026-03-28", None, _SN + "minimaxm2.5_fp8_h100.sh",
-           "0f78cf4eb (#966)", {**_MM_HOPPER, "kv_cache.prefix_caching": False},
-           ('--compilation-config {"cudagraph_mode": "PIECEWISE"}',)),
+           "0f78cf4eb (#966)", {**_MM_HOPPER, "kv_cache.prefix_caching": False} | _PIECEWISE, ()),
     Recipe("minimax-m2.5", "h200_sxm", "fp8", "2026-03-01", "2026-03-13", _SN + "minimaxm2.5_fp8_h200.sh",
            "a36346339 (#831)", _MM_H200, (), "none"),
     Recipe("minimax-m2.5", "h200_sxm", "fp8", "2026-03-13", "2026-03-28", _SN + "minimaxm2.5_fp8_h200.sh",

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Optional
 import streamlit as st
 
 from sim.catalog import list_hardware, list_models
-from sim.catalog.engines import ENGINE_NAMES
+from sim.catalog.engines import ENGINE_NAMES, VLLM_CUDAGRAPH_MODES
 from sim.config import (ALLOCATORS, DEFAULTS, KV_DTYPES, POLICIES, PREEMPTIONS, QUEUE_POLICIES,
                         RESERVES, ROUTERS, WEIGHT_QUANT, build_config, parse_override)
 from sim.errors import KvplanError
@@ -272,6 +272,10 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
                   help="No CUDA graphs: every forward waits for the host to issue each layer's ops "
                        "(about 0.8 ms a dense layer). SGLang's switch is sglang.disable_cuda_graph "
                        "(in the overrides)")
+            f.add("engine.cudagraph_mode", st.selectbox, "CUDA-graph mode (vLLM)", list(VLLM_CUDAGRAPH_MODES),
+                  help="auto: the release's FULL_AND_PIECEWISE (decodes one full graph, mixed steps "
+                       "piecewise); PIECEWISE, FULL_DECODE_ONLY (mixed steps outside graphs), FULL, "
+                       "NONE (no graphs, still compiled). vLLM only")
             cost_model_field(f)
             f.add("cost_model.moe_routing", st.selectbox, "MoE routing (operator tables)",
                   list(MOE_ROUTINGS),

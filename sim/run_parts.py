@@ -210,7 +210,9 @@ def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], ki
                            moe_kernel=sc.quantization.moe_kernel,
                            max_capture_size=(sc.sglang.cuda_graph_max_bs if sc.engine.name == "sglang"
                                              else sc.engine.max_cudagraph_capture_size),
-                           cuda_graphs=not eager, **_extend_graphs(sc, model), **common)
+                           cuda_graphs=not eager,
+                           cudagraph_mode=None if sc.engine.cudagraph_mode == "auto" else sc.engine.cudagraph_mode,
+                           **_extend_graphs(sc, model), **common)
     roofline = make_pricer("roofline", model, sc.hardware,
                            expert_parallel_size=par.expert_shards,
                            expert_tensor_parallel_size=par.expert_tensor_shards,

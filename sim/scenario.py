@@ -28,7 +28,7 @@ from typing import Any, ClassVar, Mapping, Optional
 
 from sim.catalog.dtypes import DTYPES, KV_DTYPES, WEIGHT_QUANT
 from sim.catalog.engines import (DEFAULT_SGLANG_VERSION, DEFAULT_VLLM_VERSION, ENGINE_NAMES,
-                                 EngineRelease, get_engine)
+                                 VLLM_CUDAGRAPH_MODES, EngineRelease, get_engine)
 from sim.catalog.frontends import FRONTEND_NAMES, FrontEnd, get_frontend
 from sim.catalog.links import LINK_NAMES
 from sim.errors import ConfigError
@@ -465,8 +465,17 @@ class EngineConfig(_Section):
     #: vLLM's ``--enforce-eager``: no CUDA graphs and no torch.compile; every step waits for the
     #: host to issue each layer's ops one by one (``eager_host_seconds``).
     enforce_eager: bool = _field(False, _Check("bool"))
+    #: vLLM's ``--compilation-config '{"cudagraph_mode": ...}'``: which steps replay CUDA graphs.
+    #: auto: the release's (FULL_AND_PIECEWISE: decode-only steps one full graph, mixed ones
+    #: piecewise); PIECEWISE (every step piecewise, attention eager between the pieces);
+    #: FULL_DECODE_ONLY (decode-only steps full, mixed ones outside graphs); FULL (every step up
+    #: to the capture size one full graph); NONE (no graphs; still torch.compile'd).
+    cudagraph_mode: str = choice("auto", VLLM_CUDAGRAPH_MODES)
 
     def __post_init__(self) -> None:
+        if self.cudagraph_mode != "auto" and self.name == "sglang":
+            raise ConfigError("engine.cudagraph_mode: a vLLM setting; SGLang's are sglang.cuda_graph_max_bs, "
+                              "sglang.disable_cuda_graph and its piecewise keys")
         if self.enforce_eager and self.name == "sglang":
             raise ConfigError("engine.enforce_eager: a vLLM flag; SGLang's is sglang.disable_cuda_graph")
         if self.max_cudagraph_capture_size is not None and self.name == "sglang":

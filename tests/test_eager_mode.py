@@ -1,6 +1,6 @@
-"""Engines run without CUDA graphs: vLLM's ``engine.enforce_eager`` and SGLang's
-``sglang.disable_cuda_graph``. Every forward then waits for the host to issue its ops one by one
-(``eager_host_seconds``), whichever pricer prices the kernels."""
+"""Engines run without CUDA graphs, or with fewer: vLLM's ``engine.enforce_eager`` and
+``engine.cudagraph_mode``, SGLang's ``sglang.disable_cuda_graph``. A forward outside graphs waits
+for the host to issue its ops (``eager_host_seconds``), whichever pricer prices the kernels."""
 
 from __future__ import annotations
 
@@ -88,3 +88,43 @@ def test_sglang_disable_cuda_graph_runs_decode_batches_eagerly(package_tables):
 def test_each_engine_refuses_the_others_flag():
     with pytest.raises(ConfigError, match="engine.enforce_eager: a vLLM flag; SGLang's is sglang.disable_cuda_graph"):
         resolve_deployment({"engine": {"name": "sglang", "enforce_eager": True}})
+
+
+@tables
+def test_cudagraph_modes_choose_which_steps_replay_graphs(package_tables):
+    """vLLM's cudagraph_mode on Llama-3.1-8B / H100: FULL_AND_PIECEWISE (the default) replays a
+    decode batch in one full graph and a small mixed step piecewise; FULL_DECODE_ONLY runs the
+    mixed step outside graphs (the compiled step's 0.8 ms a layer); PIECEWISE prices a decode like
+    a mixed step, FULL a mixed step like a decode; NONE runs every step outside graphs but still
+    compiled, where enforce_eager issues every op; a prompt above the capture size is priced
+    alike in all of them."""
+    base = {"model": "llama-3.1-8b", "hardware": "h100-sxm", "dtype": "bfloat16",
+            "cost_model": {"source": "operator_tables"}}
+
+    def pricer(mode: str = "auto", **engine):
+        return resolve_deployment({**base, "engine": {"cudagraph_mode": mode, **engine}}).cost_model
+
+    dec = StepShape(num_decode_seqs=32, decode_context_tokens=32 * 600)
+    mix = StepShape(num_decode_seqs=32, decode_context_tokens=32 * 600, num_prefill_tokens=200,
+                    num_prefill_seqs=1, prefill_attention_work=200 * 201 // 2)
+    big = StepShape(num_prefill_tokens=2000, num_prefill_seqs=1, prefill_attention_work=2000 * 2001 // 2)
+    auto, fpw = pricer(), pricer("FULL_AND_PIECEWISE")
+    host = 32 * 0.8e-3
+    assert [auto.price(s) for s in (dec, mix, big)] == [fpw.price(s) for s in (dec, mix, big)]
+    decode_only = pricer("FULL_DECODE_ONLY")
+    assert decode_only.price(dec) == auto.price(dec) and decode_only.price(mix) >= host > 2 * auto.price(mix)
+    piecewise, full = pricer("PIECEWISE"), pricer("FULL")
+    assert piecewise.price(dec) == pytest.approx(auto.price(dec), rel=0.01) and piecewise.price(dec) < host / 2
+    assert full.price(mix) == pytest.approx(auto.price(mix), rel=0.01) and full.price(mix) < host / 2
+    none = pricer("NONE")
+    assert none.capture_sizes == [] and host <= none.price(dec) <= pricer(enforce_eager=True).price(dec)
+    # At TP 2 the eager forward issues two all-reduces a layer more than the measured dense
+    # layer's ops; the compiled one keeps 0.8 ms a layer.
+    tp2 = {**base, "parallel": {"tensor_parallel_size": 2}}
+    none2 = resolve_deployment({**tp2, "engine": {"cudagraph_mode": "NONE"}}).cost_model
+    eager2 = resolve_deployment({**tp2, "engine": {"enforce_eager": True}}).cost_model
+    assert none2.price(dec) < eager2.price(dec)
+    assert len({round(p.price(big), 12) for p in (auto, decode_only, piecewise, full, none)}) == 1
+    assert "(FULL_DECODE_ONLY)" in decode_only.describe() and "cudagraph_mode NONE" in none.describe()
+    with pytest.raises(ConfigError, match="engine.cudagraph_mode: a vLLM setting"):
+        resolve_deployment({"engine": {"name": "sglang", "cudagraph_mode": "PIECEWISE"}})

@@ -16,7 +16,7 @@ ALLOWED = {
     "kv_cache": {"gpu_memory_utilization", "block_size", "prefix_caching", "dtype", "max_model_len"},
     "quantization": {"moe_kernel"},
     "parallel": {"enable_expert_parallel"},
-    "engine": {"max_cudagraph_capture_size"},
+    "engine": {"max_cudagraph_capture_size", "cudagraph_mode"},
 }
 
 MM = "MiniMaxAI/MiniMax-M2.5"
@@ -77,6 +77,21 @@ def test_gpt_oss_hopper_2025_had_async_scheduling_and_no_marlin():
     assert config["scheduler"]["async_scheduling"] is True
     assert config["kv_cache"]["max_model_len"] == 8192 + 1024 + 200  # CALCULATED_MAX_MODEL_LEN
     assert not any("MARLIN" in n for n in notes) and "quantization" not in config
+
+
+def test_the_scripts_cudagraph_mode_is_replayed():
+    """--compilation-config's cudagraph_mode: PIECEWISE in the gpt-oss Hopper scripts of
+    7103d6608 (#159, 2025-11-04 to 12-05) and in the MiniMax-M2.5 H100 scripts; FULL_DECODE_ONLY
+    in the 2025 Llama-70B B200 scripts (whose fusion passes stay unmodelled)."""
+    assert flags("openai/gpt-oss-120b", "fp4", "h100_sxm", "2025-11-20", tp=8)[0]["engine"] == {
+        "max_cudagraph_capture_size": 2048, "cudagraph_mode": "PIECEWISE"}
+    assert "cudagraph_mode" not in flags("openai/gpt-oss-120b", "fp4", "h100_sxm", "2025-12-10", tp=8)[0]["engine"]
+    config, notes = flags("MiniMaxAI/MiniMax-M2.5", "fp8", "h100_sxm", "2026-04-01", tp=4)
+    assert config["engine"] == {"cudagraph_mode": "PIECEWISE"}
+    assert not any("cudagraph_mode" in n for n in notes if n.startswith("not modelled:"))
+    config, notes = flags("meta-llama/Llama-3.3-70B-Instruct-FP8", "fp8", "b200_sxm", "2025-10-15", tp=8)
+    assert config["engine"] == {"cudagraph_mode": "FULL_DECODE_ONLY"}
+    assert any(n.startswith("not modelled:") and "pass_config" in n for n in notes)
 
 
 def test_gpt_oss_h100_docker_client_defect_by_date_and_label():
@@ -158,7 +173,7 @@ def test_b300():
 def test_minimax_hopper():
     h100, _ = flags(MM, "fp8", "h100_sxm", "2026-03-27", ep=4)
     assert h100 == {"kv_cache": {"gpu_memory_utilization": 0.90, "max_model_len": 2248},
-                    "scheduler": {"max_num_seqs": 256}}
+                    "scheduler": {"max_num_seqs": 256}, "engine": {"cudagraph_mode": "PIECEWISE"}}
     h200, notes = flags(MM, "fp8", "h200_sxm", "2026-03-28", tp=8)
     assert h200["kv_cache"] == {"gpu_memory_utilization": 0.95, "max_model_len": 2248, "prefix_caching": False}
     assert any("-ge 1" in n for n in notes)
@@ -197,7 +212,8 @@ def test_table_is_well_formed():
         for key, value in rec.flags.items():
             section, name = key.split(".", 1)
             assert name in ALLOWED[section], key
-            if isinstance(value, str) and key not in ("kv_cache.dtype", "quantization.moe_kernel"):
+            if isinstance(value, str) and key not in ("kv_cache.dtype", "quantization.moe_kernel",
+                                                      "engine.cudagraph_mode"):
                 assert value in m.RULES, (key, value)
     key = lambda r: (r.family, r.system, r.precision)
     for _, group in itertools.groupby(sorted(m.RECIPES, key=lambda r: (key(r), r.from_date)), key=key):
@@ -214,4 +230,5 @@ def test_every_version_resolves(rec):
     assert config and notes[0].startswith("InferenceX ")
     for section, values in config.items():
         assert set(values) <= ALLOWED[section]
-        assert all(not isinstance(v, str) or v in ("fp8", "auto", "marlin") for v in values.values())
+        assert all(not isinstance(v, str) or v in ("fp8", "auto", "marlin", "PIECEWISE", "FULL_DECODE_ONLY")
+                   for v in values.values())

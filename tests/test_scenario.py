@@ -89,6 +89,7 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "quantization.moe_kernel": ("marlin", {"quantization.weights": "mxfp4"}),
         "engine.max_cudagraph_capture_size": (2048, {}),
         "engine.enforce_eager": (True, {}),
+        "engine.cudagraph_mode": ("PIECEWISE", {}),
         "cost_model.profile": (profile, {}),
         "cost_model.source": ("roofline", {}),
         "cost_model.tables": (__import__("os").path.dirname(str(profile)), {}),

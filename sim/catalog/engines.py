@@ -24,6 +24,10 @@ if TYPE_CHECKING:
 
 #: Engines kvplan models (``engine.name``).
 ENGINE_NAMES: tuple[str, ...] = ("vllm", "sglang")
+#: ``engine.cudagraph_mode``: auto (the release's) or one of vLLM's ``CUDAGraphMode`` names that
+#: a serving config sets (vllm/config/compilation.py).
+VLLM_CUDAGRAPH_MODES: tuple[str, ...] = ("auto", "FULL_AND_PIECEWISE", "PIECEWISE", "FULL_DECODE_ONLY",
+                                          "FULL", "NONE")
 
 #: The oldest and newest vLLM releases whose behaviour kvplan models. 0.11.0 made
 #: ``FULL_AND_PIECEWISE`` CUDA graphs the default (below); 0.24.0 is the newest release the
@@ -346,7 +350,7 @@ def sglang_extend_graph_tokens(release: EngineRelease, *, chunked_prefill_size: 
     return top, f"extends up to {top} tokens in piecewise CUDA graphs"
 
 
-__all__ = ["ENGINE_NAMES", "DEFAULT_VLLM_VERSION", "DEFAULT_SGLANG_VERSION", "DEFAULT_VERSIONS", "EngineRelease", "get_engine", "parse_version",
+__all__ = ["ENGINE_NAMES", "VLLM_CUDAGRAPH_MODES", "DEFAULT_VLLM_VERSION", "DEFAULT_SGLANG_VERSION", "DEFAULT_VERSIONS", "EngineRelease", "get_engine", "parse_version",
            "version_text", "sglang_chunked_prefill_size", "sglang_cuda_graph_max_bs",
            "sglang_mem_fraction_static", "sglang_max_running_requests", "sglang_extend_graph_tokens",
            "sglang_pcg_capture_sizes", "SGLANG_PCG_DEFAULT_FROM"]

@@ -443,6 +443,7 @@ class OperatorTableCostModel(StepPricer):
                  expert_tensor_parallel_size: Optional[int] = None,
                  moe_activations: str = "auto", moe_kernel: str = "auto",
                  max_capture_size: Optional[int] = None,
+                 cudagraph_mode: Optional[str] = None,
                  extend_graph_tokens: Optional[int] = None,
                  extend_graph_reason: Optional[str] = None) -> None:
         self.model = m = get_model(model)
@@ -523,12 +524,20 @@ class OperatorTableCostModel(StepPricer):
         self._warnings: list[str] = []
         self.max_num_seqs = max_num_seqs
         self.cuda_graphs, self.async_scheduling = cuda_graphs, async_scheduling
+        #: vLLM's ``cudagraph_mode`` (``engine.cudagraph_mode``; None: the release's): which
+        #: steps up to the capture size replay graphs, and whether full or piecewise.
+        self.cudagraph_mode = mode = cudagraph_mode or engine.cudagraph_mode
         self.capture_sizes = (capture_sizes(max_num_seqs, engine, h, tp, max_capture_size)
-                              if cuda_graphs else [])
+                              if cuda_graphs and mode != "NONE" else [])
         #: SGLang captures full graphs of decode batches only; an extend (prefill) batch runs in
         #: piecewise graphs up to ``extend_graph_tokens`` tokens (0: eagerly; None: the
         #: release's default for this model and layout, ``sglang_extend_graph_tokens``).
-        self._graphs_decode_only = engine.cudagraph_mode == "DECODE_ONLY"
+        self._graphs_decode_only = mode == "DECODE_ONLY"
+        #: 1 where that kind of step replays one full graph (else piecewise, if it is in graphs
+        #: at all); ``_mixed_graphs`` 0: mixed and prefill steps run outside graphs.
+        self._decode_full = 0 if mode == "PIECEWISE" else 1
+        self._mixed_full = 1 if mode == "FULL" else 0
+        self._mixed_graphs = 0 if mode in ("DECODE_ONLY", "FULL_DECODE_ONLY") else 1
         self.max_capture = self.capture_sizes[-1] if self.capture_sizes else 0
         if self._graphs_decode_only and extend_graph_tokens is None:
             extend_graph_tokens, extend_graph_reason = sglang_extend_graph_tokens(
@@ -1327,8 +1336,9 @@ class OperatorTableCostModel(StepPricer):
         # ``extend_graph_tokens``: its GEMMs as eager at the rows of the captured size that runs
         # it (the batch padded to it; attention, outside the graphs, on the real tokens).
         pcg = 0
-        if self._graphs_decode_only:
+        if not self._mixed_graphs:
             graphable = graphable * decode_only
+        if self._graphs_decode_only:
             pcg = (1 - decode_only) * (rows <= self.extend_graph_tokens)
         rows_run = rows + pcg * (look.pad(rows) - rows)
         rows_cost = look.graph_at(rows) * graphable + look.rows_eager(rows_run) * (1 - graphable) * (rows > 0)
@@ -1355,8 +1365,8 @@ class OperatorTableCostModel(StepPricer):
                                         + (D > 0) * look.gdn_dec(mx(D, 1)))
         # Launch: a full graph is one replay; piecewise graphs launch L + 1 pieces and L
         # eager attention calls; eager launches every kernel. The GPU cannot run ahead of it.
-        full = graphable * decode_only
-        piece = graphable * (1 - decode_only) + pcg
+        full = graphable * (decode_only * self._decode_full + (1 - decode_only) * self._mixed_full)
+        piece = graphable * (decode_only * (1 - self._decode_full) + (1 - decode_only) * (1 - self._mixed_full)) + pcg
         eager = (1 - graphable) * (1 - pcg) * (rows > 0)
         logits = (rows > 0) * sampled_rows(s)
         lm = (logits > 0) * (head(logits) + self._sample_per_row * logits + 2 * KERNEL_LAUNCH_S)
@@ -1435,8 +1445,12 @@ class OperatorTableCostModel(StepPricer):
 
     def describe(self) -> str:
         p = self.precision
-        if self.cuda_graphs:
-            graphs = f", cuda graphs up to {self.max_capture} tokens"
+        mode = self.cudagraph_mode
+        if self.cuda_graphs and mode == "NONE":
+            graphs = ", no cuda graphs (cudagraph_mode NONE: compiled steps at the host's time per layer)"
+        elif self.cuda_graphs:
+            graphs = (f", cuda graphs up to {self.max_capture} tokens"
+                      + ("" if mode in ("FULL_AND_PIECEWISE", "DECODE_ONLY") else f" ({mode})"))
         elif self._graphs_decode_only:
             graphs = ", decode batches eager (--disable-cuda-graph)"
         else:
