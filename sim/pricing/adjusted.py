@@ -17,7 +17,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from sim.policies.step import StepShape
-from sim.pricing.base import StepPricer
+from sim.pricing.base import ShapeColumns, StepPricer
 
 
 class ScaledPricer(StepPricer):
@@ -77,8 +77,9 @@ def chunks_out(shape: StepShape) -> int:
 
 class StepFloor(StepPricer):
     """``base``'s price, but never below ``floor(shape)`` for a step that runs: a resource other
-    than the GPU's kernels that every step waits on. Subclasses say which (``floor``,
-    ``floor_columns``, ``wait_key`` for ``breakdown``, ``because`` for ``describe``)."""
+    than the GPU's kernels that every step waits on. Subclasses say which (``floor``, written
+    once for a ``StepShape`` or a ``ShapeColumns`` alike; ``wait_key`` for ``breakdown``,
+    ``because`` for ``describe``)."""
 
     wait_key = "floor_wait"
 
@@ -86,10 +87,7 @@ class StepFloor(StepPricer):
         self.base = base
         self.provenance = getattr(base, "provenance", None)
 
-    def floor(self, shape: StepShape) -> float:
-        raise NotImplementedError
-
-    def floor_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
+    def floor(self, shape: Any) -> Any:
         raise NotImplementedError
 
     def because(self) -> str:
@@ -105,7 +103,7 @@ class StepFloor(StepPricer):
         return lambda c: max(base(c), floor)
 
     def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
-        return np.maximum(self.base.price_columns(columns), self.floor_columns(columns))
+        return np.maximum(self.base.price_columns(columns), self.floor(ShapeColumns(columns)))
 
     def breakdown(self, shape: StepShape) -> dict[str, float]:
         """The base's terms, plus the time the step waits on the floor (0 while it is under)."""
@@ -140,13 +138,8 @@ class FrontEndFloor(StepFloor):
         super().__init__(base)
         self.stream_s = float(stream_s)
 
-    def floor(self, shape: StepShape) -> float:
+    def floor(self, shape: Any) -> Any:
         return self.stream_s * chunks_out(shape)
-
-    def floor_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
-        chunks = (np.asarray(columns.get("num_decode_seqs", 0), dtype=float)
-                  + np.asarray(columns.get("num_prefill_seqs", 0), dtype=float))
-        return self.stream_s * chunks
 
     def because(self) -> str:
         return f"no faster than the API server streams ({self.stream_s * 1e6:.3g} us per request per step)"
@@ -170,14 +163,10 @@ class EagerHostFloor(StepFloor):
         super().__init__(base)
         self.host_s = float(host_s)
 
-    def floor(self, shape: StepShape) -> float:
-        busy = shape.num_prefill_tokens + shape.num_decode_seqs + shape.num_spec_tokens > 0
-        return self.host_s if busy else 0.0
-
-    def floor_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
-        rows = sum(np.asarray(columns.get(k, 0), dtype=float)
-                   for k in ("num_prefill_tokens", "num_decode_seqs", "num_spec_tokens"))
-        return np.where(rows > 0, self.host_s, 0.0)
+    def floor(self, shape: Any) -> Any:
+        # The step's GEMM rows (``StepShape.num_tokens``, spelled out for columns too).
+        rows = shape.num_prefill_tokens + shape.num_decode_seqs + shape.num_spec_tokens + shape.num_padding_tokens
+        return self.host_s * (rows > 0)
 
     def because(self) -> str:
         return f"every forward eager: no faster than the host issues it ({self.host_s * 1e3:.3g} ms)"
