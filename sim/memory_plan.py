@@ -190,20 +190,30 @@ SGLANG_MAMBA_FULL_MEMORY_RATIO = 0.9
 SGLANG_MAMBA_SLOTS_PER_REQUEST = 3
 
 
-def split_state_pool(plan: MemoryPlan, ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO) -> MemoryPlan:
-    """SGLang's memory split for a hybrid linear-attention model (``ModelRunner.
-    _handle_max_mamba_cache``, ratio branch): of the memory left after the weights, ``ratio /
-    (1 + ratio)`` holds whole request states (``max_mamba_cache_size`` of them), the rest the
-    full-attention layers' KV tokens. Unchanged for a model without state."""
+def split_state_pool(plan: MemoryPlan, ratio: float = SGLANG_MAMBA_FULL_MEMORY_RATIO,
+                     states: Optional[int] = None) -> MemoryPlan:
+    """SGLang's memory split for a hybrid linear-attention model (``ModelRunnerKVCacheMixin.
+    handle_max_mamba_cache``): ``states`` whole request states when the server fixes their number
+    (``--max-mamba-cache-size``, or ``--max-running-requests`` with the radix cache off), else the
+    ratio branch: of the memory left after the weights, ``ratio / (1 + ratio)`` holds states.
+    The full-attention layers' KV tokens get the rest. Unchanged for a model without state."""
     per_req = plan.state_bytes_per_request
     if per_req <= 0:
         return plan
-    states = int(plan.kv_pool_bytes * ratio / (1 + ratio) // per_req)
-    if states < 1:
+    if states is None:
+        states = int(plan.kv_pool_bytes * ratio / (1 + ratio) // per_req)
+        if states < 1:
+            raise DoesNotFitError(
+                f"{plan.model}: SGLang's state pool ({ratio:g} of the KV pool's bytes) holds "
+                f"{states} request states of {per_req / 2**20:.1f} MiB; raise "
+                f"sglang.mem_fraction_static or use more GPUs")
+    elif states * per_req >= plan.kv_pool_bytes:
         raise DoesNotFitError(
-            f"{plan.model}: SGLang's state pool ({ratio:g} of the KV pool's bytes) holds "
-            f"{states} request states of {per_req / 2**20:.1f} MiB; raise "
-            f"sglang.mem_fraction_static or use more GPUs")
+            f"{plan.model}: SGLang's state pool of {states} request states of "
+            f"{per_req / 2**20:.1f} MiB needs {states * per_req / GB:.1f} GB but "
+            f"{plan.kv_pool_bytes / GB:.1f} GB is left after the weights, leaving no KV cache; "
+            f"lower sglang.max_mamba_cache_size (or max_running_requests) or raise "
+            f"sglang.mem_fraction_static")
     kv_pool = plan.kv_pool_bytes - states * per_req
     return replace(plan, kv_pool_bytes=kv_pool, num_kv_slots=int(kv_pool // plan.kv_bytes_per_token),
                    max_state_requests=states)

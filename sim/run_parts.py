@@ -62,7 +62,7 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
     from sim.memory_plan import plan_memory, split_state_pool
 
     sc = as_scenario(scenario)
-    model = get_model(sc.model)
+    model = sglang_state_model(sc, get_model(sc.model))
     hw = get_hardware(sc.hardware)
     par, kv, sched = sc.parallel, sc.kv_cache, sc.scheduler
     weight_dtype = sc.quantization.weight_dtype
@@ -88,13 +88,40 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
         # SGLang keeps linear-attention states in a pool of their own (vLLM pages them from the
         # KV pool: ``build_replica_scheduler``), both sized from memory; a given block count
         # then fixes the KV tokens only (as SGLang's --max-total-tokens would).
-        memory = split_state_pool(memory, sc.sglang.mamba_full_memory_ratio)
+        memory = split_state_pool(memory, sc.sglang.mamba_full_memory_ratio, sglang_state_slots(sc))
     if kv.num_gpu_blocks is not None:
         slots = kv.num_gpu_blocks * kv_page_tokens(sc, model, memory)
         memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
     cost, source, base, overhead_ms = _make_cost_model(sc, model, weight_dtype)
     return Deployment(model, hw, memory, cost, par.gpus_per_replica, source, base, overhead_ms / 1000,
                       sc.engine.front_end)
+
+
+def sglang_state_model(sc: Scenario, model: "ModelSpec") -> "ModelSpec":
+    """The model with SGLang's ``--mamba-ssm-dtype`` (``sglang.mamba_ssm_dtype``) as its
+    recurrent-state dtype: the flag overrides the model config's (SGLang's
+    ``mamba2_state_dtype`` reads ``SGLANG_MAMBA_SSM_DTYPE``, which the server sets from it, before
+    the config). Unchanged for vLLM, ``auto``, or a model without linear attention."""
+    from sim.catalog.models import SSM_DTYPE_BYTES
+
+    dtype = sc.sglang.mamba_ssm_dtype if sc.engine.name == "sglang" else "auto"
+    if dtype == "auto" or not model.is_hybrid_linear:
+        return model
+    return replace(model, linear_state_bytes=SSM_DTYPE_BYTES[dtype])
+
+
+def sglang_state_slots(sc: Scenario) -> Optional[int]:
+    """Request states one SGLang rank's pool holds when the server fixes their number, else None
+    (the pool is then sized by ``mamba_full_memory_ratio``): ``sglang.max_mamba_cache_size``, or
+    ``max_running_requests`` when the radix cache is off (no finished request's state is kept),
+    each split over the DP-attention ranks (``handle_max_mamba_cache``'s first two branches)."""
+    sg, dp = sc.sglang, max(sc.parallel.data_parallel_size, 1)
+    if sg.max_mamba_cache_size is not None:
+        return max(1, sg.max_mamba_cache_size // dp)
+    given = sc.max_num_seqs_given
+    if sg.disable_radix_cache and given is not None:
+        return max(1, given // dp)
+    return None
 
 
 def sglang_memory_fraction(sc: Scenario, hw: "HardwareSpec") -> float:

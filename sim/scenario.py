@@ -31,6 +31,7 @@ from sim.catalog.engines import (DEFAULT_SGLANG_VERSION, DEFAULT_VLLM_VERSION, E
                                  VLLM_CUDAGRAPH_MODES, EngineRelease, get_engine)
 from sim.catalog.frontends import FRONTEND_NAMES, FrontEnd, get_frontend
 from sim.catalog.links import LINK_NAMES
+from sim.catalog.models import SSM_DTYPE_BYTES
 from sim.errors import ConfigError
 from sim.policies.kv import ALLOCATORS, RESERVE_POLICIES, OffloadTier, OffloadTiers
 from sim.policies.router import (DEFAULT_AFFINITY_ABS_THRESHOLD, DEFAULT_AFFINITY_REL_THRESHOLD,
@@ -61,6 +62,8 @@ MOE_ACTIVATIONS: tuple[str, ...] = ("auto", "bf16", "mxfp8")
 #: default for the GPU, ``sim.pricing.operator_tables.DEFAULT_MOE_KERNELS``; ``marlin``: Marlin's
 #: W4A16 MoE, as ``VLLM_MXFP4_USE_MARLIN=1`` selects).
 MOE_KERNELS: tuple[str, ...] = ("auto", "marlin")
+#: ``sglang.mamba_ssm_dtype``: the recurrent-state dtypes SGLang's ``--mamba-ssm-dtype`` takes.
+MAMBA_SSM_DTYPES: tuple[str, ...] = ("auto",) + tuple(SSM_DTYPE_BYTES)
 
 #: Bytes in a GiB. ``kv_cache.swap_space_gb`` is in GiB, like vLLM's ``swap_space``; the
 #: simulator and the runtime both size the host swap pool with this constant.
@@ -537,6 +540,14 @@ class SglangConfig(_Section):
     #: ``--mamba-full-memory-ratio``: a hybrid linear-attention model's (Qwen3.5) state pool
     #: bytes over its KV pool's, both from the memory left after the weights.
     mamba_full_memory_ratio: float = number(0.9, 0.0, 1000.0, lo_open=True)
+    #: ``--mamba-ssm-dtype``: the recurrent (temporal) state's dtype in that pool, float32,
+    #: bfloat16 or float16 (auto: the model config's ``mamba_ssm_dtype``, else float32, as SGLang
+    #: reads it); bfloat16 halves a request's state, so twice as many fit.
+    mamba_ssm_dtype: str = choice("auto", MAMBA_SSM_DTYPES)
+    #: ``--max-mamba-cache-size``: request states the pool holds, for the whole server (split
+    #: over DP-attention ranks); None: from ``mamba_full_memory_ratio``, or
+    #: ``max_running_requests`` when the radix cache is off and that is given (SGLang's rule).
+    max_mamba_cache_size: Optional[int] = integer(None, 1, _MAX_SEQS, optional=True)
     #: ``--enable-piecewise-cuda-graph``: releases before 0.5.10 capture extend batches in
     #: piecewise CUDA graphs only with it (later ones by default).
     enable_piecewise_cuda_graph: bool = _field(False, _Check("bool"))

@@ -69,9 +69,11 @@ def test_h200_qwen35_fp8_max_running_requests_128_and_hopper_recv_default():
     cfg, notes = flags(QWEN, "fp8", "h200_sxm", "2026-03-04", clients=64, ep=8)
     assert cfg["sglang"] == {"max_running_requests": 128, "chunked_prefill_size": 16384,
                              "mem_fraction_static": 0.8, "disable_radix_cache": True,
-                             "cuda_graph_max_bs": 64}  # --cuda-graph-max-bs $CONC
+                             "cuda_graph_max_bs": 64,  # --cuda-graph-max-bs $CONC
+                             "mamba_ssm_dtype": "bfloat16"}
     assert cfg["kv_cache"] == {"dtype": "fp8"}
     assert "@f65d6b4b1" in notes[0]
+    assert not any("--mamba-ssm-dtype" in n for n in notes)  # replayed, not listed as not modelled
     assert flags(QWEN, "fp8", "h200_sxm", "2026-03-09", clients=64, ep=8)[0] == cfg
 
 
@@ -106,6 +108,10 @@ def test_qwen35_versions_by_date():
     assert (s["max_running_requests"], s["chunked_prefill_size"], s["scheduler_recv_interval"]) == (64, 16384, 10)
     s = flags(QWEN, "fp4", "b300_sxm", "2026-04-18", clients=32, tp=4)[0]["sglang"]
     assert (s["mem_fraction_static"], s["scheduler_recv_interval"]) == (0.8, 30)
+    # --mamba-ssm-dtype bfloat16 in every Qwen3.5 FP8 / FP4 script, none of the BF16 ones.
+    assert s["mamba_ssm_dtype"] == "bfloat16"
+    assert flags(QWEN, "fp8", "b200_sxm", "2026-03-25", tp=4)[0]["sglang"]["mamba_ssm_dtype"] == "bfloat16"
+    assert "mamba_ssm_dtype" not in flags(QWEN, "bf16", "b200_sxm", "2026-03-09")[0]["sglang"]
 
 
 def test_no_script_and_undated():

@@ -114,6 +114,62 @@ def test_sglang_state_pool_by_hand(tiny_next):
     assert small.memory.num_kv_slots > mem.num_kv_slots
 
 
+def test_sglang_state_pool_size_fixed_by_the_server(tiny_next):
+    """SGLang's ``handle_max_mamba_cache`` branches: ``--max-mamba-cache-size`` states, else
+    ``--max-running-requests`` of them with the radix cache off (one state a running request and
+    nothing cached), each split over the DP-attention ranks; the KV pool takes the rest of the
+    same memory. With the radix cache on, the ratio decides whatever the request cap."""
+    base = {"model": tiny_next, "hardware": "h100-sxm", "dtype": "bfloat16",
+            "engine": {"name": "sglang"}, "cost_model": {"source": "roofline"}}
+    ratio = resolve_deployment(base).memory
+    per_req = ratio.state_bytes_per_request
+    rest = ratio.kv_pool_bytes + ratio.max_state_requests * per_req
+    off = resolve_deployment({**base, "sglang": {"disable_radix_cache": True,
+                                                 "max_running_requests": 48}})
+    assert off.memory.max_state_requests == 48
+    assert off.memory.kv_pool_bytes == pytest.approx(rest - 48 * per_req)
+    assert off.memory.num_kv_slots == int((rest - 48 * per_req) // ratio.kv_bytes_per_token)
+    assert build_replica_scheduler(Scenario.from_dict({**base, "sglang": {
+        "disable_radix_cache": True, "max_running_requests": 48}}), off.memory.num_kv_slots,
+        memory=off.memory).config.max_num_seqs == 48
+    # Radix cache on: max_running_requests caps the batch but the pool is the ratio's.
+    on = resolve_deployment({**base, "sglang": {"max_running_requests": 48}}).memory
+    assert on.max_state_requests == ratio.max_state_requests
+    # An explicit pool size wins over both, and DP attention splits it (and the request cap).
+    fixed = resolve_deployment({**base, "sglang": {"max_mamba_cache_size": 100}}).memory
+    assert fixed.max_state_requests == 100
+    assert fixed.kv_pool_bytes == pytest.approx(rest - 100 * per_req)
+    dp = resolve_deployment({**base, "parallel": {"data_parallel_size": 2},
+                             "sglang": {"max_mamba_cache_size": 100}}).memory
+    assert dp.max_state_requests == 50
+    # A pool larger than the memory left is a one-line error naming the keys.
+    with pytest.raises(ConfigError, match="sglang.max_mamba_cache_size"):
+        resolve_deployment({**base, "sglang": {"max_mamba_cache_size": int(rest // per_req) + 1}})
+
+
+def test_sglang_mamba_ssm_dtype_halves_the_state(tiny_next):
+    """``--mamba-ssm-dtype bfloat16``: the recurrent state in 2-byte values (the convolution
+    window stays in the activation dtype), so the ratio branch holds about twice the states and
+    the running-request cap (a third of them) doubles; vLLM ignores the SGLang key."""
+    base = {"model": tiny_next, "hardware": "h100-sxm", "dtype": "bfloat16",
+            "engine": {"name": "sglang"}, "cost_model": {"source": "roofline"}}
+    fp32 = resolve_deployment(base).memory
+    bf16 = resolve_deployment({**base, "sglang": {"mamba_ssm_dtype": "bfloat16"}}).memory
+    # 6 GDN layers at TP 1: 8 value heads x 64 x 64 values, conv (2 x 4 x 64 + 8 x 64) x 3 bf16.
+    assert fp32.state_bytes_per_request == 6 * (8 * 64 * 64 * 4 + 1024 * 3 * 2)
+    assert bf16.state_bytes_per_request == 6 * (8 * 64 * 64 * 2 + 1024 * 3 * 2)
+    rest = fp32.kv_pool_bytes + fp32.max_state_requests * fp32.state_bytes_per_request
+    assert bf16.max_state_requests == int(rest * 0.9 / 1.9 // bf16.state_bytes_per_request)
+    assert bf16.max_state_requests > 1.8 * fp32.max_state_requests
+    # A float32 key is the default; the key means nothing to vLLM.
+    assert resolve_deployment({**base, "sglang": {"mamba_ssm_dtype": "float32"}}).memory == fp32
+    vllm = {k: v for k, v in base.items() if k != "engine"}
+    assert (resolve_deployment({**vllm, "sglang": {"mamba_ssm_dtype": "bfloat16"}}).memory
+            == resolve_deployment(vllm).memory)
+    with pytest.raises(ConfigError, match="sglang.mamba_ssm_dtype"):
+        Scenario.from_dict({**base, "sglang": {"mamba_ssm_dtype": "fp8"}})
+
+
 def test_split_state_pool_leaves_a_model_without_state_alone():
     plan = plan_memory("llama-3.1-8b", "h100-sxm", "bfloat16")
     assert split_state_pool(plan, SGLANG_MAMBA_FULL_MEMORY_RATIO) is plan

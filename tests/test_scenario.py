@@ -118,6 +118,8 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "sglang.page_size": (16, {}),
         "sglang.disable_radix_cache": (True, {}),
         "sglang.mamba_full_memory_ratio": (0.5, {}),
+        "sglang.mamba_ssm_dtype": ("bfloat16", {}),
+        "sglang.max_mamba_cache_size": (256, {}),
         "sglang.scheduler_recv_interval": (10, {}),
         "sglang.enable_piecewise_cuda_graph": (True, {}),
         "sglang.disable_piecewise_cuda_graph": (True, {}),

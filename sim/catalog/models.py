@@ -807,7 +807,9 @@ def _from_gpt_oss(name: str, cfg: dict) -> ModelSpec:
     )
 
 
-_SSM_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+#: Bytes of a linear-attention layer's recurrent-state value by ``mamba_ssm_dtype`` (the
+#: model config's, or an engine's ``--mamba-ssm-dtype``).
+SSM_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 def _from_qwen_hybrid(name: str, cfg: dict) -> ModelSpec:
@@ -849,7 +851,7 @@ def _from_qwen_hybrid(name: str, cfg: dict) -> ModelSpec:
         linear_key_head_dim=int(cfg["linear_key_head_dim"]),
         linear_value_head_dim=int(cfg["linear_value_head_dim"]),
         linear_conv_kernel=int(cfg["linear_conv_kernel_dim"]),
-        linear_state_bytes=_SSM_DTYPE_BYTES.get(ssm, 4),
+        linear_state_bytes=SSM_DTYPE_BYTES.get(ssm, 4),
         attn_output_gate=bool(cfg.get("attn_output_gate", True)),
     )
 
