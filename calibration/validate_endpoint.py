@@ -211,7 +211,7 @@ def modelled_front_end(config: dict, requests: Sequence[Request]) -> dict[str, A
     beside the measured overhead. The queueing at the API server under load comes on top."""
     from sim.scenario import Scenario
 
-    fe = Scenario.from_dict(config).engine.front_end
+    fe = Scenario.from_dict(config).front_end
     mean_prompt = float(np.mean([r.prompt_len for r in requests])) if requests else 0.0
     return {"modelled": fe.summary(), "modelled_ttft_ms": 1000 * fe.ingress_s(0) + 1000 * fe.tokenize_s_per_token * mean_prompt,
             "modelled_mean_prompt": mean_prompt}

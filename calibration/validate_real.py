@@ -282,6 +282,11 @@ def build_config(run: RealRun, hardware: Optional[str] = None, model: Optional[s
             cfg["engine"] = {"name": run.engine_name}
         else:
             notes.append(f"the run was served by {run.engine_name}, which this kvplan does not model: priced as vLLM")
+    if run.prompt_text is not None:
+        cfg["workload"] = {"prompt_text": run.prompt_text}
+        if run.prompt_text == "synthetic":
+            notes.append("prompts decoded from synthetic token ids: the API server's tokenising priced as "
+                         "for such text (workload.prompt_text synthetic)")
     if run.enforce_eager and cfg.get("engine", {}).get("name", "vllm") == "vllm":
         cfg.setdefault("engine", {})["enforce_eager"] = True
         notes.append("enforce_eager: the server ran without CUDA graphs (every step at the eager host time)")

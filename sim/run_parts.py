@@ -94,7 +94,7 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
         memory = replace(memory, num_kv_slots=slots, kv_pool_bytes=float(slots * memory.kv_bytes_per_token))
     cost, source, base, overhead_ms = _make_cost_model(sc, model, weight_dtype)
     return Deployment(model, hw, memory, cost, par.gpus_per_replica, source, base, overhead_ms / 1000,
-                      sc.engine.front_end)
+                      sc.front_end)
 
 
 def sglang_state_model(sc: Scenario, model: "ModelSpec") -> "ModelSpec":

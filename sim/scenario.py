@@ -843,6 +843,16 @@ class Scenario:
         return self.scheduler.max_num_seqs
 
     @property
+    def front_end(self) -> FrontEnd:
+        """The engine's front end (``EngineConfig.front_end``) tokenising this workload's prompt
+        text (``workload.prompt_text``); an explicit ``engine.frontend_tokenize_us`` is taken as
+        measured for these prompts and left as given."""
+        fe = self.engine.front_end
+        if self.engine.frontend_tokenize_us is not None:
+            return fe
+        return fe.for_prompt_text(self.workload_spec.prompt_text)
+
+    @property
     def max_num_batched_tokens(self) -> Optional[int]:
         """``scheduler.max_num_batched_tokens``, or with chunked prefill the engine release's
         default on this GPU (None: the policy's own rule, ``step_token_budget``)."""

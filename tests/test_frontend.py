@@ -160,7 +160,37 @@ def test_the_summary_prints_the_terms():
     assert "fitted" in fe["source"] and "measured" in fe["source"]
 
 
+def test_synthetic_prompts_tokenise_at_the_measured_factor():
+    """``workload.prompt_text: synthetic`` (prompts decoded from made-up token ids, as random
+    datasets send): each TTFT at low load grows by exactly (factor - 1) x tokenise x prompt over
+    natural text; the summary prints the scaled term; an explicit ``frontend_tokenize_us`` is
+    taken as measured for the prompts; ``frontend: none`` stays free."""
+    from sim.catalog.frontends import SYNTHETIC_TOKENIZE_FACTOR
+
+    def reqs() -> list[Request]:
+        return [Request(str(i), 100.0 * i, 300 + 401 * i, 20) for i in range(8)]
+
+    over = ["cost_model.source=roofline"]
+    nat = {r.request_id: r for r in simulate(None, overrides=over, requests=reqs()).requests}
+    res = simulate(None, overrides=over + ["workload.prompt_text=synthetic"], requests=reqs())
+    per_token = FRONTENDS["api_server"].tokenize_s_per_token
+    for r in res.requests:
+        base = nat[r.request_id]
+        extra = (SYNTHETIC_TOKENIZE_FACTOR - 1) * per_token * r.prompt_len
+        assert (r.token_times[0] - base.token_times[0]) == pytest.approx(extra, abs=1e-9)
+    fe = res.summary["cost_model"]["frontend"]
+    assert fe["tokenize_us_per_token"] == pytest.approx(SYNTHETIC_TOKENIZE_FACTOR * per_token * 1e6)
+    assert "synthetic" in fe["source"]
+    assert 1.5 < SYNTHETIC_TOKENIZE_FACTOR < 4  # the measured ratio, not a placeholder
+    given = Scenario.from_dict({"workload": {"prompt_text": "synthetic"},
+                                "engine": {"frontend_tokenize_us": 3.0}}).front_end
+    assert given.tokenize_s_per_token == pytest.approx(3e-6)
+    none = Scenario.from_dict({"workload": {"prompt_text": "synthetic"}, "engine": {"frontend": "none"}})
+    assert not none.front_end.active
+
+
 @pytest.mark.parametrize("sets, needle", [
+    (["workload.prompt_text=random"], "workload.prompt_text"),
     (["engine.frontend=nginx"], "engine.frontend"),
     (["engine.frontend_request_ms=-1"], "engine.frontend_request_ms"),
     (["engine.frontend_tokenize_us=abc"], "engine.frontend_tokenize_us"),

@@ -526,6 +526,8 @@ def test_inferencex_rows_replay_with_its_clients_lengths():
     assert w["num_requests"] == 80 and p.warmup == 0
     assert p.config["kv_cache"]["max_model_len"] == 8192 + 1024
     assert any("InferenceX" in n for n in p.notes) and not any("CV" in n for n in p.notes)
+    # Its prompts are decoded from runs of consecutive token ids: tokenised as synthetic text.
+    assert w["prompt_text"] == "synthetic"
     # The drawn lengths are the client's: inside the range, about 0.9 L on average.
     res = sm.replay(point(dict(ix, model_path="meta-llama/Llama-3.1-8B", precision="", gemm_quant_mode="",
                                  moe_quant_mode="", tp_size=1, moe_tp_size=1), moe=False,
@@ -533,6 +535,7 @@ def test_inferencex_rows_replay_with_its_clients_lengths():
     assert res["status"] == "replayed" and res["completed"] == 16
     fixed = point(ix, moe=False, client="fixed")
     assert fixed.config["workload"]["input_len"]["dist"] == "fixed"
+    assert "prompt_text" not in fixed.config["workload"]  # genai-perf's corpus prompts: prose
     assert fixed.config["workload"]["output_len"]["cv"] == sm.BURST_DESYNC_CV
     # Shapes outside the sweep, and the AIConfigurator project's own runs, keep fixed lengths.
     assert sm.client_of(row(isl=1024, osl=128, silicon_data_source="source_file=2026-04-06.csv")) == "genai-perf"

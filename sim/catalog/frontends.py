@@ -13,12 +13,15 @@ The model (``FrontEnd``), three terms, from vLLM's structure:
 - ``request_s``: per request, fixed: HTTP, validation, the engine-core IPC both ways, the first
   chunk's delivery and the client's own parsing. **Fitted** to the shared vLLM 0.15.1 H100 runs
   (16 runs, 4 models, inference-perf clients; ``python benchmarks/sim_vs_real_vllm.py
-  --fit-frontend``): 7.56 ms on all four; fitted on three and tested on the fourth, 6.7-10.4 ms,
-  and mean TTFT MAPE 10.7% held out (19.7% without the term). Llama-2-7B's gap is the smallest
+  --fit-frontend``, their inference-perf prompts tokenised as synthetic text): 6.96 ms on all
+  four; fitted on three and tested on the fourth, 6.1-9.9 ms, and mean TTFT MAPE 10.9% held out
+  (18.6% without the term). Llama-2-7B's gap is the smallest
   (about 6 ms) and Mixtral's the largest (9-17 ms): part of what the term absorbs grows with the
   model, so it is not all API server.
 - ``tokenize_s_per_token``: per prompt token. **Measured** on a server-class CPU
-  (``benchmarks/frontend_costs.py``: a Rust fast tokenizer's encode, one request at a time).
+  (``benchmarks/frontend_costs.py``: a Rust fast tokenizer's encode, one request at a time), for
+  natural prose; ``SYNTHETIC_TOKENIZE_FACTOR`` times that for prompts decoded from synthetic
+  token ids (``workload.prompt_text: synthetic``, what benchmark clients' random datasets send).
 - ``stream_s_per_chunk``: per request per step (one SSE chunk: incremental detokenise + JSON + SSE
   framing). **Measured** by the same script.
 
@@ -84,6 +87,19 @@ class FrontEnd:
             out = replace(out, source=out.source + "; overridden by engine.frontend_* keys")
         return out
 
+    def for_prompt_text(self, prompt_text: str) -> "FrontEnd":
+        """This front end tokenising ``prompt_text`` (``workload.prompt_text``): ``synthetic``
+        text (decoded from made-up token ids, as benchmark clients' random datasets send) costs
+        ``SYNTHETIC_TOKENIZE_FACTOR`` times natural prose's per token: such text has no common
+        words, so the BPE merges every piece from bytes and its word cache never hits."""
+        if prompt_text == "natural" or self.tokenize_s_per_token <= 0:
+            return self
+        if prompt_text != "synthetic":
+            raise ConfigError(f"workload.prompt_text: {prompt_text!r} is not one of natural, synthetic")
+        return replace(self, tokenize_s_per_token=self.tokenize_s_per_token * SYNTHETIC_TOKENIZE_FACTOR,
+                       source=self.source + f"; synthetic-token prompts: tokenise x{SYNTHETIC_TOKENIZE_FACTOR:g} "
+                                            f"(measured, benchmarks/frontend_costs.py)")
+
     def summary(self) -> dict:
         """``summary.json`` ``cost_model.frontend``: the terms in ms / us and their source."""
         return {"name": self.name, "request_ms": round(self.request_s * 1e3, 4),
@@ -95,14 +111,21 @@ class FrontEnd:
 #: Measured by ``benchmarks/frontend_costs.py`` (results in benchmarks/results/frontend_costs.json).
 TOKENIZE_US_PER_TOKEN = 1.0
 STREAM_US_PER_CHUNK = 5.5
+#: Encoding text decoded from synthetic token ids (random ids, or runs of consecutive ids, as
+#: ``vllm bench serve``'s random dataset, InferenceX and inference-perf make prompts) over
+#: encoding natural prose, per token, each prompt new to the tokenizer: 2.06-2.33 at 1k and 8k
+#: tokens, median 2.21 (``benchmarks/frontend_costs.py``, SmolLM2's byte-level BPE; an earlier run
+#: 2.12; tiktoken's BPE on Mistral's 131k Tekken vocabulary measured 2.7-3.4 the same way). A ratio
+#: measured within one run, so it holds on another CPU where the absolute figure would not.
+SYNTHETIC_TOKENIZE_FACTOR = 2.2
 #: Fitted on the shared vLLM 0.15.1 H100 runs (``benchmarks/sim_vs_real_vllm.py --fit-frontend``).
-REQUEST_MS = 7.56
+REQUEST_MS = 6.96
 
 FRONTENDS: dict[str, FrontEnd] = {
     "api_server": FrontEnd(
         "api_server", REQUEST_MS / 1e3, TOKENIZE_US_PER_TOKEN / 1e6, STREAM_US_PER_CHUNK / 1e6,
         source=(f"request {REQUEST_MS:g} ms fitted on 16 real vLLM 0.15.1 H100 runs of 4 models "
-                f"(held out by model: mean TTFT MAPE 10.7%); tokenise {TOKENIZE_US_PER_TOKEN:g} us/token "
+                f"(held out by model: mean TTFT MAPE 10.9%); tokenise {TOKENIZE_US_PER_TOKEN:g} us/token "
                 f"and stream {STREAM_US_PER_CHUNK:g} us/chunk measured on one CPU core "
                 f"(benchmarks/frontend_costs.py)")),
     "none": FrontEnd("none", 0.0, 0.0, 0.0, source="engine.frontend none: offline engine, no API server"),

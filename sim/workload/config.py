@@ -21,6 +21,12 @@ from sim.workload.prompt_pool import SAMPLINGS, PromptPool
 PROCESSES = ("poisson", "gamma", "constant", "trace", "closed")
 DISTS = ("fixed", "uniform", "lognormal", "table")
 ZERO_OUTPUT = ("error", "clamp")
+#: What the prompts' text is, for the API server's tokenising cost (``sim.catalog.frontends``):
+#: ``natural`` prose (real traffic, ShareGPT, GuideLLM's and aiperf's corpus-drawn prompts) or
+#: ``synthetic`` text decoded from made-up token ids (``vllm bench serve --dataset-name random``,
+#: InferenceX, inference-perf's random and shared-prefix data, SGLang's ``bench_serving`` random),
+#: which a BPE tokenizer encodes about twice as slowly.
+PROMPT_TEXTS = ("natural", "synthetic")
 TOP_KEYS = (
     "num_requests",
     "arrival",
@@ -33,6 +39,7 @@ TOP_KEYS = (
     "sessions",
     "max_concurrency",
     "prompt_pool",
+    "prompt_text",
 )
 ARRIVAL_KEYS = ("process", "rate", "cv", "time_scale", "concurrency", "think_time_s", "ramp_up_s")
 LENGTH_KEYS = ("dist", "mean", "cv", "min", "max", "path", "column")
@@ -129,6 +136,8 @@ class WorkloadSpec:
     #: The load tool's pool of distinct prompts, each request one of them
     #: (``sim.workload.prompt_pool``); None: every prompt is new.
     prompt_pool: Optional[PromptPool] = None
+    #: ``PROMPT_TEXTS``: what the prompts' text is (the API server's tokenising cost).
+    prompt_text: str = "natural"
 
 
 def parse_workload(
@@ -142,6 +151,8 @@ def parse_workload(
     trace = _path(cfg.get("trace"), f"{key}.trace", base_dir)
     zero_output = cfg.get("zero_output", "error")
     _choice(zero_output, f"{key}.zero_output", ZERO_OUTPUT)
+    prompt_text = cfg.get("prompt_text", "natural")
+    _choice(prompt_text, f"{key}.prompt_text", PROMPT_TEXTS)
     num = cfg.get("num_requests")
     arrival = _arrival(cfg.get("arrival"), f"{key}.arrival")
     cap = cfg.get("max_concurrency")
@@ -160,6 +171,7 @@ def parse_workload(
         sessions=sessions,
         max_concurrency=cap,
         prompt_pool=_prompt_pool(cfg.get("prompt_pool"), f"{key}.prompt_pool"),
+        prompt_text=prompt_text,
     )
 
 

@@ -131,6 +131,29 @@ def test_vllm_bench_reader(tmp_path):
     assert means.prompt_lens == [200] * 12 and any("no per-request lengths" in n for n in means.notes)
 
 
+def test_readers_say_what_the_prompts_are_made_of(tmp_path):
+    """inference-perf's shared-prefix data decodes random token ids: synthetic text, and the
+    replay's config says so (the API server's tokenising priced for it); a vLLM bench file says
+    by its ``dataset_name`` (random: synthetic; sharegpt: prose), and a file that does not say
+    leaves the natural default."""
+    from calibration.real_runs import dataset_prompt_text
+    from calibration.validate_real import build_config
+
+    ip = read_run(make_inference_perf(tmp_path, stages=((2, 10),)))
+    assert ip.prompt_text == "synthetic"
+    config, notes = build_config(ip, hardware="h100-sxm")
+    assert config["workload"]["prompt_text"] == "synthetic"
+    assert any("synthetic token ids" in n for n in notes)
+    plain = read_run(make_vllm_bench(tmp_path / "bench.json"))
+    assert plain.prompt_text is None
+    assert build_config(plain)[0]["workload"].get("prompt_text", "natural") == "natural"
+    doc = json.loads((tmp_path / "bench.json").read_text())
+    for name, want in (("random", "synthetic"), ("sharegpt", "natural"), ("prefix_repetition", "synthetic")):
+        (tmp_path / f"{name}.json").write_text(json.dumps({**doc, "dataset_name": name}))
+        assert read_run(tmp_path / f"{name}.json").prompt_text == want
+    assert dataset_prompt_text(None) is None and dataset_prompt_text("RANDOM") == "synthetic"
+
+
 def test_guidellm_reader(tmp_path):
     run = read_run(make_guidellm(tmp_path / "benchmarks.json"))
     assert run.format == "guidellm" and run.model == "meta-llama/Llama-2-7b-hf"
