@@ -63,3 +63,25 @@ def test_block_size_changes_what_the_kv_tab_shows():
     blocks = lambda at: int(tile(at, "KV blocks per replica").replace(",", ""))
     assert frag(large) > frag(small)
     assert 0 <= blocks(small) - 8 * blocks(large) < 8  # the same pool in blocks 8x larger
+
+
+def test_synthetic_prompt_text_reaches_the_front_end():
+    """The Workload panel's "Prompt text": synthetic prompts (random datasets' decoded ids) are
+    tokenised at the measured factor, and TTFT grows by it."""
+    import json
+
+    from sim.catalog.frontends import SYNTHETIC_TOKENIZE_FACTOR, TOKENIZE_US_PER_TOKEN
+
+    def front_end(at: AppTest) -> dict:
+        docs = [json.loads(j.value) if isinstance(j.value, str) else j.value for j in at.json]
+        return next(d for d in docs if "cost_model" in d)["cost_model"]["frontend"]
+
+    natural = run()
+    at = AppTest.from_file(str(PAGE), default_timeout=180)
+    at.run()
+    at.text_input(key="wi.curve.rates").set_value("4")
+    at.sidebar.selectbox(key="wi.workload.prompt_text").set_value("synthetic")
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert front_end(natural)["tokenize_us_per_token"] == pytest.approx(TOKENIZE_US_PER_TOKEN)
+    assert front_end(at)["tokenize_us_per_token"] == pytest.approx(TOKENIZE_US_PER_TOKEN * SYNTHETIC_TOKENIZE_FACTOR)
