@@ -546,10 +546,16 @@ def read_vllm_bench(path: Path, data: Optional[dict] = None) -> RealRun:
 SYNTHETIC_DATASETS = ("random", "random-mm", "random-rerank", "prefix_repetition", "generated-shared-prefix")
 
 
+#: Datasets whose prompts are sent as token-id lists (SGLang's ``random-ids``): nothing to tokenise.
+TOKEN_ID_DATASETS = ("random-ids",)
+
+
 def dataset_prompt_text(name: Any) -> Optional[str]:
     """``workload.prompt_text`` for a benchmark's ``dataset_name`` (None when not recorded)."""
     if not isinstance(name, str) or not name:
         return None
+    if name.lower() in TOKEN_ID_DATASETS:
+        return "token_ids"
     return "synthetic" if name.lower() in SYNTHETIC_DATASETS else "natural"
 
 

@@ -217,6 +217,22 @@ def modelled_front_end(config: dict, requests: Sequence[Request]) -> dict[str, A
             "modelled_mean_prompt": mean_prompt}
 
 
+#: ``workload.prompt_text`` for each form of prompt ``kvplan loadgen`` sends
+#: (``calibration.loadgen_prompts``): token ids are not tokenised; text made from ids with the
+#: server's tokenizer is synthetic text; common English words tokenise as prose does.
+LOADGEN_PROMPT_TEXT = {"token-ids": "token_ids", "text-tokenizer": "synthetic", "text-words": "natural"}
+
+
+def with_prompt_text(config: dict, prompt_kind: str) -> tuple[dict, str]:
+    """``config`` with the workload's prompt text set to what the load generator sent (the
+    server's tokenising cost follows it), and a note saying so."""
+    from sim import config as config_mod
+
+    text = LOADGEN_PROMPT_TEXT.get(prompt_kind, "natural")
+    out = config_mod.build_config(config, [f"workload.prompt_text={text}"])
+    return out, f"prompts sent as {prompt_kind}: the front end tokenises them as workload.prompt_text {text}"
+
+
 # --- the command's work --------------------------------------------------------------------
 
 
@@ -241,6 +257,8 @@ def validate_endpoint(run: LoadRun, workload: Sequence[Request], bench: Path, ou
         raise ConfigError(f"validate --endpoint: no request completed ({_first_error(run)}): nothing to compare")
     real_run = read_vllm_bench(bench)  # the saved run, read back as validate --real reads it
     replay = replay_requests(run, workload)
+    config, note = with_prompt_text(config, run.prompt_kind)
+    notes = list(notes) + [note]
     t0 = time.perf_counter()
     result = simulate(config, requests=replay, seed=seed)
     sim_seconds = time.perf_counter() - t0

@@ -287,6 +287,9 @@ def build_config(run: RealRun, hardware: Optional[str] = None, model: Optional[s
         if run.prompt_text == "synthetic":
             notes.append("prompts decoded from synthetic token ids: the API server's tokenising priced as "
                          "for such text (workload.prompt_text synthetic)")
+        elif run.prompt_text == "token_ids":
+            notes.append("prompts sent as token ids: nothing for the API server to tokenise "
+                         "(workload.prompt_text token_ids)")
     if run.enforce_eager and cfg.get("engine", {}).get("name", "vllm") == "vllm":
         cfg.setdefault("engine", {})["enforce_eager"] = True
         notes.append("enforce_eager: the server ran without CUDA graphs (every step at the eager host time)")

@@ -187,6 +187,12 @@ def test_synthetic_prompts_tokenise_at_the_measured_factor():
     assert given.tokenize_s_per_token == pytest.approx(3e-6)
     none = Scenario.from_dict({"workload": {"prompt_text": "synthetic"}, "engine": {"frontend": "none"}})
     assert not none.front_end.active
+    # Token-id prompts arrive tokenised: TTFT is natural text's less the whole tokenise term.
+    ids = simulate(None, overrides=over + ["workload.prompt_text=token_ids"], requests=reqs())
+    for r in ids.requests:
+        base = nat[r.request_id]
+        assert (base.token_times[0] - r.token_times[0]) == pytest.approx(per_token * r.prompt_len, abs=1e-9)
+    assert ids.summary["cost_model"]["frontend"]["tokenize_us_per_token"] == 0
 
 
 @pytest.mark.parametrize("sets, needle", [

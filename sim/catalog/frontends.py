@@ -91,11 +91,15 @@ class FrontEnd:
         """This front end tokenising ``prompt_text`` (``workload.prompt_text``): ``synthetic``
         text (decoded from made-up token ids, as benchmark clients' random datasets send) costs
         ``SYNTHETIC_TOKENIZE_FACTOR`` times natural prose's per token: such text has no common
-        words, so the BPE merges every piece from bytes and its word cache never hits."""
+        words, so the BPE merges every piece from bytes and its word cache never hits.
+        ``token_ids`` prompts arrive tokenised and cost nothing per token."""
         if prompt_text == "natural" or self.tokenize_s_per_token <= 0:
             return self
+        if prompt_text == "token_ids":  # the prompt arrives tokenised: nothing to encode
+            return replace(self, tokenize_s_per_token=0.0,
+                           source=self.source + "; prompts sent as token ids: no tokenising")
         if prompt_text != "synthetic":
-            raise ConfigError(f"workload.prompt_text: {prompt_text!r} is not one of natural, synthetic")
+            raise ConfigError(f"workload.prompt_text: {prompt_text!r} is not one of natural, synthetic, token_ids")
         return replace(self, tokenize_s_per_token=self.tokenize_s_per_token * SYNTHETIC_TOKENIZE_FACTOR,
                        source=self.source + f"; synthetic-token prompts: tokenise x{SYNTHETIC_TOKENIZE_FACTOR:g} "
                                             f"(measured, benchmarks/frontend_costs.py)")

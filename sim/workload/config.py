@@ -25,8 +25,10 @@ ZERO_OUTPUT = ("error", "clamp")
 #: ``natural`` prose (real traffic, ShareGPT, GuideLLM's and aiperf's corpus-drawn prompts) or
 #: ``synthetic`` text decoded from made-up token ids (``vllm bench serve --dataset-name random``,
 #: InferenceX, inference-perf's random and shared-prefix data, SGLang's ``bench_serving`` random),
-#: which a BPE tokenizer encodes about twice as slowly.
-PROMPT_TEXTS = ("natural", "synthetic")
+#: which a BPE tokenizer encodes about twice as slowly; or ``token_ids``: prompts sent as lists of
+#: token ids (the completions API takes them: ``kvplan loadgen``'s token-id prompts, SGLang's
+#: ``random-ids`` dataset), which the server does not tokenise at all.
+PROMPT_TEXTS = ("natural", "synthetic", "token_ids")
 TOP_KEYS = (
     "num_requests",
     "arrival",

@@ -152,6 +152,7 @@ def test_readers_say_what_the_prompts_are_made_of(tmp_path):
         (tmp_path / f"{name}.json").write_text(json.dumps({**doc, "dataset_name": name}))
         assert read_run(tmp_path / f"{name}.json").prompt_text == want
     assert dataset_prompt_text(None) is None and dataset_prompt_text("RANDOM") == "synthetic"
+    assert dataset_prompt_text("random-ids") == "token_ids"  # SGLang sends the ids themselves
 
 
 def test_guidellm_reader(tmp_path):

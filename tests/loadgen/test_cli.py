@@ -80,6 +80,13 @@ def test_validate_endpoint_with_a_profile(server, tmp_path):
     assert src["requests"] == {"planned": 6, "sent": 6, "completed": 6, "failed": 0}
     overhead = src["http_overhead"]
     assert overhead["ttft_ms"] is not None and 0 <= overhead["ttft_ms"] < 100
+    # The simulated front end tokenises what the load generator sent: token-id prompts not at all.
+    from calibration.validate_endpoint import LOADGEN_PROMPT_TEXT
+
+    text = LOADGEN_PROMPT_TEXT[src["prompts"]]
+    assert any(f"workload.prompt_text {text}" in n for n in src["notes"])
+    if text == "token_ids":
+        assert overhead["modelled"]["tokenize_us_per_token"] == 0
     assert {"ttft_ms", "e2el_ms"} <= set(record["samples"])
     assert (out / "bench.json").is_file() and (out / "trace.csv").is_file() and (out / "sim").is_dir()
 
