@@ -544,8 +544,6 @@ def read_vllm_bench(path: Path, data: Optional[dict] = None) -> RealRun:
 #: SGLang's ``bench_serving``: ``random`` draws them, vLLM's ``prefix_repetition`` and
 #: ``random-mm`` too); ShareGPT, sonnet, HF datasets and custom files send prose.
 SYNTHETIC_DATASETS = ("random", "random-mm", "random-rerank", "prefix_repetition", "generated-shared-prefix")
-
-
 #: Datasets whose prompts are sent as token-id lists (SGLang's ``random-ids``): nothing to tokenise.
 TOKEN_ID_DATASETS = ("random-ids",)
 
@@ -554,9 +552,10 @@ def dataset_prompt_text(name: Any) -> Optional[str]:
     """``workload.prompt_text`` for a benchmark's ``dataset_name`` (None when not recorded)."""
     if not isinstance(name, str) or not name:
         return None
-    if name.lower() in TOKEN_ID_DATASETS:
+    key = name.lower()
+    if key in TOKEN_ID_DATASETS:
         return "token_ids"
-    return "synthetic" if name.lower() in SYNTHETIC_DATASETS else "natural"
+    return "synthetic" if key in SYNTHETIC_DATASETS else "natural"
 
 
 def _max_concurrency(v: Any, path: Path, name: str) -> Optional[int]:

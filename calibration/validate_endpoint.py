@@ -224,12 +224,10 @@ LOADGEN_PROMPT_TEXT = {"token-ids": "token_ids", "text-tokenizer": "synthetic", 
 
 
 def with_prompt_text(config: dict, prompt_kind: str) -> tuple[dict, str]:
-    """``config`` with the workload's prompt text set to what the load generator sent (the
-    server's tokenising cost follows it), and a note saying so."""
-    from sim import config as config_mod
-
+    """``config`` (a built one) with the workload's prompt text set to what the load generator
+    sent (the server's tokenising cost follows it), and a note saying so."""
     text = LOADGEN_PROMPT_TEXT.get(prompt_kind, "natural")
-    out = config_mod.build_config(config, [f"workload.prompt_text={text}"])
+    out = {**config, "workload": {**config["workload"], "prompt_text": text}}
     return out, f"prompts sent as {prompt_kind}: the front end tokenises them as workload.prompt_text {text}"
 
 

@@ -49,6 +49,15 @@ from typing import Callable, Optional
 from sim.errors import ConfigError
 
 
+#: What the prompts' text is (``workload.prompt_text``), for the tokenising cost: ``natural`` prose
+#: (real traffic, ShareGPT, GuideLLM's and aiperf's corpus-drawn prompts); ``synthetic`` text
+#: decoded from made-up token ids (``vllm bench serve --dataset-name random``, InferenceX,
+#: inference-perf's random and shared-prefix data, SGLang's ``bench_serving`` random), which a BPE
+#: tokenizer encodes about twice as slowly; ``token_ids``: prompts sent as lists of token ids
+#: (``kvplan loadgen``'s token-id prompts, SGLang's ``random-ids`` dataset), not tokenised at all.
+PROMPT_TEXTS: tuple[str, ...] = ("natural", "synthetic", "token_ids")
+
+
 @dataclass(frozen=True)
 class FrontEnd:
     """One front end's costs, in seconds; ``source`` says where each number comes from."""
@@ -99,7 +108,7 @@ class FrontEnd:
             return replace(self, tokenize_s_per_token=0.0,
                            source=self.source + "; prompts sent as token ids: no tokenising")
         if prompt_text != "synthetic":
-            raise ConfigError(f"workload.prompt_text: {prompt_text!r} is not one of natural, synthetic, token_ids")
+            raise ConfigError(f"workload.prompt_text: {prompt_text!r} is not one of {', '.join(PROMPT_TEXTS)}")
         return replace(self, tokenize_s_per_token=self.tokenize_s_per_token * SYNTHETIC_TOKENIZE_FACTOR,
                        source=self.source + f"; synthetic-token prompts: tokenise x{SYNTHETIC_TOKENIZE_FACTOR:g} "
                                             f"(measured, benchmarks/frontend_costs.py)")
@@ -145,4 +154,4 @@ def get_frontend(name: str) -> FrontEnd:
                           f"{', '.join(FRONTEND_NAMES)}") from None
 
 
-__all__ = ["FRONTENDS", "FRONTEND_NAMES", "FrontEnd", "get_frontend"]
+__all__ = ["FRONTENDS", "FRONTEND_NAMES", "PROMPT_TEXTS", "FrontEnd", "get_frontend"]

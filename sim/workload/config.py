@@ -15,20 +15,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Optional, Union
 
+from sim.catalog.frontends import PROMPT_TEXTS
 from sim.errors import ConfigError
 from sim.workload.prompt_pool import SAMPLINGS, PromptPool
 
 PROCESSES = ("poisson", "gamma", "constant", "trace", "closed")
 DISTS = ("fixed", "uniform", "lognormal", "table")
 ZERO_OUTPUT = ("error", "clamp")
-#: What the prompts' text is, for the API server's tokenising cost (``sim.catalog.frontends``):
-#: ``natural`` prose (real traffic, ShareGPT, GuideLLM's and aiperf's corpus-drawn prompts) or
-#: ``synthetic`` text decoded from made-up token ids (``vllm bench serve --dataset-name random``,
-#: InferenceX, inference-perf's random and shared-prefix data, SGLang's ``bench_serving`` random),
-#: which a BPE tokenizer encodes about twice as slowly; or ``token_ids``: prompts sent as lists of
-#: token ids (the completions API takes them: ``kvplan loadgen``'s token-id prompts, SGLang's
-#: ``random-ids`` dataset), which the server does not tokenise at all.
-PROMPT_TEXTS = ("natural", "synthetic", "token_ids")
 TOP_KEYS = (
     "num_requests",
     "arrival",
@@ -138,7 +131,8 @@ class WorkloadSpec:
     #: The load tool's pool of distinct prompts, each request one of them
     #: (``sim.workload.prompt_pool``); None: every prompt is new.
     prompt_pool: Optional[PromptPool] = None
-    #: ``PROMPT_TEXTS``: what the prompts' text is (the API server's tokenising cost).
+    #: What the prompts' text is (``sim.catalog.frontends.PROMPT_TEXTS``): the API server's
+    #: tokenising cost.
     prompt_text: str = "natural"
 
 
