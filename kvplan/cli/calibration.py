@@ -192,7 +192,9 @@ def _print_profile(prof, path: Path) -> None:
               f"MAPE {100 * fit['heldout_mape']:.1f}%, p90 {100 * fit['heldout_p90_ape']:.1f}%, "
               f"max {100 * fit['heldout_max_ape']:.1f}% (training MAPE {100 * fit['train_mape']:.1f}%)")
     share = prof.source.get("cpu_share")
-    if share is not None and share < BUSY_SHARE:
+    # Only a CPU engine's share says whether other jobs took its cores: an engine on a GPU
+    # spends most of a step waiting for the device (one Python thread of 16 reads as 6%).
+    if share is not None and share < BUSY_SHARE and prof.device == "cpu":
         con.print(f"[yellow]warning:[/yellow] the process got {100 * share:.0f}% of its "
                   f"{prof.num_threads} threads' CPU time: other jobs were running, and the timings "
                   f"include their interference; profile an idle machine for a clean fit")
