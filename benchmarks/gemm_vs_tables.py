@@ -11,8 +11,9 @@ user holds, in two halves that need not run on the same machine:
   through ``torch._scaled_mm`` (cuBLASLt; the tables' FP8 rows are vLLM's CUTLASS scaled-mm
   kernel, so a gap there can be the kernel, not the GPU). Each point is timed two ways:
   ``cold``, with L2 flushed before every call as a step that streams other layers' weights
-  between two uses of this one sees it (``triton.testing.do_bench``), and ``hot``, back to back
-  (what a collector that loops on one GEMM measures).
+  between two uses of this one sees it (``triton.testing.do_bench``), ``hot``, back to back
+  (what a collector that loops on one GEMM measures), and ``graph``, replayed from a CUDA graph
+  (no launch: how a decode step runs it; measurements made before this column lack it).
 - ``compare`` (anywhere with ``aiconfigurator-core``): joins the measurement to the table rows at
   the same (dtype, m, n, k) and prints measured / table per dtype and m band, writing JSON and a
   Markdown table beside the measurement.
@@ -44,6 +45,32 @@ DTYPES = ("bfloat16", "fp8")
 BANDS = ((1, 64, "m 1-64"), (128, 1024, "m 128-1024"), (2048, 1 << 30, "m 2048-16384"))
 
 
+def _graph_ms(torch, call, reps: int) -> "float | None":
+    """Milliseconds of one call replayed from a CUDA graph of ``reps`` calls: the kernel without
+    its launch, as a vLLM decode step runs it (None where capture fails)."""
+    try:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            call()  # warm the kernel choice outside the capture
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            for _ in range(reps):
+                call()
+        graph.replay()
+        torch.cuda.synchronize()
+        begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        begin.record()
+        for _ in range(3):
+            graph.replay()
+        end.record()
+        torch.cuda.synchronize()
+        return begin.elapsed_time(end) / (3 * reps)
+    except Exception:  # noqa: BLE001 - a shape without a graph keeps its other timings
+        return None
+
+
 def measure(out: Path, quick: bool = False) -> None:
     import torch
     import triton.testing
@@ -64,7 +91,8 @@ def measure(out: Path, quick: bool = False) -> None:
             "cuda": torch.version.cuda, "measured": time.strftime("%Y-%m-%d"),
             "method": "bf16: torch.nn.functional.linear; fp8: torch._scaled_mm per-tensor "
                       "(cuBLASLt), bf16 out; cold: triton.testing.do_bench median (L2 flushed per "
-                      "call); hot: mean of 20 back-to-back calls between CUDA events",
+                      "call); hot: mean of 20 back-to-back calls between CUDA events; graph: one "
+                      "call of 20 replayed from a CUDA graph (no launch)",
             "points": results, "failed": failed}, indent=1) + "\n")
 
     for dtype in DTYPES:
@@ -98,8 +126,9 @@ def measure(out: Path, quick: bool = False) -> None:
                 except Exception as exc:  # noqa: BLE001 - one shape a kernel refuses is a row, not the run
                     failed.append({"dtype": dtype, "m": m, "n": n, "k": k, "error": str(exc)[:200]})
                     continue
-                results.append({"dtype": dtype, "m": m, "n": n, "k": k,
-                                "cold_ms": cold_ms, "hot_ms": begin.elapsed_time(end) / reps})
+                results.append({"dtype": dtype, "m": m, "n": n, "k": k, "cold_ms": cold_ms,
+                                "hot_ms": begin.elapsed_time(end) / reps,
+                                "graph_ms": _graph_ms(torch, call, reps)})
             del w, w8
             save()
         print(f"{dtype}: {sum(r['dtype'] == dtype for r in results)} points, "
@@ -132,8 +161,10 @@ def compare(measured: Path, gpu: str, engine: str, version: str) -> dict:
         if hit is None:
             missing += 1
             continue
+        graph = p.get("graph_ms")
         joined.append({**p, "table_ms": hit[0], "table_kernel": hit[1],
-                       "cold_ratio": p["cold_ms"] / hit[0], "hot_ratio": p["hot_ms"] / hit[0]})
+                       "cold_ratio": p["cold_ms"] / hit[0], "hot_ratio": p["hot_ms"] / hit[0],
+                       "graph_ratio": graph / hit[0] if graph else None})
     groups: dict = {}
     for j in joined:
         groups.setdefault((j["dtype"], _band(j["m"])), []).append(j)
@@ -141,9 +172,11 @@ def compare(measured: Path, gpu: str, engine: str, version: str) -> dict:
     for (dtype, band), rows in sorted(groups.items()):
         cold = [r["cold_ratio"] for r in rows]
         hot = [r["hot_ratio"] for r in rows]
+        graph = [r["graph_ratio"] for r in rows if r["graph_ratio"] is not None]
         summary.append({"dtype": dtype, "band": band, "points": len(rows),
                         "cold_median": statistics.median(cold), "cold_min": min(cold),
                         "cold_max": max(cold), "hot_median": statistics.median(hot),
+                        "graph_median": statistics.median(graph) if graph else None,
                         "table_kernel": rows[0]["table_kernel"]})
     report = {"measured_on": data["device"], "torch": data.get("torch"), "date": data.get("measured"),
               "method": data.get("method"), "table": str(path.relative_to(path.parents[6])),
@@ -153,11 +186,13 @@ def compare(measured: Path, gpu: str, engine: str, version: str) -> dict:
     lines = [f"GEMM time measured on {data['device']} (torch {data.get('torch')}, {data.get('measured')}) "
              f"over AIConfigurator's table {report['table']}: measured / table, median [min-max] over "
              f"the grid's n x k in each band. {len(joined)} points joined.", "",
-             "| dtype | m band | points | cold (L2 flushed) | hot (back to back) | table's kernel |",
-             "|---|---|---:|---|---:|---|"]
+             "| dtype | m band | points | cold (L2 flushed) | hot (back to back) | CUDA graph | table's kernel |",
+             "|---|---|---:|---|---:|---:|---|"]
     for s in summary:
+        graph = "-" if s["graph_median"] is None else f"{s['graph_median']:.2f}"
         lines.append(f"| {s['dtype']} | {s['band']} | {s['points']} | {s['cold_median']:.2f} "
-                     f"[{s['cold_min']:.2f}-{s['cold_max']:.2f}] | {s['hot_median']:.2f} | {s['table_kernel']} |")
+                     f"[{s['cold_min']:.2f}-{s['cold_max']:.2f}] | {s['hot_median']:.2f} | {graph} | "
+                     f"{s['table_kernel']} |")
     measured.with_name(stem + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return report

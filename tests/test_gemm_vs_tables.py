@@ -30,7 +30,8 @@ def test_compare_divides_by_the_row_at_the_same_shape(tmp_path):
     t4k = float(pick[pick.m == 4096].latency.iloc[0])
     measured = tmp_path / "gemm_x_measured.json"
     measured.write_text(json.dumps({"device": "hand-made", "points": [
-        {"dtype": "bfloat16", "m": 1, "n": 4096, "k": 4096, "cold_ms": 2 * t1, "hot_ms": t1},
+        {"dtype": "bfloat16", "m": 1, "n": 4096, "k": 4096, "cold_ms": 2 * t1, "hot_ms": t1,
+         "graph_ms": 0.5 * t1},
         {"dtype": "bfloat16", "m": 4096, "n": 4096, "k": 4096, "cold_ms": 0.5 * t4k, "hot_ms": 3 * t4k},
         {"dtype": "bfloat16", "m": 3, "n": 4096, "k": 4095, "cold_ms": 1.0, "hot_ms": 1.0},  # no such row
     ]}))
@@ -39,9 +40,11 @@ def test_compare_divides_by_the_row_at_the_same_shape(tmp_path):
     by_band = {s["band"]: s for s in report["summary"]}
     assert by_band["m 1-64"]["cold_median"] == pytest.approx(2.0)
     assert by_band["m 1-64"]["hot_median"] == pytest.approx(1.0)
+    assert by_band["m 1-64"]["graph_median"] == pytest.approx(0.5)
+    assert by_band["m 2048-16384"]["graph_median"] is None  # measured without a graph column
     assert by_band["m 2048-16384"]["cold_median"] == pytest.approx(0.5)
     assert by_band["m 2048-16384"]["hot_median"] == pytest.approx(3.0)
     assert by_band["m 1-64"]["table_kernel"] == "torch.nn.functional.linear"
     md = (tmp_path / "gemm_x_vs_h200_sxm_vllm_0.24.0.md").read_text()
-    assert "| bfloat16 | m 1-64 | 1 | 2.00 [2.00-2.00] | 1.00 |" in md
+    assert "| bfloat16 | m 1-64 | 1 | 2.00 [2.00-2.00] | 1.00 | 0.50 |" in md
     assert json.loads((tmp_path / "gemm_x_vs_h200_sxm_vllm_0.24.0.json").read_text())["joined"] == 2
