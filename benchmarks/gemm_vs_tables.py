@@ -136,14 +136,18 @@ def measure(out: Path, quick: bool = False) -> None:
     print(f"wrote {out} ({len(results)} points, {len(failed)} failed, {time.time() - start:.0f} s)")
 
 
-def _table_rows(gpu: str, engine: str, version: str):
-    import pandas as pd
-    from importlib.resources import files
+def _table_rows(gpu: str, engine: str, version: str) -> tuple[Path, dict]:
+    """The table's path and its columns (numpy arrays by name)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from sim.pricing.table_data import package_tables_root, read_columns  # imports no package code
 
-    path = Path(str(files("aiconfigurator_core"))) / "systems" / "data" / gpu / "gemm" / engine / version / "gemm_perf.parquet"
+    root = package_tables_root()
+    if root is None:
+        sys.exit("error: aiconfigurator-core is not installed (pip install 'kvplan[tables]')")
+    path = root / gpu / "gemm" / engine / version / "gemm_perf.parquet"
     if not path.exists():
         sys.exit(f"error: no GEMM table at {path}")
-    return path, pd.read_parquet(path, columns=["gemm_dtype", "kernel_source", "m", "n", "k", "latency"])
+    return path, read_columns(path, ("gemm_dtype", "kernel_source", "m", "n", "k", "latency"))
 
 
 def _band(m: int) -> str:
@@ -153,8 +157,8 @@ def _band(m: int) -> str:
 def compare(measured: Path, gpu: str, engine: str, version: str) -> dict:
     data = json.loads(measured.read_text())
     path, table = _table_rows(gpu, engine, version)
-    lookup = {(r.gemm_dtype, int(r.m), int(r.n), int(r.k)): (float(r.latency), r.kernel_source)
-              for r in table.itertuples()}
+    lookup = {(str(d), int(m), int(n), int(k)): (float(t), str(src)) for d, src, m, n, k, t in zip(
+        table["gemm_dtype"], table["kernel_source"], table["m"], table["n"], table["k"], table["latency"])}
     joined, missing = [], 0
     for p in data["points"]:
         hit = lookup.get((p["dtype"], p["m"], p["n"], p["k"]))
