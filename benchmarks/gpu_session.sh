@@ -8,9 +8,9 @@
 #   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
 #       --platform manylinux2014_x86_64 --platform any -d .whl simpy gguf
 # then call the device tool's run with carry [".whl"], timeout_s 600 and the command
-#   bash benchmarks/gpu_session.sh
+#   HARDWARE=h200 bash benchmarks/gpu_session.sh     (HARDWARE: kvplan's name for the GPU, if any)
 # What comes back is one archive, $OUT/gpu_session.tgz (rewritten after every step, so a step
-# that overruns loses only itself), and the log. Unpack it here and run
+# that overruns loses only itself), and the log. Unpack it here and run (on an H200)
 #   python benchmarks/gemm_vs_tables.py compare <dir>/gemm_h200_measured.json --gpu h200_sxm
 # to put the GEMM timings against the package's tables.
 #
@@ -43,12 +43,15 @@ step() {  # step NAME SECONDS COMMAND...: run with a limit, log to $WORK/NAME.tx
     pack
 }
 
+# File names carry the GPU ("NVIDIA H200" -> h200); HARDWARE names it for kvplan's catalog if set.
+GPU=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | tr 'A-Z' 'a-z' | sed 's/^nvidia //; s/[^a-z0-9]\+/_/g; s/_$//')
+GPU=${GPU:-gpu}
 nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv | tee "$WORK/gpu.txt"
 python3 -c "import torch, triton, transformers; print('torch', torch.__version__, 'triton', triton.__version__, 'transformers', transformers.__version__)" | tee -a "$WORK/gpu.txt"
 lscpu | grep -E "Model name|^CPU\(s\)" | tee -a "$WORK/gpu.txt"
 
 # 1. The package's GEMM tables against this GPU (bf16 and per-tensor FP8, 384 points).
-step gemm 110 python3 benchmarks/gemm_vs_tables.py measure --out "$WORK/gemm_h200_measured.json"
+step gemm 110 python3 benchmarks/gemm_vs_tables.py measure --out "$WORK/gemm_${GPU}_measured.json"
 
 # 2. Correctness on the GPU: Triton kernels against the torch references, engine parity with
 #    transformers (random weights).
@@ -58,9 +61,9 @@ step gpu_tests 90 python3 -m pytest -p no:cacheprovider -m gpu tests/kernels tes
 # 3. The engine profiled on the GPU (a step-cost profile of its own, as kvplan calibrate writes for
 #    any device), then the simulator with that profile against the engine on the same requests.
 GRID=--quick; [ "${CALIBRATE_GRID:-quick}" = full ] && GRID=
-PROFILE="$WORK/llama-3.1-8b-random_bf16_h200${GRID:+_quick}.json"
+PROFILE="$WORK/llama-3.1-8b-random_bf16_${GPU}${GRID:+_quick}.json"
 step calibrate 100 python3 -m kvplan.cli.main calibrate --model random:llama-3.1-8b --device cuda \
-    --dtype bfloat16 $GRID --no-progress --hardware h200 --out "$PROFILE"
+    --dtype bfloat16 $GRID --no-progress ${HARDWARE:+--hardware "$HARDWARE"} --out "$PROFILE"
 if [ -f "$PROFILE" ]; then
     step validate 80 python3 -m kvplan.cli.main validate --profile "$PROFILE" --out "$WORK/validate_8b" \
         --rate 8 --num-requests 200 --scale 0.5 --kv-cache-mib 8192 --max-num-batched-tokens 2048 --no-progress
@@ -82,5 +85,5 @@ LlamaForCausalLM(cfg).to(torch.bfloat16).save_pretrained(sys.argv[1])
 EOF
 step runtime_vs_hf 90 python3 benchmarks/runtime_vs_hf.py --device cuda --model "$CKPT" --dtype bfloat16 \
     --num-requests 128 --scale 0.5 --kv-budget-mib 2048 --max-num-batched-tokens 4096 \
-    --json "$WORK/runtime_vs_hf_h200.json"
+    --json "$WORK/runtime_vs_hf_${GPU}.json"
 echo "total ${SECONDS} s"
