@@ -35,6 +35,9 @@ import sys
 import time
 from pathlib import Path
 
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # compare reads the tables through sim.pricing.table_data
+
 #: Token rows: decode batches (1-256) to long prefill chunks (16k).
 M_GRID = (1, 4, 16, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 #: Output x input features, all grid values of the tables (a Llama-8B's o_proj is 4096 x 4096,
@@ -45,9 +48,11 @@ DTYPES = ("bfloat16", "fp8")
 BANDS = ((1, 64, "m 1-64"), (128, 1024, "m 128-1024"), (2048, 1 << 30, "m 2048-16384"))
 
 
-def _graph_ms(torch, call, reps: int) -> "float | None":
+def _graph_ms(call, reps: int) -> "float | None":
     """Milliseconds of one call replayed from a CUDA graph of ``reps`` calls: the kernel without
     its launch, as a vLLM decode step runs it (None where capture fails)."""
+    import torch
+
     try:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
@@ -128,7 +133,7 @@ def measure(out: Path, quick: bool = False) -> None:
                     continue
                 results.append({"dtype": dtype, "m": m, "n": n, "k": k, "cold_ms": cold_ms,
                                 "hot_ms": begin.elapsed_time(end) / reps,
-                                "graph_ms": _graph_ms(torch, call, reps)})
+                                "graph_ms": _graph_ms(call, reps)})
             del w, w8
             save()
         print(f"{dtype}: {sum(r['dtype'] == dtype for r in results)} points, "
@@ -138,7 +143,6 @@ def measure(out: Path, quick: bool = False) -> None:
 
 def _table_rows(gpu: str, engine: str, version: str) -> tuple[Path, dict]:
     """The table's path and its columns (numpy arrays by name)."""
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from sim.pricing.table_data import package_tables_root, read_columns  # imports no package code
 
     root = package_tables_root()
