@@ -96,12 +96,13 @@ def _corpus() -> str:
     return " ".join(" ".join(parts).split())
 
 
-def _texts(tok, kind: str, n: int, rng) -> list:
-    """``PROMPTS_PER_KIND`` distinct prompts of about ``n`` tokens of ``kind``."""
+def _texts(tok, kind: str, n: int, rng, corpus_ids: list) -> list:
+    """``PROMPTS_PER_KIND`` distinct prompts of about ``n`` tokens of ``kind`` (natural ones are
+    windows of ``corpus_ids``, the corpus encoded once by the caller)."""
     vocab = tok.get_vocab_size()
     out = []
     if kind == "natural":
-        ids = tok.encode(_corpus()).ids
+        ids = corpus_ids
         for _ in range(PROMPTS_PER_KIND):
             start = int(rng.integers(0, max(1, len(ids) - n)))
             out.append(tok.decode(ids[start:start + n]))
@@ -123,9 +124,10 @@ def measure_tokenise_by_text(tok, lengths=(1024, 8192), seed: int = 0) -> dict:
     import numpy as np
 
     rng = np.random.default_rng(seed)
+    corpus_ids = tok.encode(_corpus()).ids
     out: dict = {}
     for n in lengths:
-        texts = {k: _texts(tok, k, n, rng) for k in TEXT_KINDS}
+        texts = {k: _texts(tok, k, n, rng, corpus_ids) for k in TEXT_KINDS}
         times: dict = {k: [] for k in TEXT_KINDS}
         for i in range(PROMPTS_PER_KIND):
             for k in TEXT_KINDS:
