@@ -5,6 +5,7 @@ in a subprocess on a free loopback port. Everything is local (HF_HUB_OFFLINE=1).
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import subprocess
@@ -19,6 +20,21 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(autouse=True)
+def no_gc_pauses():
+    """The fake server runs in a thread of the test process, so a pause of that process stalls
+    client and server together and every timing assertion fails at once. The largest such pause
+    under our control is a full garbage collection late in a long suite (CI saw five requests
+    meant for 0.0-0.4 s all reach the server within 3 ms): collect before each test and keep
+    the collector off during it."""
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 @pytest.fixture(scope="session")

@@ -41,11 +41,21 @@ def test_ttft_itl_e2e_match_the_server_delays():
 
 def test_open_loop_requests_leave_on_time_even_when_the_server_is_slow():
     arrivals = [0.0, 0.1, 0.2, 0.3, 0.4]
-    with FakeServer(ttft_s=0.25, itl_s=0.0, serial=True) as srv:  # one at a time: 0.25 s each
-        run = run_load(srv.url, requests(arrivals, output_len=2), duration_limit=30)
-        got = [t for t, _ in srv.received[1:]]  # [0] is the probe
-    sent = np.array(got) - got[0]
-    assert np.allclose(sent, arrivals, atol=0.05), sent  # the server saw them on schedule
+    attempts = []
+    # A stall of the whole process (another job on a shared machine) delays every request
+    # alike and fails any schedule; it is rare, so up to three runs are taken and one must keep
+    # time. A client that waited for answers before sending (the bug this catches) sends at
+    # 0, 0.25, 0.5, ... through a one-at-a-time server on every run.
+    for _ in range(3):
+        with FakeServer(ttft_s=0.25, itl_s=0.0, serial=True) as srv:  # one at a time: 0.25 s each
+            run = run_load(srv.url, requests(arrivals, output_len=2), duration_limit=30)
+            got = [t for t, _ in srv.received[1:]]  # [0] is the probe
+        sent = np.array(got) - got[0]
+        attempts.append(sent)
+        if np.allclose(sent, arrivals, atol=0.05):  # the server saw them on schedule
+            break
+    else:
+        pytest.fail(f"no run kept the schedule {arrivals}: the server saw {attempts}")
     assert all(abs(r.start_s - r.arrival_s) < 0.05 for r in run.results)
     ttfts = [r.ttft_s for r in run.results]
     assert ttfts[-1] > ttfts[0] + 0.5  # ...and queued them: the last waited for four others
