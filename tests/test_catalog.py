@@ -220,6 +220,8 @@ def test_model_slugs_are_the_contract():
     ("llama-3.1-70b", 70.554e9),
     ("mistral-7b", 7.242e9),
     ("qwen2.5-7b", 7.616e9),
+    ("mistral-nemo-12b", 12.248e9),
+    ("yi-34b", 34.389e9),
     ("smollm2-135m", 134.5e6),
     ("mixtral-8x7b", 46.703e9),
     ("qwen3-8b", 8.191e9),
@@ -243,6 +245,8 @@ def test_model_shape_facts():
     assert get_model("smollm2-135m").tie_word_embeddings
     assert get_model("smollm2-135m").head_dim == 64
     assert get_model("mistral-7b").sliding_window == 4096
+    nemo = get_model("mistral-nemo-12b")  # heads narrower than hidden / heads (160)
+    assert nemo.head_dim == 128 and nemo.kv_size == 1024 and nemo.sliding_window is None
 
 
 @pytest.mark.parametrize("alias,slug", [
@@ -258,6 +262,9 @@ def test_model_shape_facts():
     ("meta-llama/Llama-3.1-8B", "llama-3.1-8b"),
     ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"),
     ("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-70b"),
+    ("meta-llama/Llama-3.3-70B-Instruct", "llama-3.1-70b"),
+    ("mistralai/Mistral-Nemo-Instruct-2407", "mistral-nemo-12b"),
+    ("01-ai/Yi-34B", "yi-34b"),
     ("Llama-2-7b-hf", "llama-2-7b"),
     ("LLAMA-2-7B", "llama-2-7b"),
 ])

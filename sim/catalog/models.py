@@ -466,6 +466,11 @@ _CATALOG: dict[str, ModelSpec] = {
                sliding_window=4096),
         _llama("qwen2.5-7b", "Qwen/Qwen2.5-7B", 28, 3584, 28, 4, 18944, 152064, 32768,
                qkv_bias=True, rope_theta=1000000.0),
+        # Mistral NeMo 12B: 32 heads of 128 on a 5,120-wide residual (head_dim is not
+        # hidden / heads), a 2^17-token vocabulary, no sliding window.
+        _llama("mistral-nemo-12b", "mistralai/Mistral-Nemo-Base-2407", 40, 5120, 32, 8, 14336,
+               131072, 128000, head_dim=128, rope_theta=1000000.0),
+        _llama("yi-34b", "01-ai/Yi-34B", 60, 7168, 56, 8, 20480, 64000, 4096, rope_theta=5000000.0),
         _llama("smollm2-135m", "HuggingFaceTB/SmolLM2-135M", 30, 576, 9, 3, 1536, 49152, 8192,
                tie_word_embeddings=True, rope_theta=100000.0),
         _llama("mixtral-8x7b", "mistralai/Mixtral-8x7B-v0.1", 32, 4096, 32, 8, 14336, 32000,
@@ -522,9 +527,12 @@ _EXTRA_ALIASES: dict[str, tuple[str, ...]] = {
     "llama-3.1-8b": ("meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Meta-Llama-3.1-8B",
                      "meta-llama/Meta-Llama-3.1-8B-Instruct"),
     "llama-3.1-70b": ("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Meta-Llama-3.1-70B",
-                      "meta-llama/Meta-Llama-3.1-70B-Instruct"),
+                      "meta-llama/Meta-Llama-3.1-70B-Instruct",
+                      "meta-llama/Llama-3.3-70B-Instruct"),  # 3.3: the 3.1 architecture, new weights
     "mistral-7b": ("mistralai/Mistral-7B-Instruct-v0.1",),
     "qwen2.5-7b": ("Qwen/Qwen2.5-7B-Instruct",),
+    "mistral-nemo-12b": ("mistralai/Mistral-Nemo-Instruct-2407",),
+    "yi-34b": ("01-ai/Yi-34B-Chat", "01-ai/Yi-1.5-34B", "01-ai/Yi-1.5-34B-Chat"),
     "smollm2-135m": ("HuggingFaceTB/SmolLM2-135M-Instruct",),
     "mixtral-8x7b": ("mistralai/Mixtral-8x7B-Instruct-v0.1",),
     "mixtral-8x22b": ("mistralai/Mixtral-8x22B-Instruct-v0.1",),
