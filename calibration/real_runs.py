@@ -63,6 +63,7 @@ SERVER_KEYS = {
     "gpu_memory_utilization": "kv_cache.gpu_memory_utilization",
     "block_size": "kv_cache.block_size",
     "data_parallel_size": "parallel.data_parallel_size",
+    "num_replicas": "parallel.num_replicas",
 }
 #: What the shared inference-perf runs' README says the server ran with when exp-config.yaml
 #: does not say (vLLM V1 defaults there: chunked prefill, prefix caching on, block 16, 0.9).
@@ -404,7 +405,7 @@ def read_inference_perf(folder: Path) -> RealRun:
 def _merge_facts(server: dict, exp: dict, facts: ServerFacts, folder: Path, notes: list[str]) -> None:
     """The manifest's and server log's settings into ``server`` where exp-config.yaml is silent
     (exp-config.yaml is the run's own record: it wins, with a note where they disagree)."""
-    said = {"data_parallel_size": facts.data_parallel_size,
+    said = {"data_parallel_size": facts.data_parallel_size, "num_replicas": facts.replicas,
             "gpu_memory_utilization": facts.gpu_memory_utilization,
             "max_num_batched_tokens": facts.max_num_batched_tokens}
     for key, value in said.items():

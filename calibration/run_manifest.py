@@ -62,7 +62,8 @@ class ServerFacts:
     """What the manifest and the server log say about one run (None: not said)."""
 
     hardware: Optional[str] = None            # a catalog name
-    data_parallel_size: Optional[int] = None
+    data_parallel_size: Optional[int] = None  # vLLM's --data-parallel-size, as the log records it
+    replicas: Optional[int] = None            # the manifest's dp: independent servers (``_apply_manifest``)
     weights: Optional[str] = None             # quantization.weights ("fp8") when not 16-bit
     gpu_memory_utilization: Optional[float] = None
     max_num_batched_tokens: Optional[int] = None
@@ -124,6 +125,13 @@ def server_facts(folder: Path) -> ServerFacts:
     log = folder / "vllm.log"
     if log.is_file():
         _apply_log(facts, log)
+    if facts.data_parallel_size is not None and facts.replicas is not None:
+        facts.notes.append(f"vllm.log: --data-parallel-size {facts.data_parallel_size} (one server "
+                           f"with data-parallel ranks), not the manifest's {facts.replicas} servers")
+        facts.replicas = None
+    elif facts.replicas is not None and facts.replicas > 1:
+        facts.notes.append(f"manifest dp {facts.replicas}: {facts.replicas} servers behind a round-robin "
+                           f"router (parallel.num_replicas), as the collection's own evaluators replay it")
     return facts
 
 
@@ -136,9 +144,17 @@ def _apply_manifest(facts: ServerFacts, entry: dict, path: Path) -> None:
             raise ManifestError(f"{where}: hw {hw!r} is not a GPU kvplan knows "
                                 f"({', '.join(sorted({k.upper() for k in MANIFEST_HARDWARE}))})")
         facts.hardware = MANIFEST_HARDWARE[key]
+    # The manifest's dp counts servers, not vLLM's data-parallel ranks: the collection's own
+    # evaluators replay it as independent instances behind a round-robin router (BLIS
+    # --num-instances, Vidur --cluster_config_num_replicas with round_robin, LLMServingSim
+    # num_instances: experiment/adapters in inference-sim/sim-to-real-accuracy-validation), and its
+    # Mixtral-8x7B TP 2 x dp 2 run measures as two TP 2 servers at half the load each (E2E within
+    # 5%), where vLLM's DP, whose experts shard over DP x TP = 4 GPUs, would decode 40% faster
+    # (benchmarks/public_vllm_runs.py). A log that records --data-parallel-size wins
+    # (``server_facts``).
     dp = entry.get("dp")
     if dp is not None:
-        facts.data_parallel_size = _whole(dp, where, "dp")
+        facts.replicas = _whole(dp, where, "dp")
     precision = entry.get("precision")
     if precision is not None:
         p = str(precision).strip().lower()

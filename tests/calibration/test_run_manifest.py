@@ -33,12 +33,17 @@ def collection(root: Path, entry: dict, log: str = "", legacy: bool = False) -> 
 def test_manifest_entry_sets_the_server_the_exp_config_does_not_name(tmp_path):
     run = read_run(collection(tmp_path, {**ENTRY, "precision": "FP8", "cpu_offload": True}))
     assert run.hardware == "h100-sxm"
-    assert run.server["data_parallel_size"] == 2 and run.server["gpu_memory_utilization"] == 0.95
+    # The manifest's dp counts servers (the collection's evaluators replay it as instances), not
+    # vLLM's data-parallel ranks.
+    assert run.server["num_replicas"] == 2 and "data_parallel_size" not in run.server
+    assert run.server["gpu_memory_utilization"] == 0.95
     assert run.weights == "fp8"
     assert run.cpu_offload_gb is None  # on, but no log to size it
     assert any("size is not recorded" in n for n in run.notes)
+    assert any("2 servers behind a round-robin router" in n for n in run.notes)
     config, notes = build_config(run)
-    assert config["parallel"]["data_parallel_size"] == 2
+    assert config["parallel"]["num_replicas"] == 2
+    assert config["parallel"].get("data_parallel_size", 1) == 1
     assert config["kv_cache"]["gpu_memory_utilization"] == 0.95
     assert config["quantization"]["weights"] == "fp8"
     assert config["hardware"] == "h100-sxm"
@@ -66,8 +71,11 @@ def test_vllm_log_launch_args_kv_pool_and_offload(tmp_path):
            "INFO kv_cache_utils.py: GPU KV cache size: 118,992 tokens\n"
            "INFO gpu_worker.py: kv_connector_extra_config={'cpu_bytes_to_use': 8589934592.0}\n")
     run = read_run(collection(tmp_path, ENTRY, log))
-    # The log is what the server printed: it wins over the manifest (dp 2 there).
+    # The log is what the server printed: one server with 4 data-parallel ranks, not the
+    # manifest's 2 servers.
     assert run.server["data_parallel_size"] == 4 and run.server["gpu_memory_utilization"] == 0.9
+    assert "num_replicas" not in run.server
+    assert any("not the manifest's 2 servers" in n for n in run.notes)
     assert run.weights == "fp8" and run.kv_cache_tokens == 118_992 and run.cpu_offload_gb == 8.0
     assert run.engine_version == "0.15.1"  # the folder names no release: the log does
     config, _ = build_config(run)
