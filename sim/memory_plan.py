@@ -260,7 +260,7 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
         raise ConfigError("max_num_batched_tokens: must be a positive integer")
     prec = resolve_precision(hw, dtype, weight_dtype, kv_cache_dtype)
 
-    budget = hw.memory_bytes * gpu_memory_utilization
+    budget = hw.usable_memory_bytes * gpu_memory_utilization  # a fraction of what the driver reports
     ep = expert_parallel_size
     if ep > 1 and model.is_moe and model.num_experts % ep:
         raise ConfigError(f"parallel: {model.name}'s {model.num_experts} experts do not spread "
@@ -279,7 +279,7 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
         model=model.name, hardware=hw.name, dtype=prec.dtype, weight_dtype=prec.weight_dtype,
         kv_cache_dtype=prec.kv_cache_dtype, tensor_parallel_size=tp,
         pipeline_parallel_size=pp, gpu_memory_utilization=gpu_memory_utilization,
-        memory_bytes=hw.memory_bytes, budget_bytes=budget, weights_bytes=weights,
+        memory_bytes=hw.usable_memory_bytes, budget_bytes=budget, weights_bytes=weights,
         activation_reserve_bytes=reserve, kv_pool_bytes=pool, kv_bytes_per_token=kv_token,
         num_kv_slots=int(pool // kv_token),
         state_bytes_per_request=recurrent_state_bytes(model, prec, tp, pp),

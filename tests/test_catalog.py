@@ -49,6 +49,22 @@ def test_hardware_datasheet_numbers(slug, mem_gib, bw_tbs, fp16_tflops):
     assert hw.gpus_per_node >= 1 and hw.usd_per_gpu_hour > 0
 
 
+@pytest.mark.parametrize("slug,mib", [("l40s", 46068), ("l4", 23034), ("a10g", 23028)])
+def test_gddr6_ecc_parts_plan_from_the_memory_the_driver_reports(slug, mib):
+    """A GDDR6 data-centre GPU keeps 1/16 of its memory for ECC (on by default): nvidia-smi shows
+    an L40S's 48 GiB as 46,068 MiB, and vLLM's gpu_memory_utilization is a fraction of that."""
+    from sim.memory_plan import plan_memory
+
+    hw = get_hardware(slug)
+    assert hw.usable_memory_bytes == mib * 2**20
+    assert hw.usable_memory_bytes == pytest.approx(hw.memory_bytes * 15 / 16, rel=0.001)
+    plan = plan_memory("llama-3.1-8b", slug, dtype="bfloat16", weight_dtype="int4" if slug != "l40s" else None)
+    assert plan.budget_bytes == pytest.approx(mib * 2**20 * 0.9)
+    assert plan.kv_pool_bytes == pytest.approx(plan.budget_bytes - plan.weights_bytes - plan.activation_reserve_bytes)
+    # HBM parts report within a few percent of the nominal size: they plan from it.
+    assert get_hardware("h100-sxm").usable_memory_bytes == get_hardware("h100-sxm").memory_bytes
+
+
 def test_fp8_only_where_the_tensor_cores_have_it():
     for slug in ("h100-sxm", "h200", "l40s", "mi300x"):
         assert get_hardware(slug).supports("fp8")

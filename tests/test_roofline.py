@@ -434,7 +434,7 @@ def test_memory_plan_covers_every_catalog_pair_that_fits():
                 assert "\n" not in str(exc) and m.name in str(exc)
                 continue
             assert plan.num_kv_slots > 0 and plan.kv_pool_bytes > 0
-            assert math.isclose(plan.memory_bytes, hw.memory_bytes)
+            assert math.isclose(plan.memory_bytes, hw.usable_memory_bytes)
 
 
 # --- FP4 weights (MXFP4, NVFP4) -------------------------------------------------------------

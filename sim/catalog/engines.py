@@ -209,7 +209,7 @@ MIB = 1 << 20
 
 def _gpu_mib(hw: Optional["HardwareSpec"]) -> Optional[float]:
     """The GPU's memory in MiB, as ``get_device_memory_capacity`` reports it (None: unknown)."""
-    return None if hw is None else hw.memory_bytes / MIB
+    return None if hw is None else hw.usable_memory_bytes / MIB
 
 
 def sglang_chunked_prefill_size(hw: Optional["HardwareSpec"]) -> int:

@@ -21,6 +21,7 @@ from sim.errors import ConfigError
 
 GB = 1e9
 GiB = 1 << 30
+MiB = 1 << 20
 TFLOPS = 1e12
 
 
@@ -30,6 +31,11 @@ class HardwareSpec:
 
     - ``memory_bytes``: HBM/GDDR capacity (nominal GiB; CUDA reports 1-3% less, which the
       memory plan's fixed reserve absorbs).
+    - ``device_memory_bytes``: what the driver reports as the device's total (nvidia-smi,
+      ``torch.cuda.mem_get_info``) where it is well below the nominal capacity: a GDDR6 data-centre
+      GPU keeps 1/16 of its memory for inline ECC, on by default (L40S: 46,068 MiB of 48 GiB).
+      vLLM's ``gpu_memory_utilization`` and SGLang's memory classes are fractions of this total,
+      so the memory plan is too (``usable_memory_bytes``). None: the nominal capacity.
     - ``memory_bandwidth``: peak device-memory bandwidth, bytes/s.
     - ``peak_flops``: dense tensor-core FLOP/s (or OP/s for int8) keyed by compute dtype:
       ``fp32`` (plain FP32 CUDA cores), ``tf32``, ``fp16``, ``bf16``, ``fp8``, ``int8``,
@@ -58,6 +64,12 @@ class HardwareSpec:
     usd_per_gpu_hour: float
     description: str = ""
     aliases: tuple[str, ...] = field(default=())
+    device_memory_bytes: int | None = None
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """The total the driver reports: what serving engines take their memory fractions of."""
+        return self.device_memory_bytes if self.device_memory_bytes is not None else self.memory_bytes
 
     def flops(self, compute_dtype: str) -> float:
         """Peak dense FLOP/s for ``compute_dtype``; raises ConfigError if unsupported."""
@@ -313,6 +325,7 @@ _CATALOG: dict[str, HardwareSpec] = {
             usd_per_gpu_hour=0.85,
             description="NVIDIA L4 24GB",
             aliases=("nvidia-l4",),
+            device_memory_bytes=23034 * MiB,  # nvidia-smi, ECC on: 23,034 MiB
         ),
         # NVIDIA L40S datasheet: 48 GB GDDR6 864 GB/s; FP32 91.6 TF, TF32 183 TF,
         # BF16/FP16 362.05 TF, FP8 733 TF, INT8 733 TOPS (dense); no NVLink: GPUs talk over
@@ -331,6 +344,7 @@ _CATALOG: dict[str, HardwareSpec] = {
             usd_per_gpu_hour=1.25,
             description="NVIDIA L40S 48GB",
             aliases=("nvidia-l40s",),
+            device_memory_bytes=46068 * MiB,  # nvidia-smi, ECC on: 46,068 MiB
         ),
         # NVIDIA GeForce RTX 4090 (Ada AD102, 450 W), NVIDIA Ada GPU Architecture whitepaper
         # (v2.02+, Appendix A, Table 2, dense/sparse): 24 GB GDDR6X, 384-bit at 21 Gbps,
@@ -398,6 +412,7 @@ _CATALOG: dict[str, HardwareSpec] = {
             usd_per_gpu_hour=1.006,
             description="NVIDIA A10G 24GB (AWS G5)",
             aliases=("a10", "nvidia-a10g"),
+            device_memory_bytes=23028 * MiB,  # nvidia-smi, ECC on: 23,028 MiB
         ),
         # MI300X: 192 GB HBM3 at 5.3 TB/s (AMD Instinct MI300X datasheet).
         _cdna3("mi300x", 192, 5300, 2.50, "AMD Instinct MI300X 192GB",
