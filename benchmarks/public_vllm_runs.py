@@ -21,16 +21,16 @@ Mistral or CodeLlama tokenizer's count: other tokenizers differ by a few percent
 ``exp-config.yaml`` is rewritten with the run's model, TP and token budget. The release is the
 collection's (vLLM 0.15.1, ``--set engine.version=0.15.1``).
 
-The ``-lite`` workloads' stage rates are not published. They are left out unless ``--lite-rates
-R0,R1`` gives them (general-lite only, an explicit assumption printed with the result); the
-H100 general-lite runs of Qwen3-14B and Llama-2-70B are reproduced at 4 then 8 req/s, so
-``--lite-rates 4,8`` makes the A100 and L40S general-lite runs a check of the other GPUs relative
-to H100 (the rate is inferred from kvplan's own H100 prediction: a reading, not a measurement).
+The ``-lite`` workload is "the same token distributions as General at 6 rps peak" (the
+collection's figure design, docs/superpowers/specs/2026-03-16-publication-figures-design.md in
+that repository); its first stage's rate is not published. Those runs (A100 and L40S among them)
+are left out unless ``--lite-rates R0,R1`` gives both rates, an assumption printed with the result:
+``--lite-rates 2.4,6`` is General's 8 and 20 req/s scaled to that peak.
 
 A stage whose measured mean TTFT exceeds 2 s was overloaded (a queue): it is scored by whether
 kvplan also predicts an overload, not by its error.
 
-    .venv/bin/python benchmarks/public_vllm_runs.py [--lite-rates 4,8] [--only 16-llama] \
+    .venv/bin/python benchmarks/public_vllm_runs.py [--lite-rates 2.4,6] [--only 16-llama] \
         [--stage-seconds S] [--out benchmarks/results/public_vllm_runs.json]
 """
 
@@ -346,7 +346,7 @@ def markdown(res: dict) -> str:
                      f"{b['overload_predicted']}/{b['overloaded_real']} |")
     if res["lite_rates"]:
         lines.append(f"\ngeneral-lite stages replayed at {res['lite_rates'][0]:g} then {res['lite_rates'][1]:g} req/s "
-                     f"(assumed: the collection does not publish them)")
+                     f"(assumed: the collection documents a 6 req/s peak, not the first stage)")
     return "\n".join(lines)
 
 
