@@ -181,3 +181,26 @@ def test_marlin_moe_kernel_needs_four_bit_experts_and_bf16_activations():
     sc = build_scenario({"model": "openai/gpt-oss-120b", "hardware": "h200",
                          "quantization": {"weights": "mxfp4", "moe_kernel": "marlin"}})
     assert sc.quantization.moe_kernel == "marlin"
+
+
+@needs_package
+def test_block_fp8_experts_read_block_rows_not_faster_per_tensor_ones(no_env):
+    """A block-FP8 checkpoint (MiniMax-M2.5) runs block-scaled MoE kernels only: its experts are
+    priced from the ``fp8_block`` rows of the version-nearest folder, never from per-tensor
+    ``fp8`` rows of the same shape, which on H200 at TP 4 are a third faster at 8,192 tokens.
+    A per-tensor FP8 checkpoint still reads the FP8 family (block rows where faster)."""
+    p = make_pricer("operator_tables", "MiniMaxAI/MiniMax-M2.5", "h200", dtype="bfloat16",
+                    weight_dtype="fp8_block", tensor_parallel_size=4, engine=get_engine("vllm", "0.16.0"))
+    assert p.moe_dtype == "fp8_block"
+    assert p.table_source()["tables_read"]["moe/moe_perf"] == "0.19.0"
+    d = PACKAGE / "h200_sxm" / "moe" / "vllm" / "0.19.0" / "moe_perf.parquet"
+    block = _rows(d, 3072, 1536, 256, 8, 4, "fp8_block", "fused_moe")
+    tensor = _rows(d, 3072, 1536, 256, 8, 4, "fp8", "fused_moe")
+    i = int(np.searchsorted(p._gemm_m, 8192))
+    assert p._gemm_m[i] == 8192
+    # The block row (scaled to the experts a uniform router touches: all of them at 8k tokens).
+    assert float(p._gemm_ms["experts"][i]) == pytest.approx(block[8192], rel=0.02)
+    assert tensor[8192] < 0.7 * block[8192]
+    per_tensor = make_pricer("operator_tables", "MiniMaxAI/MiniMax-M2.5", "h200", dtype="bfloat16",
+                             weight_dtype="fp8", tensor_parallel_size=4, engine=get_engine("vllm", "0.16.0"))
+    assert float(per_tensor._gemm_ms["experts"][i]) == pytest.approx(tensor[8192], rel=0.02)

@@ -740,17 +740,23 @@ class OperatorTableCostModel(StepPricer):
                 files = files + [(f, f"sglang/{v}") for f, v in table_files(other, "moe_perf")]
         # This model's experts are measured in some version folders and dtypes only (on H200,
         # DeepSeek-V3's in bf16 under 0.19 and block FP8 under 0.24): the wanted format in the
-        # version nearest the engine first, then bf16. FP8 is one family: per-tensor rows are
-        # ModelOpt checkpoints' kernels (FlashInfer CUTLASS on H200, 3x slower than bf16 for
-        # Qwen3-235B's experts), block rows vLLM's own Fp8MoEMethod (Triton, FlashInfer, TRT-LLM),
-        # which also runs per-tensor FP8.
-        family = {"fp8": ("fp8", "fp8_block"), "fp8_block": ("fp8", "fp8_block")}.get(want, (want,))
+        # version nearest the engine first, then bf16. A per-tensor FP8 checkpoint reads the
+        # FP8 family: per-tensor rows are ModelOpt checkpoints' kernels (FlashInfer CUTLASS on
+        # H200, 3x slower than bf16 for Qwen3-235B's experts), block rows vLLM's own
+        # Fp8MoEMethod (Triton, FlashInfer, TRT-LLM), which also runs per-tensor FP8. A block-FP8
+        # checkpoint (DeepSeek-V3, MiniMax-M2.5, Qwen3-235B-A22B-FP8) runs block-scaled kernels
+        # only: its 128x128 weight scales and per-token-group activation quantisation are not
+        # the per-tensor kernels' (vllm fused_moe/oracle/fp8.py selects among block-capable
+        # backends by ``kFp8Static128BlockSym``). Its per-tensor rows, up to 33% faster in
+        # prefill (MiniMax-M2.5's experts at TP 4 on H200, 8,192 tokens, vLLM 0.19 tables), are
+        # read only where no block rows exist.
+        family = {"fp8": ("fp8", "fp8_block"), "fp8_block": ("fp8_block",)}.get(want, (want,))
         found = None
         # vLLM's default kernel for the format (any version folder), then the version-nearest
         # rows of the format, then bf16; for a uniform router whose shape has no balanced rows
         # (A100 and B60 hold power-law rows only), the mildest power law's, as measured.
-        attempts = ([(family, kernel)] if kernel else []) + [(d, None) for d in
-                                                               dict.fromkeys([family, ("bfloat16",)])]
+        fallbacks = [family] + ([("fp8", "fp8_block")] if want == "fp8_block" else []) + [("bfloat16",)]
+        attempts = ([(family, kernel)] if kernel else []) + [(d, None) for d in dict.fromkeys(fallbacks)]
         routings = ["balanced", "power_law_1.01"] if self.moe_routing == "uniform" else [self.moe_routing]
         for (dtypes, labels), rows_routing in ((a, r) for r in routings for a in attempts):
             for path, version in files:
