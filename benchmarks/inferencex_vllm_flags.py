@@ -322,6 +322,23 @@ def client_defect(model_path: str, system: str, measured: Optional[str], clients
     return None
 
 
+#: What vLLM's default ``--kv-cache-dtype auto`` gives an InferenceX checkpoint whose script passes
+#: no ``--kv-cache-dtype``: the KV-cache dtype its quantisation config declares, else the model's
+#: own (bf16). Only the checkpoints where that differs from the replay's default (an FP8 cache for
+#: FP8 and NVFP4 weights, ``silicon_matrix.kv_cache_dtype``, AIConfigurator's own assumption) are
+#: listed. MiniMaxAI/MiniMax-M2.5's ``quantization_config`` (block FP8: ``quant_method fp8``,
+#: ``weight_block_size [128, 128]``, ``activation_scheme dynamic``; the copy in aiconfigurator-core's
+#: ``model_configs/MiniMaxAI--MiniMax-M2.5_config.json``) declares no KV-cache scheme, so its
+#: Hopper scripts and its B200 FP8 script before bddbf4031 (#947) served a bf16 cache; NVIDIA's
+#: NVFP4 exports declare ``kv_cache_quant_algo: FP8`` (``nvidia--MiniMax-M2.5-NVFP4_hf_quant_config
+#: .json``), which vLLM's ``auto`` honours, and INT4 / MXFP4 rows already keep the model dtype.
+CHECKPOINT_KV_CACHE: dict[tuple[str, str], tuple[str, str]] = {
+    ("minimax-m2.5", "fp8"): ("auto", "no --kv-cache-dtype: vLLM's auto keeps the model dtype (bf16) for "
+                                      "MiniMaxAI/MiniMax-M2.5, whose block-FP8 quantization_config declares "
+                                      "no KV-cache scheme"),
+}
+
+
 def find_recipe(family: str, system: str, precision: str, measured: str) -> Optional[Recipe]:
     """The script version in force on ``measured`` (the last change on or before that day)."""
     for rec in RECIPES:
@@ -392,6 +409,9 @@ def script_flags(model_path: str, precision: str, system: str, measured: Optiona
         flat["parallel.enable_expert_parallel"] = True
     if rec.parallel == "none" and ep > 1 and dp <= 1:
         flat["parallel.enable_expert_parallel"] = False
+    checkpoint_kv = CHECKPOINT_KV_CACHE.get((family, precision))
+    if checkpoint_kv and "kv_cache.dtype" not in flat:
+        flat["kv_cache.dtype"] = checkpoint_kv[0]
     config = _nest(flat)
     shown = ", ".join(f"{k}={v}" for k, v in flat.items())
     notes = [f"InferenceX {rec.script} @ {rec.source} (in force {rec.from_date}.."
@@ -399,6 +419,8 @@ def script_flags(model_path: str, precision: str, system: str, measured: Optiona
     if rec.from_date == measured:
         notes.append(f"script changed on the measured day ({rec.source}): assumed the row ran the new version")
     notes.extend(rec.extra_notes)
+    if checkpoint_kv and "kv_cache.dtype" not in rec.flags:
+        notes.append(checkpoint_kv[1])
     notes.extend(_parallel_notes(rec, tp, ep, dp))
     if rec.not_modelled:
         notes.append("not modelled: " + ", ".join(rec.not_modelled))

@@ -409,7 +409,9 @@ def kv_cache_dtype(weights: str) -> str:
     bf16 cache could not have held the clients (MiniMax-M2.5 FP8 on one B300 at 16 clients:
     measured TTFT 0.52 s; replayed with a bf16 cache, 10.3 s). MXFP4 (gpt-oss), INT4
     (Kimi-K2.5) and bf16 rows keep the model dtype, as AIConfigurator's model does. Said once
-    in the report's assumptions, not per row."""
+    in the report's assumptions, not per row. Where an InferenceX script is known
+    (``--server scripts``) its flags win: one that passes no ``--kv-cache-dtype`` runs what
+    vLLM's ``auto`` gives the checkpoint (``inferencex_vllm_flags.CHECKPOINT_KV_CACHE``)."""
     return "fp8" if weights in FP8_KV_FORMATS else "auto"
 
 
@@ -1324,7 +1326,9 @@ ASSUMPTIONS = {
               "(inferencex_vllm_flags: --max-num-batched-tokens 2 x ISL on MiniMax-M2.5 B200 from "
               "2026-04-03, B300 from 2026-04-17 and Kimi-K2.5 FP4 B200 from 2026-04-20, per DP rank "
               "under MiniMax FP4's DP-attention branch, --max-num-seqs CONC, "
-              "--gpu-memory-utilization, --kv-cache-dtype, --block-size, --async-scheduling, "
+              "--gpu-memory-utilization, --kv-cache-dtype (where a script passes none, what vLLM's auto gives "
+              "the checkpoint: bf16 for MiniMax-M2.5's block-FP8 checkpoint, which declares no KV-cache scheme), "
+              "--block-size, --async-scheduling, "
               "--max-cudagraph-capture-size (--cuda-graph-sizes in 2025); per row "
               "with its commit, and the flags kvplan cannot express named as not modelled; the MiniMax-M2.5 "
               "scripts that always passed --enable-expert-parallel, B200 FP8 to 2026-04-03 and H200 from "

@@ -31,7 +31,7 @@ def test_minimax_b200_fp8_token_budget_from_pr_947():
     before, _ = flags(MM, "fp8", "b200_sxm", "2026-03-28", isl=8192)
     assert "max_num_batched_tokens" not in before.get("scheduler", {})
     assert before["kv_cache"] == {"gpu_memory_utilization": 0.95, "max_model_len": 8192 + 1024 + 200,
-                                  "block_size": 32, "prefix_caching": False}
+                                  "block_size": 32, "prefix_caching": False, "dtype": "auto"}
     after, notes = flags(MM, "fp8", "b200_sxm", "2026-04-03", isl=8192)
     assert after["scheduler"]["max_num_batched_tokens"] == 16384
     assert after["kv_cache"]["dtype"] == "fp8" and after["kv_cache"]["gpu_memory_utilization"] == 0.90
@@ -47,6 +47,24 @@ def test_minimax_b200_fp8_first_version_keeps_prefix_caching_default():
     assert "prefix_caching" not in config["kv_cache"]
     assert any("VLLM_MOE_USE_DEEP_GEMM=0" in n for n in notes)
     assert any("-ge 1" in n for n in notes)  # the script always passed --enable-expert-parallel
+
+
+def test_minimax_fp8_scripts_without_kv_flag_serve_the_checkpoints_bf16_cache():
+    """No ``--kv-cache-dtype`` in the script: vLLM's ``auto`` keeps the model dtype, since
+    MiniMax-M2.5's block-FP8 quantization_config declares no KV-cache scheme. The Hopper scripts
+    and the B200 FP8 script before bddbf4031 (#947) pass none; from #947 on it passes fp8."""
+    for system, date in (("h100_sxm", "2026-03-28"), ("h200_sxm", "2026-03-13"), ("b200_sxm", "2026-03-11")):
+        config, notes = flags(MM, "fp8", system, date)
+        assert config["kv_cache"]["dtype"] == "auto", system
+        assert any("declares no KV-cache scheme" in n for n in notes), system
+    after, notes = flags(MM, "fp8", "b200_sxm", "2026-04-22")
+    assert after["kv_cache"]["dtype"] == "fp8"
+    assert not any("declares no KV-cache scheme" in n for n in notes)
+    # NVFP4 exports declare an FP8 cache: the rule does not touch them, nor other families.
+    fp4, _ = flags(MM, "fp4", "b200_sxm", "2026-04-10", tp=2)
+    assert fp4["kv_cache"]["dtype"] == "fp8"
+    kimi, _ = flags("moonshotai/Kimi-K2.5", "int4", "h200_sxm", "2026-03-10", tp=8)
+    assert "dtype" not in kimi.get("kv_cache", {})
 
 
 def test_undated_row_gets_empty_config_and_reason():
@@ -172,10 +190,11 @@ def test_b300():
 
 def test_minimax_hopper():
     h100, _ = flags(MM, "fp8", "h100_sxm", "2026-03-27", ep=4)
-    assert h100 == {"kv_cache": {"gpu_memory_utilization": 0.90, "max_model_len": 2248},
+    assert h100 == {"kv_cache": {"gpu_memory_utilization": 0.90, "max_model_len": 2248, "dtype": "auto"},
                     "scheduler": {"max_num_seqs": 256}, "engine": {"cudagraph_mode": "PIECEWISE"}}
     h200, notes = flags(MM, "fp8", "h200_sxm", "2026-03-28", tp=8)
-    assert h200["kv_cache"] == {"gpu_memory_utilization": 0.95, "max_model_len": 2248, "prefix_caching": False}
+    assert h200["kv_cache"] == {"gpu_memory_utilization": 0.95, "max_model_len": 2248, "prefix_caching": False,
+                                "dtype": "auto"}
     assert any("-ge 1" in n for n in notes)
     # The script passed --enable-expert-parallel whatever the label: the replay runs EP.
     assert h200["parallel"] == {"enable_expert_parallel": True}
