@@ -27,8 +27,9 @@ that repository); its first stage's rate is not published. Those runs (A100 and 
 are left out unless ``--lite-rates R0,R1`` gives both rates, an assumption printed with the result:
 ``--lite-rates 2.4,6`` is General's 8 and 20 req/s scaled to that peak.
 
-A stage whose measured mean TTFT exceeds 2 s was overloaded (a queue): it is scored by whether
-kvplan also predicts an overload, not by its error.
+A stage whose measured means say it queued (``calibration.validate_real.queued_by_means``: mean
+TTFT above 1 s and above half the mean E2E, the rule ``kvplan validate --real`` applies) was
+overloaded: it is scored by whether kvplan also predicts an overload, not by its error.
 
     .venv/bin/python benchmarks/public_vllm_runs.py [--lite-rates 2.4,6] [--only 16-llama] \
         [--stage-seconds S] [--out benchmarks/results/public_vllm_runs.json]
@@ -52,7 +53,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from calibration.real_runs import read_run  # noqa: E402
-from calibration.validate_real import compare_run  # noqa: E402
+from calibration.validate_real import compare_run, queued_by_means  # noqa: E402
 from sim.errors import KvplanError  # noqa: E402
 
 SHARED_RUNS = ROOT.parent / "shared" / "real_runs" / "vllm_0.15.1_h100"
@@ -66,7 +67,6 @@ TEMPLATES = {
 }
 #: Output tokens per request of each workload (TPOT = (E2E - TTFT) / (output - 1)).
 OUTPUT_LEN = {"general": 248, "codegen": 247, "roleplay": 251, "reasoning": 1448}
-OVERLOADED_TTFT_MS = 2000.0
 VERSION = "0.15.1"
 SOURCE = ("inference-sim/sim-to-real-accuracy-validation: results/cluster_2000req/error_records.csv "
           "@9bcf939 and results_trainval/error_records.csv @dcec3fd, column 'actual' (per-stage means)")
@@ -234,7 +234,7 @@ def score(run: Run, predicted: list[dict]) -> list[dict]:
     for i, ((ttft, e2e), p) in enumerate(zip(run.stages, predicted)):
         real_tpot = (e2e - ttft) / (out_len - 1)
         row = {"run": run.name, "stage": i, "hw": run.hw, "workload": run.workload,
-               "overloaded_real": ttft > OVERLOADED_TTFT_MS, "overloaded_predicted": p["overloaded"]}
+               "overloaded_real": queued_by_means(ttft, e2e), "overloaded_predicted": p["overloaded"]}
         for name, real, pred in (("mean_ttft_ms", ttft, p["mean_ttft_ms"]), ("mean_e2el_ms", e2e, p["mean_e2el_ms"]),
                                  ("mean_tpot_ms", real_tpot, p["mean_tpot_ms"])):
             row[name] = {"real": real, "predicted": pred,
@@ -291,7 +291,8 @@ def main(argv=None) -> int:
                          "wall_seconds": round(wall, 2), "notes": src["notes"]})
         print(f"{run.name}: {wall:.1f} s", file=sys.stderr)
     result = {"benchmark": "benchmarks/public_vllm_runs.py", "measured": SOURCE, "engine_version": VERSION,
-              "lite_rates": lite, "templates": TEMPLATES, "overloaded_if_real_ttft_ms_above": OVERLOADED_TTFT_MS,
+              "lite_rates": lite, "templates": TEMPLATES,
+              "overloaded_real_if": "mean TTFT > 1 s and > half the mean E2E (calibration.validate_real.queued_by_means)",
               "summary": summarise(rows), "elapsed_s": round(time.perf_counter() - t_all, 1),
               "runs": runs_out, "stages": rows, "skipped": skipped}
     out = args.out or ROOT / "benchmarks" / "results" / (
