@@ -837,17 +837,22 @@ class OperatorTableCostModel(StepPricer):
         MXFP4 checkpoint's 896 x 3584 x 3072 experts, not gpt-oss's).
 
         Why this transfer: a grouped GEMM's FLOP rate is set by the tokens each expert gets
-        (``T x top-k / E``): few, and it streams each touched expert's weights (the rate grows
-        with the tokens per expert at a fixed bandwidth), many, and the tensor cores bind. At
-        equal tokens per expert two shapes run at nearly the same rate, so this GPU's measured
-        Marlin rate at that point times this layer's FLOPs (``6 x hidden x inter x top-k x T``,
-        the expert split over MoE TP and EP) is Marlin's time here. It binds on long prefills:
-        on H200, Marlin's W4A16 MXFP4 MoE reaches ~230 TFLOPS at 16k tokens, OpenAI's Triton
+        (``T x top-k / E``) and by each GPU's slice of an expert: few tokens, and it streams each
+        touched expert's weights (the rate grows with the tokens per expert at a fixed
+        bandwidth), many, and the tensor cores bind. At equal tokens per expert and the same MoE
+        TP split two shapes run at nearly the same rate, so this GPU's measured Marlin rate there
+        times this layer's FLOPs per GPU (``6 x hidden x inter / moe_tp x top-k x T / EP``) is
+        Marlin's time here. The split matters: the reference's narrower slices run slower (on
+        H200 its MXFP4 rows reach 195 TFLOPS a GPU at 8,192 tokens unsplit, 151 at MoE TP 8),
+        so the rows at this layout's MoE TP are read (the nearest measured split otherwise);
+        under EP each GPU runs whole experts, the unsplit rows. It binds on long prefills: on
+        H200, Marlin's W4A16 MXFP4 MoE reaches ~230 TFLOPS at 16k tokens, OpenAI's Triton
         kernel ~560 on gpt-oss-120b's experts. The measured curve of the default kernel stays the
         floor (small batches: both kernels read the same 4-bit weights). Marlin rows in the
-        weight format first (W4A16 MXFP4), then INT4's, at MoE TP 1 x EP 1, the version nearest
-        the engine first; balanced rows."""
+        weight format first (W4A16 MXFP4), then INT4's, at EP 1, the version nearest the engine
+        first; balanced rows."""
         m = self.model
+        moe_tp = self.expert_tensor_parallel_size
         files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.table_engine.version)
         for dtype in ("w4a16_mxfp4", "int4_wo"):
             for path, version in files:
@@ -856,33 +861,39 @@ class OperatorTableCostModel(StepPricer):
                                                 "distribution", "latency"), ("kernel_source",))
                 if "kernel_source" not in c:
                     continue
-                sel = ((c["moe_dtype"] == dtype) & (c["moe_tp_size"] == 1) & (c["moe_ep_size"] == 1)
+                sel = ((c["moe_dtype"] == dtype) & (c["moe_ep_size"] == 1)
                        & (c["distribution"] == "balanced")
                        & np.array(["marlin" in str(k) for k in c["kernel_source"]]))
-                if not sel.any():
-                    continue
                 # One reference shape: the one with the most experts x top-k (the widest range of
-                # tokens per expert), as measured.
+                # tokens per expert) measured unsplit, as measured.
                 shapes = sorted({(int(h), int(i), int(e), int(k)) for h, i, e, k in
-                                 zip(c["hidden_size"][sel], c["inter_size"][sel],
-                                     c["num_experts"][sel], c["topk"][sel])},
+                                 zip(c["hidden_size"][sel & (c["moe_tp_size"] == 1)],
+                                     c["inter_size"][sel & (c["moe_tp_size"] == 1)],
+                                     c["num_experts"][sel & (c["moe_tp_size"] == 1)],
+                                     c["topk"][sel & (c["moe_tp_size"] == 1)])},
                                 key=lambda s: (s[2] * s[3], s))
+                if not shapes:
+                    continue
                 h, i, e, k = shapes[-1]
-                one = (sel & (c["hidden_size"] == h) & (c["inter_size"] == i)
-                       & (c["num_experts"] == e) & (c["topk"] == k))
+                shape = (sel & (c["hidden_size"] == h) & (c["inter_size"] == i)
+                         & (c["num_experts"] == e) & (c["topk"] == k))
+                splits = sorted({int(t) for t in c["moe_tp_size"][shape]})
+                ref_tp = min(splits, key=lambda t: (abs(np.log2(t) - np.log2(moe_tp)), t))
+                one = shape & (c["moe_tp_size"] == ref_tp)
                 tokens = c["num_tokens"][one].astype(float)
                 lat = c["latency"][one].astype(float)
                 counts = np.unique(tokens)
                 med = np.array([np.median(lat[tokens == t]) for t in counts])
-                per_expert, rate = counts * k / e, 6.0 * h * i * k * counts / med  # FLOPs per ms
+                per_expert = counts * k / e
+                rate = 6.0 * h * (i / ref_tp) * k * counts / med  # FLOPs per ms per GPU
                 want_tpe = routed * m.num_experts_per_tok / m.num_experts
                 target_rate = np.exp(np.interp(np.log(np.maximum(want_tpe, 1e-9)),
                                                np.log(per_expert), np.log(rate)))
-                flops = (6.0 * m.hidden_size * (m.intermediate_size / self.expert_tensor_parallel_size)
+                flops = (6.0 * m.hidden_size * (m.intermediate_size / moe_tp)
                          * m.num_experts_per_tok * routed / self.expert_parallel_size)
                 kernel = str(c["kernel_source"][one][0])
                 self.marlin_reference = (f"Marlin bound from {kernel} ({version}, {e} x {h}x{i} "
-                                         f"top-{k}) at equal tokens per expert")
+                                         f"top-{k}, MoE TP {ref_tp}) at equal tokens per expert")
                 self.tables_read["moe/marlin_reference"] = version
                 return flops / target_rate
         self._warnings.append(f"operator tables: quantization.moe_kernel marlin, but no Marlin MoE rows "
