@@ -16,11 +16,16 @@ dates; every commit that changed a config's caps, from the file's creation on 20
 ``TABULATED_UNTIL``; trt, mtp, dynamo, agentic and multi-node configs left out): per config, the
 versions ``(from_date, commit, ((isl, osl, max clients), ...))``, the maximum ``conc-end`` over
 the search spaces of that ISL / OSL pair (any TP, EP, DP attention). A version is in force from
-its commit's day on (a commit on a row's measured day counts, as for the scripts). Stdlib only.
+its commit's day on (a commit on a row's measured day counts, as for the scripts).
+
+``SPEC_DECODE_RUNS`` covers the ``-mtp`` configs: where one ran an image or a point its base config
+did not, the rows with that image at that point were measured with speculative decoding, which
+the CSV does not record (``spec_decode_run``). Stdlib only.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 #: The yaml's history is tabulated up to (not including) this day; 2026-05-01 (b7ae44045)
@@ -219,3 +224,83 @@ def outside_sweep(model_path: str, precision: str, system: str, backend: str, me
     return (f"outside InferenceX's sweep: {key} at {isl}/{osl} {reach} on {measured} "
             f"(.github/configs/nvidia-master.yaml @ {commit}), so not its run: release defaults, "
             f"no script flags")
+
+
+# ---------------------------------------------------------------------------------------------
+# Speculative-decoding (MTP) configs: rows their runs measured.
+# ---------------------------------------------------------------------------------------------
+
+#: A sweep point: (ISL, OSL, TP, EP, most clients).
+SweepPoint = tuple[int, int, int, int, int]
+
+
+@dataclass(frozen=True)
+class SpecDecodeRun:
+    """One of InferenceX's ``<config>-mtp`` configs over a span of days: the same model, GPU and
+    precision as ``base``, run with EAGLE / MTP speculative decoding, filed in the CSV under the
+    base's labels (nothing in a row names the speculation). ``image`` and ``points`` are the MTP
+    config's over the span; ``base_points`` the base config's where it ran the same image (empty:
+    its image differed on every day of the span, so the image alone tells them apart)."""
+
+    base: str
+    mtp: str
+    start: str
+    end: str
+    image: str
+    points: tuple[SweepPoint, ...]
+    base_points: tuple[SweepPoint, ...]
+    source: str
+    what: str
+
+
+def _covers(points: tuple[SweepPoint, ...], isl: int, osl: int, tp: int, ep: int, clients: int) -> bool:
+    return any((i, o, t, e) == (isl, osl, tp, ep) and clients <= n for i, o, t, e, n in points)
+
+
+#: Read off the yaml's history as ``SWEEPS`` was (UTC commit days). qwen3.5-fp8-b200: from the
+#: MTP config's first commit (35d4bb367, 2026-03-20 22:08 UTC) until the base config moved to TP 4
+#: x EP 1 on a nightly image (515294190, 2026-04-30); the base ran ``v0.5.9-cu129-amd64``, then
+#: ``v0.5.9-cu130-amd64`` (6a5dad463), never the MTP config's ``v0.5.9-cu130``, and TP 8 x EP 1 /
+#: TP 4 x EP 4 only. dsr1-fp8-b200: from 12ba0ae07 (2026-03-25) both configs ran
+#: ``v0.5.9-cu130`` at TP 8 x EP 1 (the base also TP 4 at 8k / 1k), the MTP config to 512
+#: clients, the base to 64 (4 at 8k / 1k on TP 8): only points the base did not run are told
+#: apart. Not listed: qwen3.5-fp8-b300 (image and layouts shared on the rows' dates), earlier
+#: spans whose images appear in no row.
+SPEC_DECODE_RUNS: tuple[SpecDecodeRun, ...] = (
+    SpecDecodeRun(
+        "qwen3.5-fp8-b200-sglang", "qwen3.5-fp8-b200-sglang-mtp", "2026-03-20", "2026-04-29",
+        "lmsysorg/sglang:v0.5.9-cu130",
+        ((1024, 1024, 4, 1, 256), (1024, 8192, 4, 1, 256), (8192, 1024, 4, 1, 256)), (),
+        ".github/configs/nvidia-master.yaml @ 35d4bb367 (#898), benchmarks/single_node/qwen3.5_fp8_b200_mtp.sh",
+        "EAGLE speculative decoding (3 steps, 4 draft tokens, top-k 1), --max-running-requests CONC, "
+        "--disable-radix-cache, --mamba-ssm-dtype bfloat16"),
+    SpecDecodeRun(
+        "dsr1-fp8-b200-sglang", "dsr1-fp8-b200-sglang-mtp", "2026-03-25", "2026-04-30",
+        "lmsysorg/sglang:v0.5.9-cu130",
+        ((1024, 1024, 8, 1, 512), (1024, 8192, 8, 1, 512), (8192, 1024, 8, 1, 512)),
+        ((1024, 1024, 8, 1, 64), (1024, 8192, 8, 1, 64), (8192, 1024, 4, 1, 32), (8192, 1024, 8, 1, 4)),
+        ".github/configs/nvidia-master.yaml @ 12ba0ae07",
+        "MTP speculative decoding"),
+)
+
+
+def spec_decode_run(model_path: str, precision: str, system: str, backend: str, measured: Optional[str],
+                    image: Optional[str], isl: int, osl: int, tp: int, ep: int, clients: int) -> Optional[str]:
+    """Why a row was measured by one of InferenceX's speculative-decoding configs (one line), or
+    None: on ``measured`` its MTP config ran this exact ``image`` at this point (ISL / OSL, TP x
+    EP, clients) and its base config did not (``SPEC_DECODE_RUNS``). Decided from the row's
+    labels, date and image alone."""
+    key = config_key(model_path, precision, system, backend)
+    if key is None or not measured or not image:
+        return None
+    for run in SPEC_DECODE_RUNS:
+        if (run.base != key or not run.start <= measured <= run.end or image != run.image
+                or not _covers(run.points, isl, osl, tp, ep, clients)
+                or _covers(run.base_points, isl, osl, tp, ep, clients)):
+            continue
+        why = ("the base config never ran that image" if not run.base_points
+               else "the base config did not run that point")
+        return (f"speculative decoding: {run.mtp} ran {image} at {isl}/{osl}, TP {tp} x EP {ep}, "
+                f"{clients} clients on {measured} ({run.source}: {run.what}); {why}. The drafts' "
+                f"acceptance on the run is not recorded")
+    return None

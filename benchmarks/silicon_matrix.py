@@ -87,7 +87,7 @@ from sim.catalog.hardware import get_hardware  # noqa: E402
 from sim.config import parse_override  # noqa: E402
 from sim.errors import ConfigError, DoesNotFitError, KvplanError  # noqa: E402
 from inferencex_sglang_flags import script_flags as sglang_script_flags  # noqa: E402
-from inferencex_sweeps import outside_sweep  # noqa: E402
+from inferencex_sweeps import outside_sweep, spec_decode_run  # noqa: E402
 import inferencex_vllm_flags  # noqa: E402
 from inferencex_vllm_flags import script_flags as vllm_script_flags  # noqa: E402
 from silicon_sample import CSV_NAME, package_version, read_rows, silicon_csv  # noqa: E402,F401
@@ -260,6 +260,54 @@ def length_spec(length: int, client: str) -> dict:
 def measured_date(row: Mapping) -> Optional[str]:
     m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", _text(row, "silicon_data_source"))
     return m.group(1) if m else None
+
+
+def image_of(row: Mapping) -> Optional[str]:
+    """The container image a row's collection recorded (``image=lmsysorg/sglang:v0.5.9-cu130``
+    in the file collections, a bare ``lmsysorg/...`` field in the database dump), or None."""
+    text = _text(row, "silicon_data_source")
+    m = re.search(r"image=([^;\s]+)", text) or re.search(r"(?:^|;\s*)([\w.-]+/[\w.-]+:[^;\s]+)", text)
+    return m.group(1) if m else None
+
+
+def spec_decode_reason(row: Mapping) -> Optional[str]:
+    """Why ``row`` was measured with speculative decoding (``inferencex_sweeps.spec_decode_run``),
+    from its labels, date and image; None otherwise."""
+    ran, _ = relabel_squared_ep(row)
+    tp, ep = _int(ran, "tp_size", 1), _int(ran, "moe_ep_size", 1) or 1
+    clients = client_concurrency(row, _int(row, "attention_dp_size", 1) or 1)
+    return spec_decode_run(_text(row, "model_path"), precision_label(row), _text(row, "system"),
+                           _text(row, "backend") or "vllm", measured_date(row), image_of(row),
+                           _int(row, "isl", 0), _int(row, "osl", 0), tp, ep, clients)
+
+
+#: The point's labels that make two rows one measurement point (``spec_decode_copies``).
+POINT_LABELS = ("backend", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
+                "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+#: Two collections' copies of one measurement agree to the coarser file's rounding (2 decimals).
+COPY_TOLERANCE_MS = 0.011
+
+
+def spec_decode_copies(rows: Sequence[Mapping]) -> dict[str, str]:
+    """Row id -> reason for every row measured with speculative decoding: those
+    ``spec_decode_reason`` identifies, and their copies in collections that recorded neither
+    date nor image (``qwen3.5-397b-gap-analysis.csv`` re-files InferenceX's points): the same
+    labels and both measured means equal to the files' rounding, so the same measurement."""
+    found = {_text(r, "id"): (r, why) for r in rows if (why := spec_decode_reason(r))}
+    out = {rid: why for rid, (_, why) in found.items()}
+    by_point: dict[tuple, list] = {}
+    for r, why in found.values():
+        by_point.setdefault(tuple(_text(r, k) for k in POINT_LABELS), []).append((r, why))
+    for r in rows:
+        rid = _text(r, "id")
+        if rid in out or measured_date(r) or image_of(r):
+            continue
+        for other, why in by_point.get(tuple(_text(r, k) for k in POINT_LABELS), ()):
+            if all(abs((_num(r, k) or 0.0) - (_num(other, k) or 0.0)) <= COPY_TOLERANCE_MS
+                   for k in ("silicon_ttft_ms", "silicon_tpot_ms")):
+                out[rid] = f"{why} (the same measurement as {_text(other, 'id')}, re-filed)"
+                break
+    return out
 
 
 def engine_version(row: Mapping) -> tuple[str, Optional[str]]:
@@ -669,7 +717,8 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
                  phases: str = "burst", overrides: Sequence[str] = (), server: str = "scripts",
                  client: str = "auto",
                  checkpoint_quant: Optional[Callable[[str], Optional[dict]]] = None,
-                 is_moe: Optional[Callable[[str], Optional[bool]]] = None) -> ReplayPoint:
+                 is_moe: Optional[Callable[[str], Optional[bool]]] = None,
+                 spec_decode: Optional[Mapping[str, str]] = None) -> ReplayPoint:
     """One CSV row -> the kvplan scenario that replays it (``RowNotExpressible`` when kvplan's
     config cannot say it). Deterministic; reads nothing but the package's model configs
     (``checkpoint_quant`` and ``is_moe`` replace those look-ups in tests). ``output_cv`` > 0 is
@@ -689,6 +738,10 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     spread (``BURST_DESYNC_CV``, unless ``output_cv`` is given) stands in for it: it moves a
     request's last token by about 10 of 1024 steps, enough to break the lock-step, and changes
     TPOT by under 1%.
+
+    ``spec_decode`` (row id -> reason, ``spec_decode_copies`` over the whole CSV) names rows that
+    InferenceX measured with speculative decoding beyond those the row's own labels identify
+    (``spec_decode_reason``): both are skipped, their drafts' acceptance unrecorded.
 
     ``overrides`` (``key=value``, as ``kvplan --set``) are merged into the mapped config last: a
     what-if over the rows (``cost_model.moe_routing=balanced``), recorded in each row's notes."""
@@ -735,6 +788,9 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         defect = inferencex_vllm_flags.client_defect(model_path, system, measured_date(row), clients)
         if defect:  # the row's label is not what ran: nothing to replay it with
             raise RowNotExpressible("client defect: label not what ran", defect)
+    spec = spec_decode_reason(row) or (spec_decode or {}).get(_text(row, "id"))
+    if spec:  # ran with drafts whose acceptance nobody recorded: no rate to replay them at
+        raise RowNotExpressible("speculative decoding run, acceptance not recorded", spec)
     if clients > 256:
         notes.append(f"N = {clients} > 256: AIConfigurator's genai-perf runner passes --max-threads 256, "
                      f"so fewer requests may have been in flight and TTFT may include time queued in the client")
@@ -1436,7 +1492,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows = rows[:args.limit]
     opts = {"requests_per_client": args.requests_per_client, "warmup_per_client": args.warmup_per_client,
             "output_cv": args.output_cv, "phases": args.phases, "overrides": tuple(args.overrides), "server": args.server,
-            "client": args.client}
+            "client": args.client, "spec_decode": spec_decode_copies(all_rows)}
     for item in args.overrides:
         try:
             parse_override(item)

@@ -677,3 +677,60 @@ def test_rows_of_inferencex_defective_h100_client_are_skipped_with_the_reason():
     assert point(gptoss("2025-12-05", 64), quant=MXFP4, moe=True).config["workload"]["arrival"]["concurrency"] == 64
     other_gpu = gptoss("2025-12-05") | {"system": "h200_sxm"}
     assert point(other_gpu, quant=MXFP4, moe=True).config["hardware"] == "h200"
+
+
+def test_rows_of_inferencex_mtp_config_are_skipped_with_their_copies():
+    """InferenceX's qwen3.5-fp8-b200-sglang-mtp config (35d4bb367, 2026-03-20 22:08 UTC) ran
+    EAGLE speculative decoding with image lmsysorg/sglang:v0.5.9-cu130 at TP 4 x EP 1, an image
+    and layout its base config never ran (cu129-amd64, then cu130-amd64; TP 8 x EP 1 and TP 4 x
+    EP 4). Its rows are told apart by those labels; their acceptance is not recorded, so they are
+    skipped. A collection that recorded neither date nor image re-files the same measurement:
+    the same labels and means to the files' rounding are skipped with it; other points are not."""
+    def qwen(image: str, tp: int = 4, ep: int = 1, measured: str = "2026-03-20T22:08:23Z", ttft: str = "2205.12",
+             rid: str = "mtp"):
+        return row(id=rid, backend="sglang", backend_version="0.5.9", system="b200_sxm", isl=1024, osl=8192,
+                   precision="fp8", gemm_quant_mode="fp8", moe_quant_mode="fp8_block", batch_size=256,
+                   model_path="Qwen/Qwen3.5-397B-A17B-FP8", tp_size=tp, moe_tp_size=tp // ep, moe_ep_size=ep,
+                   silicon_ttft_ms=ttft, silicon_tpot_ms="37.526",
+                   silicon_data_source=f"source_file=2026-03-25.csv; model=Qwen3.5-397B; silicon_concurrency=256; "
+                                       f"measured={measured}; wip=False; image={image}")
+
+    mtp = qwen("lmsysorg/sglang:v0.5.9-cu130")
+    assert sm.image_of(mtp) == "lmsysorg/sglang:v0.5.9-cu130"
+    assert "qwen3.5-fp8-b200-sglang-mtp" in sm.spec_decode_reason(mtp)
+    with pytest.raises(sm.RowNotExpressible) as info:
+        point(mtp, quant=BLOCK_FP8, moe=True)
+    assert info.value.kind == "speculative decoding run, acceptance not recorded"
+    assert "EAGLE" in str(info.value)
+    # The base config's own image, or its layout, or a day before the MTP config: not an MTP run.
+    assert sm.spec_decode_reason(qwen("lmsysorg/sglang:v0.5.9-cu130-amd64")) is None
+    assert sm.spec_decode_reason(qwen("lmsysorg/sglang:v0.5.9-cu130", tp=4, ep=4)) is None
+    assert sm.spec_decode_reason(qwen("lmsysorg/sglang:v0.5.9-cu130", measured="2026-03-19")) is None
+    # The database dump names the image as a bare field.
+    dump = dict(mtp, silicon_data_source="db-dump/2026-04-27; config_id=1; silicon_concurrency=256; "
+                                         "measured=2026-03-20T00:00:00.000Z; workflow_run_id=2; "
+                                         "lmsysorg/sglang:v0.5.9-cu130")
+    assert sm.image_of(dump) == "lmsysorg/sglang:v0.5.9-cu130" and sm.spec_decode_reason(dump)
+    # A re-filed copy (no date, no image; rounded to 2 decimals) goes with it; a different
+    # measurement of the same labels does not.
+    copy = dict(mtp, id="copy", silicon_ttft_ms="2205.13", silicon_tpot_ms="37.53",
+                silicon_data_source="source_file=qwen3.5-397b-gap-analysis.csv; silicon_concurrency=256")
+    other = dict(copy, id="other", silicon_ttft_ms="2400.0")
+    found = sm.spec_decode_copies([mtp, copy, other])
+    assert set(found) == {"mtp", "copy"} and "re-filed" in found["copy"]
+    with pytest.raises(sm.RowNotExpressible):
+        point(copy, quant=BLOCK_FP8, moe=True, spec_decode=found)
+    assert point(other, quant=BLOCK_FP8, moe=True, spec_decode=found).config["engine"]["name"] == "sglang"
+    # DeepSeek-R1 FP8 on B200 from 2026-03-25: both configs ran v0.5.9-cu130 at TP 8; the base
+    # swept 4-64 clients at 1k / 1k and 4 at 8k / 1k on TP 8, the MTP config 4-512. Only the
+    # points the base did not run are told apart.
+    def dsr1(isl: int, osl: int, n: int):
+        return row(backend="sglang", backend_version="0.5.9", system="b200_sxm", isl=isl, osl=osl,
+                   model_path="deepseek-ai/DeepSeek-R1-0528", tp_size=8, moe_tp_size=8, batch_size=n,
+                   silicon_data_source=f"source_file=2026-03-25.csv; silicon_concurrency={n}; "
+                                       f"measured=2026-03-25T20:00:00Z; image=lmsysorg/sglang:v0.5.9-cu130")
+
+    assert "did not run that point" in sm.spec_decode_reason(dsr1(8192, 1024, 16))
+    assert "dsr1-fp8-b200-sglang-mtp" in sm.spec_decode_reason(dsr1(1024, 1024, 128))
+    assert sm.spec_decode_reason(dsr1(8192, 1024, 4)) is None
+    assert sm.spec_decode_reason(dsr1(1024, 1024, 64)) is None
