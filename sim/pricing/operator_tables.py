@@ -55,7 +55,7 @@ from sim.pricing.features import sampled_rows
 from sim.pricing.roofline import QK_VARIANCE_BYTES, RooflineCostModel
 from sim.pricing.table_data import (
     GPU_ARCH, GPU_TABLE_DIRS, MISSING_TABLES_NOTE, TableError, default_tables_root, gpu_dir,
-    recollected, recollected_file,
+    collector_pair, legacy_collector_overhead, recollected, recollected_file,
     latest_file, package_tables_root, package_version, read_columns, read_columns_present,
     table_file, table_files,
 )
@@ -521,6 +521,9 @@ class OperatorTableCostModel(StepPricer):
             p.weight_dtype if m.is_moe else "")
         #: How the Marlin bound was priced (``_marlin_bound``), for ``describe``; None without it.
         self.marlin_reference: Optional[str] = None
+        #: Seconds the legacy MLA collector adds to a decode row, by batch (``_legacy_decode_extra``);
+        #: None where the decode rows are re-collected or no GPU measured both collectors.
+        self._mla_decode_extra: Optional[tuple[np.ndarray, np.ndarray]] = None
         self._warnings: list[str] = []
         self.max_num_seqs = max_num_seqs
         self.cuda_graphs, self.async_scheduling = cuda_graphs, async_scheduling
@@ -585,12 +588,32 @@ class OperatorTableCostModel(StepPricer):
             return path
         found = recollected_file(self.gpu_dir, "mla", self.backend, table, self.table_engine.version)
         if found is None:
+            if table == "mla_generation_module_perf":
+                self._legacy_decode_extra(path, version, table)
             return path
         self.tables_read[f"mla/{table}"] = found[1]
         self._warnings.append(f"operator tables: {self.gpu_dir.name}'s vLLM {version} MLA module rows "
                               f"predate AIConfigurator's fused-op collector (eager norm kernels serving "
                               f"does not run); read from the re-collected {found[1]} rows")
         return found[0]
+
+    def _legacy_decode_extra(self, path: Path, version: str, table: str) -> None:
+        """Where this GPU's MLA decode rows are the legacy collector's and neither it nor a
+        same-die twin has re-collected rows (H100, H200), take off what that collector adds:
+        the same GPU's legacy-minus-re-collected latency by batch, where one GPU has both
+        (``collector_pair``, ``legacy_collector_overhead``: GB300, 39 us at batch 1 to 78 at
+        1,024). The rows stay at least half their measured time. Prefill rows keep theirs: their
+        two collections also differ by release (GB300's 0.24 against 0.27), by 25-45%, which is
+        not the norm chain alone."""
+        pair = collector_pair(self.gpu_dir.parent, "mla", self.backend, table)
+        if pair is None:
+            return
+        self._mla_decode_extra = legacy_collector_overhead(pair)
+        self.tables_read["mla/legacy_collector_overhead"] = pair[2]
+        self._warnings.append(f"operator tables: {self.gpu_dir.name}'s vLLM {version} MLA decode rows are "
+                              f"the legacy collector's (eager norm kernels serving does not run) and no "
+                              f"re-collected rows exist for this GPU; the collector's overhead measured on "
+                              f"{pair[2]} is taken off")
 
     def _gemm_dtype(self, available: set) -> str:
         """The GEMM table's dtype for this deployment's weights: the quantised kernel where
@@ -1064,8 +1087,15 @@ class OperatorTableCostModel(StepPricer):
         if not sources:
             raise TablesNotCovering(f"{path}: no {kd} MLA rows at {heads} heads")
         sel &= _kernel_per_length(c["kernel_source"], c[y_col], sel)
+        lat = c["latency"][sel].astype(float)
+        extra = self._mla_decode_extra
+        if module and not sparse and y_col == "step" and extra is not None:
+            # The legacy collector's norm chain, off (``_legacy_decode_extra``): ms here.
+            batch = c["batch_size"][sel].astype(float)
+            off = np.interp(np.log(batch), np.log(extra[0]), extra[1]) * 1e3
+            lat = np.maximum(lat - off, 0.5 * lat)
         bs, ys, z = _median_cells(c["batch_size"][sel].astype(float),
-                                  c[y_col][sel].astype(float) + y_offset, c["latency"][sel].astype(float))
+                                  c[y_col][sel].astype(float) + y_offset, lat)
         # Made non-decreasing from above (a lone slow sample, 0.69 ms amid 0.16 ms neighbours
         # in this table, must not lift every larger batch), then filled as the others.
         z = np.fmin.accumulate(z[::-1, ::-1], axis=0)[::-1, ::-1]

@@ -236,6 +236,57 @@ def recollected_file(gpu_folder: Path, op: str, backend: str, table: str,
     return None
 
 
+def collector_pair(data_root: Path, op: str, backend: str, table: str) -> Optional[tuple[Path, Path, str]]:
+    """A GPU folder under ``data_root`` that holds ``table`` from both collectors: a legacy
+    version's rows and a re-collected version's (``recollected``), measured on the same GPU.
+    (legacy file, re-collected file, a label such as ``gb300 0.24.0 / 0.27.0``), the first
+    such GPU by name; None when no GPU has both."""
+    if not data_root.is_dir():
+        return None
+    for gpu in sorted(p for p in data_root.iterdir() if p.is_dir()):
+        try:
+            files = table_files(gpu / op / backend, table)
+        except TableError:
+            continue
+        old = next(((f, v) for f, v in files if not recollected(f.parent, table)), None)
+        new = next(((f, v) for f, v in files if recollected(f.parent, table)), None)
+        if old and new:
+            return old[0], new[0], f"{gpu.name} {old[1]} / {new[1]}"
+    return None
+
+
+def legacy_collector_overhead(pair: tuple[Path, Path, str]) -> tuple[np.ndarray, np.ndarray]:
+    """Seconds the legacy MLA module collector adds to a decode row, by batch size: the median,
+    over the cells both collectors measured on the pair's GPU (heads, KV length, KV dtype; 16-bit
+    GEMMs), of legacy minus re-collected latency at each batch, never negative. Why per batch:
+    the legacy rows add the eager native-chain norm kernels serving never runs, launch-bound
+    work that hardly depends on heads or context (on GB300 36-48 us at batch 1-4 and 53-83 at
+    256 over every head count and KV length; B300's legacy rows against B200's re-collected
+    ones, another pair, give the same 36-83 us)."""
+    legacy, fresh, _ = pair
+    cols = ("num_heads", "batch_size", "step", "kv_cache_dtype", "gemm_type", "latency")
+    a, b = read_columns(legacy, cols), read_columns(fresh, cols)
+
+    def cells(c: dict) -> dict:
+        keep = c["gemm_type"] == "bfloat16"
+        out: dict = {}
+        for k in zip(c["num_heads"][keep].tolist(), c["batch_size"][keep].tolist(),
+                     c["step"][keep].tolist(), c["kv_cache_dtype"][keep].tolist(),
+                     c["latency"][keep].astype(float).tolist()):
+            out.setdefault(k[:4], []).append(k[4])
+        return {k: float(np.median(v)) for k, v in out.items()}
+
+    old, new = cells(a), cells(b)
+    by_batch: dict = {}
+    for key in old.keys() & new.keys():
+        by_batch.setdefault(key[1], []).append(old[key] - new[key])
+    if not by_batch:
+        raise TableError(f"{legacy} and {fresh}: no decode cell measured by both collectors")
+    batches = np.array(sorted(by_batch), dtype=float)
+    extra = np.array([max(float(np.median(by_batch[b_])), 0.0) for b_ in sorted(by_batch)]) * 1e-3
+    return batches, extra
+
+
 def latest_file(op_dir: Path, table: str) -> Path:
     """NCCL tables are versioned by NCCL, not vLLM: the newest folder that has ``table``."""
     if not op_dir.is_dir():
