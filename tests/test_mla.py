@@ -197,14 +197,17 @@ def test_deepseek_v3_is_priced_from_the_measured_mla_and_moe_tables():
                                weight_dtype="fp8", max_num_seqs=256)
     assert set(r.gemm_shapes) >= {"q_a_proj", "q_b_proj", "kv_a_proj", "kv_b_proj", "o_proj",
                                   "mlp_up", "shared_up", "router"}
-    # Decode attention per layer: the measured MLA kernel at this rank's 16 heads (batch 64,
-    # 2,048 tokens: 0.13-0.17 ms in the table's rows), not the roofline's 0.1 ms.
-    assert 0.12e-3 < r._dec.at(64, 2048) < 0.18e-3
+    # Decode attention per layer: the measured MLA module at this rank's 16 heads (batch 64,
+    # 2,048 tokens: 0.13-0.17 ms in the table's rows, which are the legacy collector's), less
+    # that collector's overhead at batch 64 as GB300's two collections measure it (58 us).
+    extra = r._mla_decode_extra
+    assert extra is not None and 50e-6 < extra[1][list(extra[0]).index(64.0)] < 65e-6
+    assert 0.07e-3 < r._dec.at(64, 2048) < 0.12e-3
     roof = RooflineCostModel("deepseek-v3", "h200", "bfloat16", tensor_parallel_size=8,
                              weight_dtype="fp8")
     step = StepShape(num_decode_seqs=64, decode_context_tokens=64 * 2000)
-    # The roofline's MLA decode attention is optimistic against the measured kernel (docs).
-    assert r.breakdown(step)["attn_decode"] > 2 * roof.breakdown(step)["attn_decode"]
+    # The roofline's MLA decode attention is optimistic against the measured module (docs).
+    assert r.breakdown(step)["attn_decode"] > 1.4 * roof.breakdown(step)["attn_decode"]
     rng = random.Random(4)
     shapes = [StepShape(num_decode_seqs=d, decode_context_tokens=d * rng.randint(1, 8000),
                         num_prefill_tokens=p, num_prefill_seqs=1 if p else 0,
