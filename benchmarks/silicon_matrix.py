@@ -120,6 +120,28 @@ PRE_ASYNC_BEFORE = "2026-01-01"
 #: ``sim.catalog.engines.SGLANG_PCG_DEFAULT_FROM``). kvplan prices 0.5.0 to 0.5.9 alike.
 PRE_PCG_RELEASE = "0.5.9"
 PRE_PCG_BEFORE = "2026-03-02"
+#: An SGLang nightly image's tag carries the day it was built.
+SGLANG_NIGHTLY_TAG = re.compile(r"nightly-dev(?:-cu\d+)?-(\d{8})")
+#: The first day InferenceX's configs ran a v0.5.10 image (``nvidia-master.yaml`` @ 6cb829125,
+#: 2026-04-14): 0.5.10 was out by then. It is the first release with piecewise CUDA graphs on by
+#: default (#16331, merged ``PRE_PCG_BEFORE``).
+SGLANG_0_5_10_OUT = "2026-04-14"
+
+
+def sglang_nightly_release(built: str) -> Optional[str]:
+    """The SGLang release a nightly built on ``built`` went into, where kvplan can tell: before the
+    piecewise-graph default (2026-03-02) 0.5.9 (kvplan prices 0.5.0 to 0.5.9 alike: eager
+    extends, the same table folders); from then until v0.5.10 was out, 0.5.10. None after that:
+    which later release it became is not known here.
+
+    Why not kvplan's default: a build of February or March 2026 runs that season's kernels, and
+    the tables differ by release (the 0.5.10 MoE rows against the 0.5.14 ones); the default
+    release is months newer."""
+    if built < PRE_PCG_BEFORE:
+        return PRE_PCG_RELEASE
+    if built < SGLANG_0_5_10_OUT:
+        return "0.5.10"
+    return None
 
 DEFAULT_REQUESTS_PER_CLIENT = 10
 DEFAULT_WARMUP_PER_CLIENT = 2
@@ -332,15 +354,34 @@ def engine_version(row: Mapping) -> tuple[str, Optional[str]]:
     return _modelled_release("vllm", text), None
 
 
+def nightly_build_date(row: Mapping) -> Optional[str]:
+    """The build date an SGLang nightly image's tag carries (``nightly-dev-20260216-d3bae71e``,
+    ``nightly-dev-cu13-20260317-1eea7448``: ``2026-02-16``), from the row's image or version;
+    None when neither names one."""
+    for text in (image_of(row) or "", _text(row, "backend_version")):
+        m = SGLANG_NIGHTLY_TAG.search(text)
+        if m:
+            d = m.group(1)
+            return f"{d[:4]}-{d[4:6]}-{d[6:]}"
+    return None
+
+
 def sglang_version(row: Mapping) -> tuple[str, Optional[str]]:
     """An SGLang row's ``engine.version``: its ``backend_version`` when kvplan models it (0.5.x);
-    a ``nightly-...`` build or a row without a version as kvplan's default SGLang release; a
-    custom build name (``glm5-hopper``) is not a release."""
+    a nightly build whose tag carries its date as the release its code went into
+    (``sglang_nightly_release``); any other nightly or a row without a version as kvplan's
+    default SGLang release; a custom build name (``glm5-hopper``) is not a release."""
     text = _text(row, "backend_version")
     when = measured_date(row)
     if not text and when is not None and when < PRE_PCG_BEFORE:
         return PRE_PCG_RELEASE, (f"no backend_version; measured {when}, before SGLang made piecewise "
                                  f"CUDA graphs its default (0.5.10): priced as {PRE_PCG_RELEASE}")
+    built = nightly_build_date(row) if text.startswith("nightly") else None
+    release = sglang_nightly_release(built) if built else None
+    if release:
+        return release, (f"SGLang nightly built {built}: priced as {release}, the release its code went "
+                         f"into ({'before' if release == PRE_PCG_RELEASE else 'after'} the piecewise-graph "
+                         f"default of {PRE_PCG_BEFORE}, before v0.5.10 was out on {SGLANG_0_5_10_OUT})")
     if not text or text.startswith("nightly"):
         what = f"SGLang {text}" if text else "no backend_version"
         return DEFAULT_SGLANG_VERSION, (f"{what} (measured {when or 'on an unknown date'}): priced as "

@@ -188,6 +188,28 @@ def test_sglang_rows_without_a_version_measured_before_default_piecewise_graphs_
                  moe=False).config["engine"]["version"] == "0.5.6.post2"
 
 
+def test_sglang_nightly_builds_run_the_release_of_their_build_date():
+    """A nightly image's tag carries its build day: before the piecewise-graph default
+    (2026-03-02) it is 0.5.9's code, until v0.5.10 was out (InferenceX's first v0.5.10 image,
+    2026-04-14) 0.5.10's; later, or with no date in the tag, kvplan's default release."""
+    def nightly(image: str, version: str = "nightly-dev"):
+        return row(backend="sglang", backend_version=version,
+                   silicon_data_source=f"source_file=a.csv; measured=2026-04-08T00:00:00Z; image={image}")
+
+    feb = point(nightly("lmsysorg/sglang:nightly-dev-20260216-d3bae71e"), moe=False)
+    assert feb.config["engine"]["version"] == "0.5.9"
+    assert any("nightly built 2026-02-16" in n and "priced as 0.5.9" in n for n in feb.notes)
+    assert sm.nightly_build_date(nightly("lmsysorg/sglang:nightly-dev-cu13-20260317-1eea7448")) == "2026-03-17"
+    march = point(nightly("lmsysorg/sglang:nightly-dev-cu13-20260317-1eea7448"), moe=False)
+    assert march.config["engine"]["version"] == "0.5.10"
+    # The date in backend_version counts too; a build once 0.5.10 was out, or undated, is not placed.
+    assert point(nightly("", version="nightly-dev-20260402-d7256eb6"), moe=False).config["engine"]["version"] == "0.5.10"
+    late = point(nightly("lmsysorg/sglang:nightly-dev-20260422-de962f32"), moe=False)
+    assert late.config["engine"]["version"] == sm.DEFAULT_SGLANG_VERSION
+    undated = point(row(backend="sglang", backend_version="nightly-dev"), moe=False)
+    assert undated.config["engine"]["version"] == sm.DEFAULT_SGLANG_VERSION
+
+
 def test_rows_kvplan_cannot_say_are_refused_with_a_reason():
     with pytest.raises(sm.RowNotExpressible) as e:
         point(row(system="mi300x"), moe=False)
