@@ -120,6 +120,26 @@ PRE_ASYNC_BEFORE = "2026-01-01"
 #: ``sim.catalog.engines.SGLANG_PCG_DEFAULT_FROM``). kvplan prices 0.5.0 to 0.5.9 alike.
 PRE_PCG_RELEASE = "0.5.9"
 PRE_PCG_BEFORE = "2026-03-02"
+#: vLLM releases by the first day InferenceX's configs ran their image (``nvidia-master.yaml``'s
+#: history: v0.17.0 @ a58dedd5a, v0.18.0 @ 1d5cae141, v0.19.0 @ bddbf4031, v0.20.0 @ ec4be9b3f):
+#: each was out by then.
+VLLM_RELEASES_OUT: tuple[tuple[str, str], ...] = (
+    ("2026-03-11", "0.17.0"), ("2026-03-27", "0.18.0"), ("2026-04-03", "0.19.0"), ("2026-04-28", "0.20.0"))
+
+
+def vllm_release_out(day: str) -> Optional[str]:
+    """The newest vLLM release out on ``day`` (``VLLM_RELEASES_OUT``), None before the first.
+
+    Why: a vLLM nightly image names a commit, not a date; one measured on a day runs that day's
+    main branch, which the release out that day is nearest (its kernels, defaults and table
+    folder), not kvplan's default release, months newer."""
+    out = None
+    for first, release in VLLM_RELEASES_OUT:
+        if first <= day:
+            out = release
+    return out
+
+
 #: An SGLang nightly image's tag carries the day it was built.
 SGLANG_NIGHTLY_TAG = re.compile(r"nightly-dev(?:-cu\d+)?-(\d{8})")
 #: The first day InferenceX's configs ran a v0.5.10 image (``nvidia-master.yaml`` @ 6cb829125,
@@ -334,7 +354,8 @@ def spec_decode_copies(rows: Sequence[Mapping]) -> dict[str, str]:
 
 def engine_version(row: Mapping) -> tuple[str, Optional[str]]:
     """``engine.version`` for the row and a note when it is not the row's own release: a
-    ``nightly-...`` build is priced as kvplan's default release; a row without a version that
+    ``nightly-...`` build as the newest release out on its measured day (``vllm_release_out``),
+    else kvplan's default release; a row without a version that
     was measured before 2026 as 0.11.0 (before async scheduling became vLLM's default in 0.14;
     kvplan prices 0.11-0.13 alike); one without a version or date as the default. SGLang rows:
     ``sglang_version``."""
@@ -343,6 +364,10 @@ def engine_version(row: Mapping) -> tuple[str, Optional[str]]:
     text = _text(row, "backend_version")
     when = measured_date(row)
     if text.startswith("nightly"):
+        release = vllm_release_out(when) if when else None
+        if release:
+            return release, (f"vLLM {text} (a nightly named by commit, measured {when}) priced as "
+                             f"{release}, the newest release out that day")
         return DEFAULT_VLLM_VERSION, (f"vLLM {text} (measured {when or 'on an unknown date'}) "
                                       f"priced as kvplan's default release {DEFAULT_VLLM_VERSION}")
     if not text:

@@ -166,8 +166,14 @@ def test_nightly_and_missing_versions():
     r = row(backend_version="nightly-5b8c30d62b754b57",
             silicon_data_source="image=vllm/vllm-openai:nightly-5b8c; measured=2026-04-03T00:00:00.000Z")
     p = point(r, moe=False)
-    assert p.config["engine"]["version"] == sm.DEFAULT_VLLM_VERSION
-    assert any("nightly" in n and "default" in n for n in p.notes)
+    # A nightly names a commit: the newest release out on its measured day (v0.19.0 was in
+    # InferenceX's configs from 2026-04-03), or the default where the day is unknown.
+    assert p.config["engine"]["version"] == "0.19.0"
+    assert any("nightly" in n and "newest release out that day" in n for n in p.notes)
+    assert sm.vllm_release_out("2026-04-02") == "0.18.0" and sm.vllm_release_out("2026-03-10") is None
+    undated_nightly = point(row(backend_version="nightly-5b8c30d62b754b57"), moe=False)
+    assert undated_nightly.config["engine"]["version"] == sm.DEFAULT_VLLM_VERSION
+    assert any("nightly" in n and "default" in n for n in undated_nightly.notes)
     old = point(row(backend_version="", silicon_data_source="measured=2025-10-29T00:00:00.000Z"), moe=False)
     assert old.config["engine"]["version"] == "0.11.0" and any("before vLLM 0.14" in n for n in old.notes)
     undated = point(row(backend_version=""), moe=False)
