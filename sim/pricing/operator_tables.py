@@ -589,7 +589,7 @@ class OperatorTableCostModel(StepPricer):
         found = recollected_file(self.gpu_dir, "mla", self.backend, table, self.table_engine.version)
         if found is None:
             if table == "mla_generation_module_perf":
-                self._legacy_decode_extra(path, version, table)
+                self._legacy_decode_extra(version, table)
             return path
         self.tables_read[f"mla/{table}"] = found[1]
         self._warnings.append(f"operator tables: {self.gpu_dir.name}'s vLLM {version} MLA module rows "
@@ -597,10 +597,10 @@ class OperatorTableCostModel(StepPricer):
                               f"does not run); read from the re-collected {found[1]} rows")
         return found[0]
 
-    def _legacy_decode_extra(self, path: Path, version: str, table: str) -> None:
+    def _legacy_decode_extra(self, version: str, table: str) -> None:
         """Where this GPU's MLA decode rows are the legacy collector's and neither it nor a
-        same-die twin has re-collected rows (H100, H200), take off what that collector adds:
-        the same GPU's legacy-minus-re-collected latency by batch, where one GPU has both
+        same-die twin has re-collected rows (H100, H200, L40S, RTX Pro 6000), take off what that
+        collector adds: the legacy-minus-re-collected latency by batch of a GPU that has both
         (``collector_pair``, ``legacy_collector_overhead``: GB300, 39 us at batch 1 to 78 at
         1,024). The rows stay at least half their measured time. Prefill rows keep theirs: their
         two collections also differ by release (GB300's 0.24 against 0.27), by 25-45%, which is
