@@ -17,6 +17,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
+from sim.catalog.hardware import MiB
 from sim.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -204,12 +205,11 @@ def get_engine(name: str = "vllm", version: Optional[str] = None) -> EngineRelea
 #: at most 4096 (``ModelRunner.init_memory_pool``).
 SGLANG_MIN_REQ_POOL = 2048
 SGLANG_MAX_REQ_POOL = 4096
-MIB = 1 << 20
 
 
 def _gpu_mib(hw: Optional["HardwareSpec"]) -> Optional[float]:
     """The GPU's memory in MiB, as ``get_device_memory_capacity`` reports it (None: unknown)."""
-    return None if hw is None else hw.usable_memory_bytes / MIB
+    return None if hw is None else hw.usable_memory_bytes / MiB
 
 
 def sglang_chunked_prefill_size(hw: Optional["HardwareSpec"]) -> int:

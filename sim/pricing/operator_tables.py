@@ -889,11 +889,10 @@ class OperatorTableCostModel(StepPricer):
                        & np.array(["marlin" in str(k) for k in c["kernel_source"]]))
                 # One reference shape: the one with the most experts x top-k (the widest range of
                 # tokens per expert) measured unsplit, as measured.
+                unsplit = sel & (c["moe_tp_size"] == 1)
                 shapes = sorted({(int(h), int(i), int(e), int(k)) for h, i, e, k in
-                                 zip(c["hidden_size"][sel & (c["moe_tp_size"] == 1)],
-                                     c["inter_size"][sel & (c["moe_tp_size"] == 1)],
-                                     c["num_experts"][sel & (c["moe_tp_size"] == 1)],
-                                     c["topk"][sel & (c["moe_tp_size"] == 1)])},
+                                 zip(c["hidden_size"][unsplit], c["inter_size"][unsplit],
+                                     c["num_experts"][unsplit], c["topk"][unsplit])},
                                 key=lambda s: (s[2] * s[3], s))
                 if not shapes:
                     continue
@@ -1087,15 +1086,13 @@ class OperatorTableCostModel(StepPricer):
         if not sources:
             raise TablesNotCovering(f"{path}: no {kd} MLA rows at {heads} heads")
         sel &= _kernel_per_length(c["kernel_source"], c[y_col], sel)
-        lat = c["latency"][sel].astype(float)
+        batch, lat = c["batch_size"][sel].astype(float), c["latency"][sel].astype(float)
         extra = self._mla_decode_extra
         if module and not sparse and y_col == "step" and extra is not None:
             # The legacy collector's norm chain, off (``_legacy_decode_extra``): ms here.
-            batch = c["batch_size"][sel].astype(float)
             off = np.interp(np.log(batch), np.log(extra[0]), extra[1]) * 1e3
             lat = np.maximum(lat - off, 0.5 * lat)
-        bs, ys, z = _median_cells(c["batch_size"][sel].astype(float),
-                                  c[y_col][sel].astype(float) + y_offset, lat)
+        bs, ys, z = _median_cells(batch, c[y_col][sel].astype(float) + y_offset, lat)
         # Made non-decreasing from above (a lone slow sample, 0.69 ms amid 0.16 ms neighbours
         # in this table, must not lift every larger batch), then filled as the others.
         z = np.fmin.accumulate(z[::-1, ::-1], axis=0)[::-1, ::-1]
