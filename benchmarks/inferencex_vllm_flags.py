@@ -409,8 +409,9 @@ def script_flags(model_path: str, precision: str, system: str, measured: Optiona
         flat["parallel.enable_expert_parallel"] = True
     if rec.parallel == "none" and ep > 1 and dp <= 1:
         flat["parallel.enable_expert_parallel"] = False
-    checkpoint_kv = CHECKPOINT_KV_CACHE.get((family, precision))
-    if checkpoint_kv and "kv_cache.dtype" not in flat:
+    # The checkpoint's own KV cache where the script passes no --kv-cache-dtype.
+    checkpoint_kv = None if "kv_cache.dtype" in rec.flags else CHECKPOINT_KV_CACHE.get((family, precision))
+    if checkpoint_kv:
         flat["kv_cache.dtype"] = checkpoint_kv[0]
     config = _nest(flat)
     shown = ", ".join(f"{k}={v}" for k, v in flat.items())
@@ -419,7 +420,7 @@ def script_flags(model_path: str, precision: str, system: str, measured: Optiona
     if rec.from_date == measured:
         notes.append(f"script changed on the measured day ({rec.source}): assumed the row ran the new version")
     notes.extend(rec.extra_notes)
-    if checkpoint_kv and "kv_cache.dtype" not in rec.flags:
+    if checkpoint_kv:
         notes.append(checkpoint_kv[1])
     notes.extend(_parallel_notes(rec, tp, ep, dp))
     if rec.not_modelled:
