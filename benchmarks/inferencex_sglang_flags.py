@@ -111,18 +111,20 @@ _QWEN_B200_ENV = ("NCCL_NVLS_ENABLE=1", "SGL_ENABLE_JIT_DEEPGEMM=false",
                   "SGLANG_ENABLE_FLASHINFER_GEMM=true")
 _QWEN_STP = {"scheduler_recv_interval": recv_30_from_16_clients, "max_running_requests": 128,
              "chunked_prefill_size": 32768, "max_prefill_tokens": 32768,
-             "disable_radix_cache": True, "cuda_graph_max_bs": concurrency}
+             "disable_radix_cache": True, "cuda_graph_max_bs": concurrency, "engine.stream_interval": 30}
 _QWEN_STP_NM = ("--attention-backend trtllm_mha",
                 "--moe-runner-backend flashinfer_trtllm", "--tokenizer-worker-num 6",
-                "--stream-interval 30", "--context-length ISL+OSL+20") + _QWEN_B200_ENV
+                "--context-length ISL+OSL+20") + _QWEN_B200_ENV
 _DSR1_FP4 = {"max_running_requests": 256, "mem_fraction_static": 0.85, "chunked_prefill_size": 16384,
              "disable_radix_cache": True, "scheduler_recv_interval": recv_30_from_16_clients,
-             "cuda_graph_max_bs": 256, **_KV_FP8}
+             "cuda_graph_max_bs": 256, "engine.stream_interval": 10, **_KV_FP8}
 _DSR1_FP4_NM = ("--ep-size $EP_SIZE", "--enable-flashinfer-allreduce-fusion",
                 "--enable-symm-mem", "--attention-backend trtllm_mla",
-                "--moe-runner-backend flashinfer_trtllm", "--stream-interval 10")
+                "--moe-runner-backend flashinfer_trtllm")
+#: ``--stream-interval 30`` of the DeepSeek-R1 FP8 Blackwell scripts.
+_DSR1_FP8_STREAM = {"engine.stream_interval": 30}
 _DSR1_FP8_NM = ("--enable-flashinfer-allreduce-fusion",
-                "--attention-backend trtllm_mla", "--stream-interval 30", "--ep-size $EP_SIZE",
+                "--attention-backend trtllm_mla", "--ep-size $EP_SIZE",
                 "--moe-runner-backend flashinfer_trtllm", "SGL_ENABLE_JIT_DEEPGEMM=false",
                 "SGLANG_ENABLE_FLASHINFER_GEMM=true")
 
@@ -130,8 +132,7 @@ VERSIONS: tuple[Version, ...] = (
     # --- DeepSeek-R1 / V3 (the dsr1 scripts) -------------------------------------------------
     Version("deepseek", "b200", "fp4", "2025-10-01", "2025-11-09", _DSR1_FP4,
             ("--enable-ep-moe (EP = TP)", "--enable-flashinfer-allreduce-fusion",
-             "--enable-symm-mem", "--attention-backend trtllm_mla", "--enable-flashinfer-trtllm-moe",
-             "--stream-interval 10"),
+             "--enable-symm-mem", "--attention-backend trtllm_mla", "--enable-flashinfer-trtllm-moe"),
             "benchmarks/dsr1_fp4_b200_docker.sh @4b860b78e (#79)"),
     Version("deepseek", "b200", "fp4", "2025-11-10", "2026-06-22", _DSR1_FP4, _DSR1_FP4_NM,
             "benchmarks/dsr1_fp4_b200_docker.sh @d8fe8f73e (#204); same server flags in "
@@ -141,33 +142,35 @@ VERSIONS: tuple[Version, ...] = (
     Version("deepseek", "b200", "fp8", "2025-11-10", "2026-01-12",
             {"max_running_requests": 128, "mem_fraction_static": 0.82, "chunked_prefill_size": 32768,
              "max_prefill_tokens": 32768, "disable_radix_cache": True,
-             "scheduler_recv_interval": recv_30_from_16_clients, "cuda_graph_max_bs": 128, **_KV_FP8},
+             "scheduler_recv_interval": recv_30_from_16_clients, "cuda_graph_max_bs": 128,
+             **_DSR1_FP8_STREAM, **_KV_FP8},
             _DSR1_FP8_NM,
             "benchmarks/dsr1_fp8_b200_docker.sh @d8fe8f73e (#204), @d22bf9ca9 (#227); "
             "benchmarks/dsr1_fp8_b200_slurm.sh @ea181ae6d (#379, 2025-12-31) has the same flags"),
-    Version("deepseek", "b200", "fp8", "2026-01-13", None, {"disable_radix_cache": True, **_KV_FP8},
+    Version("deepseek", "b200", "fp8", "2026-01-13", None,
+            {"disable_radix_cache": True, **_DSR1_FP8_STREAM, **_KV_FP8},
             _DSR1_FP8_NM,
             "benchmarks/single_node/dsr1_fp8_b200.sh @64c20b6b5 (#906); TP branches since 1d29967c4 (#411)",
             branch=dsr1_fp8_blackwell_tp),
     Version("deepseek", "b300", "fp4", "2026-04-17", None, _DSR1_FP4, _DSR1_FP4_NM,
             "benchmarks/single_node/dsr1_fp4_b300.sh @9ebeafb4e (#1049)",
             caveat="added 2026-04-17 08:18 UTC, the rows' date"),
-    Version("deepseek", "b300", "fp8", "2026-04-17", None, {"disable_radix_cache": True, **_KV_FP8},
+    Version("deepseek", "b300", "fp8", "2026-04-17", None,
+            {"disable_radix_cache": True, **_DSR1_FP8_STREAM, **_KV_FP8},
             _DSR1_FP8_NM, "benchmarks/single_node/dsr1_fp8_b300.sh @5b302f147 (#1050)",
             branch=dsr1_fp8_blackwell_tp, caveat="added 2026-04-17 09:57 UTC, the rows' date"),
     Version("deepseek", "h200", "fp8", "2026-01-22", None,
             {"chunked_prefill_size": 32768, "max_prefill_tokens": 32768, "mem_fraction_static": 0.82,
-             "disable_radix_cache": True, **_KV_AUTO},
-            ("--attention-backend flashinfer",
-             "--stream-interval 10", "--decode-log-interval 1", "TORCH_CUDA_ARCH_LIST=9.0"),
+             "disable_radix_cache": True, "engine.stream_interval": 10, **_KV_AUTO},
+            ("--attention-backend flashinfer", "--decode-log-interval 1", "TORCH_CUDA_ARCH_LIST=9.0"),
             "benchmarks/single_node/dsr1_fp8_h200.sh @41aff0afc (#878); flags unchanged since "
             "b0c4ed21b (#406)", branch=dsr1_fp8_h200_seq),
     # --- GLM-5 ---------------------------------------------------------------------------------
     Version("glm-5", "b200", "fp4", "2026-03-29", "2026-04-08",
             {"max_running_requests": concurrency, "mem_fraction_static": 0.80,
              "chunked_prefill_size": 131072, "disable_radix_cache": False,
-             "cuda_graph_max_bs": concurrency},
-            ("--expert-parallel-size 1", "--stream-interval 30",
+             "cuda_graph_max_bs": concurrency, "engine.stream_interval": 30},
+            ("--expert-parallel-size 1",
              "--model-loader-extra-config enable_multithread_load",
              "no --kv-cache-dtype (SGLang auto; the NVFP4 checkpoint may declare an FP8 KV cache)"),
             "benchmarks/single_node/glm5_nvfp4_b200.sh @d43805fc3 (#973; renamed glm5_fp4_b200.sh "
@@ -177,10 +180,11 @@ VERSIONS: tuple[Version, ...] = (
     Version("glm-5", "b200", "fp8", "2026-03-20", "2026-05-17",
             {"max_running_requests": concurrency, "mem_fraction_static": 0.85,
              "chunked_prefill_size": 32768, "max_prefill_tokens": 32768,
-             "disable_radix_cache": True, "cuda_graph_max_bs": concurrency, **_KV_FP8},
+             "disable_radix_cache": True, "cuda_graph_max_bs": concurrency,
+             "engine.stream_interval": 30, **_KV_FP8},
             ("--attention-backend nsa", "--nsa-decode-backend trtllm",
              "--nsa-prefill-backend trtllm", "--moe-runner-backend flashinfer_trtllm",
-             "--enable-flashinfer-allreduce-fusion", "--stream-interval 30",
+             "--enable-flashinfer-allreduce-fusion",
              "SGL_ENABLE_JIT_DEEPGEMM=1"),
             "benchmarks/single_node/glm5_fp8_b200.sh @13930ca61 (#915)",
             caveat="added 2026-03-20 17:45 UTC, the rows' date"),
@@ -219,9 +223,9 @@ VERSIONS: tuple[Version, ...] = (
     Version("qwen3.5", "h200", "fp8", "2026-03-04", None,
             {"max_running_requests": 128, "chunked_prefill_size": 16384, "mem_fraction_static": 0.8,
              "disable_radix_cache": True, "cuda_graph_max_bs": concurrency,
-             "mamba_ssm_dtype": "bfloat16", **_KV_FP8},
+             "mamba_ssm_dtype": "bfloat16", "engine.stream_interval": 50, **_KV_FP8},
             ("--enable-flashinfer-allreduce-fusion",
-             "--attention-backend flashinfer", "--stream-interval 50", "--decode-log-interval 1",
+             "--attention-backend flashinfer", "--decode-log-interval 1",
              "--tokenizer-worker-num 6", "--context-length ISL+OSL+20"),
             "benchmarks/single_node/qwen3.5_fp8_h200.sh @f65d6b4b1 (#855)",
             caveat="added 2026-03-04 18:52 UTC, the first rows' date"),
@@ -241,9 +245,9 @@ VERSIONS: tuple[Version, ...] = (
             {"max_running_requests": concurrency, "chunked_prefill_size": 16384,
              "max_prefill_tokens": 16384, "mem_fraction_static": 0.8, "scheduler_recv_interval": 10,
              "disable_radix_cache": True, "cuda_graph_max_bs": concurrency,
-             "mamba_ssm_dtype": "bfloat16", **_KV_FP8},
+             "mamba_ssm_dtype": "bfloat16", "engine.stream_interval": 50, **_KV_FP8},
             ("--enable-symm-mem", "--attention-backend trtllm_mha",
-             "--moe-runner-backend flashinfer_trtllm", "--stream-interval 50",
+             "--moe-runner-backend flashinfer_trtllm",
              "--tokenizer-worker-num 6", "--context-length ISL+OSL+20"),
             "benchmarks/single_node/qwen3.5_fp8_b300.sh @c0f62a2ef (#1048)",
             caveat="added 2026-04-17 07:20 UTC, the rows' date"),

@@ -26,7 +26,7 @@ Values that depend on the row (``--max-num-batched-tokens "$((ISL * 2))"``,
 ``--max-num-seqs $CONC``, ``--max-model-len $MAX_MODEL_LEN`` from the workflow or computed in
 the script) are written as rule names in the table and resolved by ``RULES``. Flags kvplan
 cannot express (explicit CUDA-graph modes, compilation passes, most kernel-selecting environment
-variables, ``--stream-interval``) are listed in a ``not modelled`` note, as are quirks of the
+variables) are listed in a ``not modelled`` note, as are quirks of the
 scripts' parallel flags. Stdlib only: ``silicon_matrix`` imports it by path.
 """
 
@@ -129,13 +129,14 @@ _GPTOSS_B200 = {"scheduler.async_scheduling": True, "kv_cache.prefix_caching": F
 _NO_ASYNC = ("async-scheduling no longer passed (d2c2acb19, #789): the image's default applies",)
 _KIMI = {"kv_cache.max_model_len": "MAX_MODEL_LEN", "scheduler.max_num_seqs": "CONC"}
 _KIMI_NM = ("--compilation_config.pass_config.fuse_allreduce_rms true",)
-_MM_B200_V3 = {"kv_cache.gpu_memory_utilization": 0.90, "kv_cache.max_model_len": "MAX_MODEL_LEN",
+#: ``--stream-interval 20`` of the Blackwell MiniMax-M2.5 (and Kimi-K2.5 FP4) scripts.
+_STREAM_20 = {"engine.stream_interval": 20}
+_MM_B200_V3 = {**_STREAM_20, "kv_cache.gpu_memory_utilization": 0.90, "kv_cache.max_model_len": "MAX_MODEL_LEN",
                "kv_cache.block_size": 32, "kv_cache.dtype": "fp8",
                "scheduler.max_num_batched_tokens": "2*ISL", "kv_cache.prefix_caching": False}
-_MM_FP4 = {"kv_cache.gpu_memory_utilization": 0.90, "kv_cache.max_model_len": "MAX_MODEL_LEN",
+_MM_FP4 = {**_STREAM_20, "kv_cache.gpu_memory_utilization": 0.90, "kv_cache.max_model_len": "MAX_MODEL_LEN",
            "kv_cache.dtype": "fp8", "scheduler.max_num_batched_tokens": "2*ISL",
            "kv_cache.prefix_caching": False}
-_MM_BW_NM = ("--stream-interval 20",)
 _MM_HOPPER = {"kv_cache.gpu_memory_utilization": 0.90, "kv_cache.max_model_len": "MAX_MODEL_LEN",
               "scheduler.max_num_seqs": 256}
 _MM_H200 = {"kv_cache.gpu_memory_utilization": 0.95, "kv_cache.max_model_len": "MAX_MODEL_LEN"}
@@ -225,8 +226,8 @@ RECIPES: tuple[Recipe, ...] = (
                                 "kv_cache.prefix_caching": False}, _KIMI_NM, "none"),
     _capture_2048(Recipe("kimi-k2.5", "b200_sxm", "fp4", "2026-04-20", None, _SN + "kimik2.5_fp4_b200.sh",
            "6c3acebfa (#1047)", {**_KIMI, "kv_cache.gpu_memory_utilization": 0.90, "kv_cache.prefix_caching": False,
-                                 "kv_cache.dtype": "fp8", "scheduler.max_num_batched_tokens": "2*ISL"},
-           _KIMI_NM + ("--stream-interval 20",), "none")),
+                                 "kv_cache.dtype": "fp8", "scheduler.max_num_batched_tokens": "2*ISL", **_STREAM_20},
+           _KIMI_NM, "none")),
     Recipe("kimi-k2.5", "b200_sxm", "int4", "2026-02-24", "2026-03-24", _SN + "kimik2.5_int4_b200.sh",
            "eb02101ef (#735)", {**_KIMI, "kv_cache.gpu_memory_utilization": 0.95}, _KIMI_NM, "none"),
     Recipe("kimi-k2.5", "b200_sxm", "int4", "2026-03-24", None, _SN + "kimik2.5_int4_b200.sh",
@@ -251,26 +252,26 @@ RECIPES: tuple[Recipe, ...] = (
                                 "kv_cache.block_size": 32, "kv_cache.prefix_caching": False},
            ("VLLM_USE_FLASHINFER_MOE_FP8=0", "VLLM_MOE_USE_DEEP_GEMM=0"), "always-ep"),
     _capture_2048(Recipe("minimax-m2.5", "b200_sxm", "fp8", "2026-04-03", "2026-04-22", _SN + "minimaxm2.5_fp8_b200.sh",
-           "bddbf4031 (#947)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",))),
+           "bddbf4031 (#947)", _MM_B200_V3, ("VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",))),
     _capture_2048(Recipe("minimax-m2.5", "b200_sxm", "fp8", "2026-04-22", None, _SN + "minimaxm2.5_fp8_b200.sh",
-           "41ed82dc1 (#1068)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",))),
+           "41ed82dc1 (#1068)", _MM_B200_V3, ("VLLM_FLOAT32_MATMUL_PRECISION=high",))),
     Recipe("minimax-m2.5", "b200_sxm", "fp4", "2026-04-02", "2026-04-08", _SN + "minimaxm2.5_fp4_b200.sh",
            "08bcde8f1 on PR #996's branch (not yet on main; the nightly-5b8c30d image of the 2026-04-03 rows)",
            {"kv_cache.gpu_memory_utilization": 0.95, "kv_cache.max_model_len": "MAX_MODEL_LEN",
-            "kv_cache.block_size": 32, "kv_cache.dtype": "fp8", "kv_cache.prefix_caching": False},
-           ("--stream-interval 20", "VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl")),
+            "kv_cache.block_size": 32, "kv_cache.dtype": "fp8", "kv_cache.prefix_caching": False, **_STREAM_20},
+           ("VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",)),
     _capture_2048(Recipe("minimax-m2.5", "b200_sxm", "fp4", "2026-04-08", "2026-04-22", _SN + "minimaxm2.5_fp4_b200.sh",
-           "79bd988e9 (#996)", _MM_FP4, _MM_BW_NM, "dp-attention")),
+           "79bd988e9 (#996)", _MM_FP4, (), "dp-attention")),
     _capture_2048(Recipe("minimax-m2.5", "b200_sxm", "fp4", "2026-04-22", None, _SN + "minimaxm2.5_fp4_b200.sh",
-           "13962fcfa (#1069)", _MM_FP4, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",), "dp-attention")),
+           "13962fcfa (#1069)", _MM_FP4, ("VLLM_FLOAT32_MATMUL_PRECISION=high",), "dp-attention")),
     _capture_2048(Recipe("minimax-m2.5", "b300_sxm", "fp8", "2026-04-17", "2026-04-21", _SN + "minimaxm2.5_fp8_b300.sh",
-           "340d7854c (#1054)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",))),
+           "340d7854c (#1054)", _MM_B200_V3, ("VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",))),
     _capture_2048(Recipe("minimax-m2.5", "b300_sxm", "fp8", "2026-04-21", None, _SN + "minimaxm2.5_fp8_b300.sh",
-           "0c2467c15 (#1106)", _MM_B200_V3, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",))),
+           "0c2467c15 (#1106)", _MM_B200_V3, ("VLLM_FLOAT32_MATMUL_PRECISION=high",))),
     _capture_2048(Recipe("minimax-m2.5", "b300_sxm", "fp4", "2026-04-17", "2026-04-21", _SN + "minimaxm2.5_fp4_b300.sh",
-           "22d0f12f7 (#1055)", _MM_FP4, _MM_BW_NM, "dp-attention")),
+           "22d0f12f7 (#1055)", _MM_FP4, (), "dp-attention")),
     _capture_2048(Recipe("minimax-m2.5", "b300_sxm", "fp4", "2026-04-21", None, _SN + "minimaxm2.5_fp4_b300.sh",
-           "633fd2377 (#1107)", _MM_FP4, _MM_BW_NM + ("VLLM_FLOAT32_MATMUL_PRECISION=high",), "dp-attention")),
+           "633fd2377 (#1107)", _MM_FP4, ("VLLM_FLOAT32_MATMUL_PRECISION=high",), "dp-attention")),
     Recipe("minimax-m2.5", "h100_sxm", "fp8", "2026-03-03", "2026-03-28", _SN + "minimaxm2.5_fp8_h100.sh",
            "ac0d2a853 (#832); image v0.18.0 1d5cae141 (#958)", _MM_HOPPER | _PIECEWISE, ()),
     Recipe("minimax-m2.5", "h100_sxm", "fp8", "2026-03-28", None, _SN + "minimaxm2.5_fp8_h100.sh",

@@ -47,8 +47,8 @@ Assumptions about the measurement (the CSV does not record the client's settings
   ``max_model_len = isl + osl``. InferenceX's rows add the flags its script passed on the row's
   measured date (``--server scripts``, the default; ``inferencex_script_flags``): token
   budgets, seats, memory fractions, KV dtypes, SGLang chunk sizes, running-request caps and
-  request polling, each with its commit in the row's notes, and what kvplan cannot express
-  (CUDA-graph sizes, kernel back ends, stream intervals) named there as not modelled.
+  request polling, stream intervals, each with its commit in the row's notes, and what kvplan
+  cannot express (CUDA-graph sizes, kernel back ends) named there as not modelled.
 
 After the first wave the clients drift apart: InferenceX's lengths differ from request to
 request. Fixed lengths would keep identical clients in step for ever in a deterministic
@@ -1494,8 +1494,8 @@ SGLANG_ASSUMPTIONS = {
               "(inferencex_sglang_flags: --max-running-requests, --chunked-prefill-size, "
               "--max-prefill-tokens, --mem-fraction-static, --kv-cache-dtype, --disable-radix-cache and, "
               "on B200 / B300, --scheduler-recv-interval: 30 at 16 clients or more, else 10, for "
-              "DeepSeek-R1 and Qwen3.5, --cuda-graph-max-bs; per row with its commit, and the flags "
-              "kvplan cannot express (--stream-interval, back ends) named as not modelled)",
+              "DeepSeek-R1 and Qwen3.5, --cuda-graph-max-bs, --stream-interval (engine.stream_interval); "
+              "per row with its commit, and the flags kvplan cannot express (back ends) named as not modelled)",
     "engine_version": f"the row's backend_version (0.5.x); nightly-* or missing -> kvplan's default "
                       f"SGLang {DEFAULT_SGLANG_VERSION}; custom builds (glm5-hopper) skipped",
 }

@@ -225,7 +225,7 @@ def new_simulation(sc: Scenario, dep: "Deployment", requests: list[Request], sch
     if fe.stream_s_per_chunk > 0:
         from sim.pricing.adjusted import FrontEndFloor
 
-        pricer = FrontEndFloor(pricer, fe.stream_s_per_chunk)
+        pricer = FrontEndFloor(pricer, fe.stream_s_per_chunk, fe.stream_interval)
     return Simulation(requests, schedulers, pricer.step_time, router=router,
                       spec_samplers=samplers, draft_cost_ratio=sc.speculative.draft_cost_ratio,
                       progress=progress, fast_decode=fast_decode,

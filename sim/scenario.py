@@ -460,6 +460,10 @@ class EngineConfig(_Section):
     frontend_request_ms: Optional[float] = number(None, 0.0, 1e6, optional=True)
     frontend_tokenize_us: Optional[float] = number(None, 0.0, 1e6, optional=True)
     frontend_stream_us: Optional[float] = number(None, 0.0, 1e6, optional=True)
+    #: ``--stream-interval`` (vLLM from 0.12, SGLang): after the first token, which goes out at
+    #: once, a request's tokens are streamed in chunks of this many. TTFT does not change; the
+    #: API server streams N times fewer chunks a step (``sim.catalog.frontends``).
+    stream_interval: int = integer(1, 1, 1_000_000)
     #: vLLM's ``--max-cudagraph-capture-size`` (``--cuda-graph-sizes N`` before 0.11): the
     #: largest step, in tokens, run in CUDA graphs (piecewise for mixed and prefill steps).
     #: None: vLLM's default, ``min(2 x max_num_seqs, 512)``. A step above it runs outside graphs
@@ -503,7 +507,8 @@ class EngineConfig(_Section):
     def front_end(self) -> FrontEnd:
         """The front end with any ``frontend_*`` overrides applied."""
         return get_frontend(self.frontend).with_overrides(
-            self.frontend_request_ms, self.frontend_tokenize_us, self.frontend_stream_us)
+            self.frontend_request_ms, self.frontend_tokenize_us,
+            self.frontend_stream_us).with_stream_interval(self.stream_interval)
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,37 @@ def test_the_streaming_floor_holds_a_step_to_the_servers_pace():
     assert s["median_tpot_ms"] >= 63.9
 
 
+def test_a_stream_interval_streams_one_chunk_in_n_and_leaves_ttft_alone():
+    """``engine.stream_interval N`` (``--stream-interval``): a prefill's first token goes out at
+    once, decodes stream one chunk every N tokens, so the floor is chunk x (prefills + decodes /
+    N); a lone client's TTFT is the same as with N = 1 to the nanosecond; a loaded run is held to
+    N times fewer chunks a step."""
+    dep = resolve_deployment(Scenario.from_dict({"cost_model": {"source": "roofline"}}))
+    floor = FrontEndFloor(dep.cost_model, 1e-3, stream_interval=20)
+    big = StepShape(num_decode_seqs=200, decode_context_tokens=200 * 500)
+    mixed = StepShape(num_decode_seqs=200, decode_context_tokens=200 * 500, num_prefill_seqs=3,
+                      num_prefill_tokens=30, prefill_attention_work=3 * 55)
+    assert floor.floor(big) == pytest.approx(200 / 20 * 1e-3)
+    assert floor.floor(mixed) == pytest.approx((200 / 20 + 3) * 1e-3)
+    cols = {"num_decode_seqs": np.array([200, 8]), "decode_context_tokens": np.array([100_000, 800])}
+    assert list(floor.price_columns(cols)) == pytest.approx(
+        [floor.price(big), floor.price(StepShape(num_decode_seqs=8, decode_context_tokens=800))])
+    with pytest.raises(ValueError):
+        FrontEndFloor(dep.cost_model, 1e-3, stream_interval=0)
+    one = closed(10, 1) + ["engine.frontend_request_ms=4", "engine.frontend_tokenize_us=2"]
+    every = simulate(None, overrides=one, seed=3).requests
+    chunked = simulate(None, overrides=one + ["engine.stream_interval=50"], seed=3).requests
+    assert [r.token_times[0] - r.arrival_time for r in chunked] == [r.token_times[0] - r.arrival_time for r in every]
+    # 64 clients at 1 ms a chunk: N = 1 holds a decode step to 64 ms; N = 8 to 8 ms, under
+    # the GPU's own step, so TPOT is the GPU's.
+    load = closed(192, 64) + ["engine.frontend_stream_us=1000", "workload.output_len={dist: fixed, mean: 50}"]
+    s = simulate(None, overrides=load + ["engine.stream_interval=8"]).summary
+    gpu = simulate(None, overrides=load + ["engine.frontend_stream_us=0"]).summary
+    assert s["median_tpot_ms"] == pytest.approx(gpu["median_tpot_ms"])
+    assert 8 <= s["median_tpot_ms"] < 60
+    assert s["cost_model"]["frontend"]["stream_interval"] == 8
+
+
 FAST_CASES = {
     "open": ["workload.num_requests=150", "workload.arrival.rate=20", "engine.frontend_tokenize_us=40"],
     "closed-burst": closed(150, 16) + ["engine.frontend_tokenize_us=60"],
@@ -157,6 +188,7 @@ def test_the_summary_prints_the_terms():
     assert fe["request_ms"] == pytest.approx(default.request_s * 1e3)
     assert fe["tokenize_us_per_token"] == pytest.approx(default.tokenize_s_per_token * 1e6)
     assert fe["stream_us_per_chunk"] == pytest.approx(default.stream_s_per_chunk * 1e6)
+    assert fe["stream_interval"] == 1
     assert "fitted" in fe["source"] and "measured" in fe["source"]
 
 
@@ -200,6 +232,7 @@ def test_synthetic_prompts_tokenise_at_the_measured_factor():
     (["engine.frontend=nginx"], "engine.frontend"),
     (["engine.frontend_request_ms=-1"], "engine.frontend_request_ms"),
     (["engine.frontend_tokenize_us=abc"], "engine.frontend_tokenize_us"),
+    (["engine.stream_interval=0"], "engine.stream_interval"),
 ])
 def test_bad_values_are_one_line_config_errors(sets, needle):
     with pytest.raises(ConfigError) as err:

@@ -35,10 +35,10 @@ def test_b200_dsr1_fp4_flags_and_notes():
     assert cfg == {"sglang": {"max_running_requests": 256, "mem_fraction_static": 0.85,
                               "chunked_prefill_size": 16384, "disable_radix_cache": True,
                               "scheduler_recv_interval": 10, "cuda_graph_max_bs": 256},
-                   "kv_cache": {"dtype": "fp8"}}
-    assert "@4b860b78e" in notes[0]
+                   "engine": {"stream_interval": 10}, "kv_cache": {"dtype": "fp8"}}
+    assert "@4b860b78e" in notes[0] and "engine.stream_interval=10" in notes[0]
     assert any(n.startswith("not modelled:") and "--cuda-graph-max-bs" not in n
-               and "--attention-backend trtllm_mla" in n and "--stream-interval 10" in n for n in notes)
+               and "--attention-backend trtllm_mla" in n and "--stream-interval" not in n for n in notes)
     assert "@d8fe8f73e" in flags(R1_FP4, "fp4", "b200_sxm", "2025-11-10")[1][0]
 
 

@@ -16,7 +16,7 @@ ALLOWED = {
     "kv_cache": {"gpu_memory_utilization", "block_size", "prefix_caching", "dtype", "max_model_len"},
     "quantization": {"moe_kernel"},
     "parallel": {"enable_expert_parallel"},
-    "engine": {"max_cudagraph_capture_size", "cudagraph_mode"},
+    "engine": {"max_cudagraph_capture_size", "cudagraph_mode", "stream_interval"},
 }
 
 MM = "MiniMaxAI/MiniMax-M2.5"
@@ -37,7 +37,7 @@ def test_minimax_b200_fp8_token_budget_from_pr_947():
     assert after["kv_cache"]["dtype"] == "fp8" and after["kv_cache"]["gpu_memory_utilization"] == 0.90
     assert any("#947" in n for n in notes)
     # --max-cudagraph-capture-size 2048: modelled (engine.max_cudagraph_capture_size), no longer a note.
-    assert after["engine"] == {"max_cudagraph_capture_size": 2048}
+    assert after["engine"] == {"max_cudagraph_capture_size": 2048, "stream_interval": 20}
     assert not any("capture-size" in n for n in notes if n.startswith("not modelled:"))
     assert any("measured day" in n for n in notes)  # #947 merged on 2026-04-03 itself
 
@@ -140,7 +140,8 @@ def test_kimi_fp4_b200_versions():
     assert latest["scheduler"] == {"max_num_seqs": 4, "max_num_batched_tokens": 16384}
     assert latest["kv_cache"]["dtype"] == "fp8"
     assert any("#1047" in n for n in notes)
-    assert any("--stream-interval 20" in n for n in notes if n.startswith("not modelled:"))
+    assert latest["engine"]["stream_interval"] == 20  # --stream-interval 20, now modelled
+    assert not any("--stream-interval" in n for n in notes if n.startswith("not modelled:"))
 
 
 def test_kimi_scripts_pass_no_expert_parallel_flag():

@@ -108,6 +108,7 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "engine.frontend_request_ms": (2.5, {}),
         "engine.frontend_tokenize_us": (0.5, {}),
         "engine.frontend_stream_us": (8.0, {}),
+        "engine.stream_interval": (20, {}),
         "sglang.schedule_policy": ("lpm", {}),
         "sglang.chunked_prefill_size": (4096, {}),
         "sglang.max_prefill_tokens": (8192, {}),

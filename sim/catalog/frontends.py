@@ -22,8 +22,13 @@ The model (``FrontEnd``), three terms, from vLLM's structure:
   (``benchmarks/frontend_costs.py``: a Rust fast tokenizer's encode, one request at a time), for
   natural prose; ``SYNTHETIC_TOKENIZE_FACTOR`` times that for prompts decoded from synthetic
   token ids (``workload.prompt_text: synthetic``, what benchmark clients' random datasets send).
-- ``stream_s_per_chunk``: per request per step (one SSE chunk: incremental detokenise + JSON + SSE
-  framing). **Measured** by the same script.
+- ``stream_s_per_chunk``: per chunk streamed (incremental detokenise + JSON + SSE framing).
+  **Measured** by the same script. A request streams one chunk per step, or, under
+  ``engine.stream_interval N`` (vLLM's and SGLang's ``--stream-interval``), its first token at
+  once and then one chunk every N tokens: vLLM's output processor sends when nothing was sent
+  yet or N tokens have gathered (``vllm/v1/engine/output_processor.py``, #27869), SGLang's
+  scheduler when ``len(output_ids) % N == 1`` (``stream_output_generation``). TTFT is unchanged;
+  the server's per-step work falls N-fold.
 
 How the simulator uses them (``sim.simulation.Simulation``): each replica has its own API server,
 and requests pass a server one at a time (one event loop): a request reaches the scheduler
@@ -67,6 +72,8 @@ class FrontEnd:
     tokenize_s_per_token: float
     stream_s_per_chunk: float
     source: str = ""
+    #: ``--stream-interval``: tokens per streamed chunk after the first (1: every token).
+    stream_interval: int = 1
 
     @property
     def active(self) -> bool:
@@ -96,6 +103,10 @@ class FrontEnd:
             out = replace(out, source=out.source + "; overridden by engine.frontend_* keys")
         return out
 
+    def with_stream_interval(self, interval: int) -> "FrontEnd":
+        """This front end streaming one chunk every ``interval`` tokens after the first."""
+        return self if interval == self.stream_interval else replace(self, stream_interval=int(interval))
+
     def for_prompt_text(self, prompt_text: str) -> "FrontEnd":
         """This front end tokenising ``prompt_text`` (``workload.prompt_text``): ``synthetic``
         text (decoded from made-up token ids, as benchmark clients' random datasets send) costs
@@ -118,7 +129,7 @@ class FrontEnd:
         return {"name": self.name, "request_ms": round(self.request_s * 1e3, 4),
                 "tokenize_us_per_token": round(self.tokenize_s_per_token * 1e6, 4),
                 "stream_us_per_chunk": round(self.stream_s_per_chunk * 1e6, 3),
-                "source": self.source}
+                "stream_interval": self.stream_interval, "source": self.source}
 
 
 #: Measured by ``benchmarks/frontend_costs.py`` (results in benchmarks/results/frontend_costs.json).

@@ -69,10 +69,15 @@ class ScaledPricer(StepPricer):
         return f"ScaledPricer({self.base!r}, x{self.scale:g})"
 
 
-def chunks_out(shape: StepShape) -> int:
-    """Requests a step streams a chunk to: every decode, and every prefill (a prefill's last
-    chunk samples the first token; an earlier chunk sends nothing, so this is an upper bound)."""
-    return shape.num_decode_seqs + shape.num_prefill_seqs
+def chunks_out(shape: Any, stream_interval: int = 1) -> Any:
+    """Chunks a step streams: one per prefill (a prefill's last chunk samples the first token,
+    which goes out at once; an earlier chunk sends nothing, so this is an upper bound) and, for
+    its decodes, one every ``stream_interval`` tokens each (``--stream-interval``: a request's
+    later tokens leave in chunks of that many, so a step streams to 1 / N of its decodes on
+    average). ``shape`` is a ``StepShape`` or ``ShapeColumns``."""
+    if stream_interval == 1:
+        return shape.num_decode_seqs + shape.num_prefill_seqs
+    return shape.num_decode_seqs / stream_interval + shape.num_prefill_seqs
 
 
 class StepFloor(StepPricer):
@@ -134,18 +139,23 @@ class FrontEndFloor(StepFloor):
     kind = "frontend_floor"
     wait_key = "frontend_wait"
 
-    def __init__(self, base: StepPricer, stream_s: float) -> None:
+    def __init__(self, base: StepPricer, stream_s: float, stream_interval: int = 1) -> None:
         super().__init__(base)
         self.stream_s = float(stream_s)
+        if stream_interval < 1:
+            raise ValueError("stream_interval must be >= 1")
+        self.stream_interval = int(stream_interval)
 
     def floor(self, shape: Any) -> Any:
-        return self.stream_s * chunks_out(shape)
+        return self.stream_s * chunks_out(shape, self.stream_interval)
 
     def because(self) -> str:
-        return f"no faster than the API server streams ({self.stream_s * 1e6:.3g} us per request per step)"
+        every = "" if self.stream_interval == 1 else f", a chunk every {self.stream_interval} tokens"
+        return f"no faster than the API server streams ({self.stream_s * 1e6:.3g} us per chunk{every})"
 
     def __repr__(self) -> str:
-        return f"FrontEndFloor({self.base!r}, {self.stream_s * 1e6:g} us/chunk)"
+        every = "" if self.stream_interval == 1 else f", every {self.stream_interval} tokens"
+        return f"FrontEndFloor({self.base!r}, {self.stream_s * 1e6:g} us/chunk{every})"
 
 
 class EagerHostFloor(StepFloor):
