@@ -311,7 +311,8 @@ def _evaluate(base: dict, slo: SLO, sizing: RunSizing, base_dir, key: _Key, conf
         n = fixed or run_length(rate, duration, sizing.min_requests, sizing.max_requests)
         result = simulate(with_rate(base, rate, seed, n), base_dir=base_dir, statistics=False)
         m = window_metrics(result.requests, warmup_fraction=sizing.warmup_fraction,
-                           slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms)
+                           slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms,
+                           stream_interval=result.stream_interval)
         m["num_requests"] = len(result.requests)
         ok, bad = slo.check(m)
         # A failing run only gets worse when longer; a passing one must have been steady.

@@ -88,7 +88,8 @@ def clients_run(base: dict, overrides: Sequence[str], slo: SLO, clients: int, re
         f"parallel.num_replicas={replicas}", f"workload.num_requests={n}", "workload.arrival.process=closed",
         f"workload.arrival.concurrency={clients}", f"seed={seed}"]
     res = simulate(config_mod.build_config(base, sets), base_dir=base_dir, statistics=False)
-    m = window_metrics(res.requests, warmup_fraction=0.1, slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms)
+    m = window_metrics(res.requests, warmup_fraction=0.1, slo_ttft_ms=slo.ttft_ms, slo_tpot_ms=slo.tpot_ms,
+                       stream_interval=res.stream_interval)
     ok, bad = slo.check(m)
     done = [r for r in res.requests if r.finish_time is not None]
     span = (max(r.finish_time for r in done) - min(r.arrival_time for r in res.requests)) if done else 0.0

@@ -29,7 +29,8 @@ def run_length(rate: float, duration_s: float, min_requests: int, max_requests: 
 
 
 def window_metrics(requests: Sequence[Request], *, warmup_fraction: float = 0.1,
-                   slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None) -> dict:
+                   slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
+                   stream_interval: int = 1) -> dict:
     """Flat ``vllm bench serve`` statistics (``p99_ttft_ms`` ...) over the requests that
     arrive after the first ``warmup_fraction`` of the arrival span, plus ``slo_attainment``
     over the same requests, ``arrival_span_s``, ``steady`` (span >= MIN_SPANS mean E2EL)
@@ -40,7 +41,7 @@ def window_metrics(requests: Sequence[Request], *, warmup_fraction: float = 0.1,
     t0, t1 = reqs[0].arrival_time, reqs[-1].arrival_time
     cut = t0 + warmup_fraction * (t1 - t0)
     kept = [r for r in reqs if r.arrival_time >= cut]
-    lat = request_latencies(kept)
+    lat = request_latencies(kept, stream_interval)  # ITL one gap a streamed chunk
     out: dict = {"measured": len(kept), "arrival_span_s": t1 - t0}
     for name in LATENCY_METRICS:
         ms = lat[name] * 1000.0

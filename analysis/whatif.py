@@ -133,7 +133,8 @@ def rate_curve(config: dict, rates: Sequence[float], *, duration_s: float = 60.0
     for i, rate in enumerate(clean):
         n = run_length(rate, duration_s, min_requests, max_requests)
         res = simulate(with_rate(config, rate, seed, n))
-        m = window_metrics(res.requests, slo_ttft_ms=slo["ttft_ms"], slo_tpot_ms=slo["tpot_ms"])
+        m = window_metrics(res.requests, slo_ttft_ms=slo["ttft_ms"], slo_tpot_ms=slo["tpot_ms"],
+                           stream_interval=res.stream_interval)
         m["rate"] = rate
         m["num_requests"] = n
         points.append(m)

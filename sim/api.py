@@ -25,7 +25,7 @@ from sim.results import REQUEST_COLUMNS, SimResult, request_row
 from sim.run_parts import (Deployment, as_scenario, async_scheduling_of, build_replica_scheduler,
                            build_workload, cost_model_summary, fresh_request, kv_page_tokens, offload_tiers_of,
                            replica_engines, resolve_deployment, router_options, scenario_summary,
-                           session_links, swap_slots_of)
+                           session_links, streamed_interval, swap_slots_of)
 from sim.scenario import Scenario
 from sim.simulation import STEP_COLUMNS, Simulation
 from sim.streaming import ITL_BIN_WIDTH, StreamRecorder
@@ -119,7 +119,8 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
     router = _RecordingRouter(par.router, replica_of, **router_options(sc))
     recorder = None
     if stream_to is not None:
-        recorder = StreamRecorder(Path(stream_to), replica_of, sc.slo.ttft_ms, sc.slo.tpot_ms)
+        recorder = StreamRecorder(Path(stream_to), replica_of, sc.slo.ttft_ms, sc.slo.tpot_ms,
+                                  stream_interval=streamed_interval(dep))
     sim = new_simulation(sc, dep, reqs, schedulers, samplers, router, progress=progress,
                          fast_decode=fast_decode,
                          on_finish=recorder.request if recorder is not None else None,
@@ -149,7 +150,7 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
         summary = summary_of(recorder.totals(), recorder.kv.breakdown(), recorder.kv.num_spec_steps,
                              **slo_kw)
     else:
-        summary = summarize(reqs, steps, **slo_kw)
+        summary = summarize(reqs, steps, stream_interval=streamed_interval(dep), **slo_kw)
     if statistics and sc.kv_cache.offload_enabled:
         summary["kv_cache"]["offload"] = offload_summary(
             [st for st in (s.allocator.offload_stats() for s in schedulers) if st is not None],

@@ -30,7 +30,7 @@ from sim.policies.schedulers.base import Scheduler
 from sim.results import SimResult
 from sim.run_parts import (async_scheduling_of, build_workload, cost_model_summary, fresh_request,
                            kv_page_tokens, replica_engines, resolve_deployment, router_options, scenario_summary,
-                           session_links)
+                           session_links, streamed_interval)
 from sim.simulation import ApiServerQueue, Replica, StepLog
 
 
@@ -345,7 +345,7 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
                             num_preemptions=sum(s.num_preemptions for s in scheds),
                             prefix_queries=sum(s.allocator.num_prefix_queries for s in scheds),
                             prefix_hits=sum(s.allocator.num_prefix_hits for s in scheds),
-                            num_gpus=num_gpus)
+                            num_gpus=num_gpus, stream_interval=streamed_interval(pre.deployment))
         summary["disaggregation"] = disaggregation_summary(sim, steps, pre, dec, summary)
         summary["disaggregation"]["link"] = {"name": sc.disaggregation.link,
                                              "bandwidth_gbs_per_gpu": links[0].bandwidth / 1e9,

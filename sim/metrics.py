@@ -42,30 +42,48 @@ def _stats(values_s: np.ndarray, consume: bool = False) -> dict[str, Optional[fl
     return out
 
 
-def pooled_itl(done: Sequence[Request]) -> np.ndarray:
-    """Every gap between consecutive tokens of the requests, in one array filled in place (one
-    8-byte value a token; a list of per-request ``np.diff`` arrays and their concatenation took
-    several times that at the peak of a long run)."""
-    total = sum(len(r.token_times) - 1 for r in done if len(r.token_times) > 1)
+def chunk_times(token_times: Sequence[float], stream_interval: int = 1) -> Sequence[float]:
+    """When a client receives a request's chunks under ``--stream-interval N``
+    (``engine.stream_interval``): the first token at once, then every N-th token after it
+    (tokens 1, N+1, 2N+1, ...: vLLM's output processor and SGLang's ``len % N == 1`` agree), and
+    the last token, which always goes out. With N = 1 every token is its own chunk."""
+    n = len(token_times)
+    if stream_interval <= 1 or n <= 2:
+        return token_times
+    out = list(token_times[::stream_interval])
+    if (n - 1) % stream_interval:
+        out.append(token_times[-1])
+    return out
+
+
+def pooled_itl(done: Sequence[Request], stream_interval: int = 1) -> np.ndarray:
+    """Every gap between consecutive chunks of the requests (with one token a chunk, between
+    consecutive tokens; ``vllm bench serve`` records one ITL a chunk), in one array filled in
+    place (one 8-byte value a token; a list of per-request ``np.diff`` arrays and their
+    concatenation took several times that at the peak of a long run)."""
+    chunks = [chunk_times(r.token_times, stream_interval) for r in done]
+    total = sum(len(t) - 1 for t in chunks if len(t) > 1)
     itl = np.empty(total)
     pos = 0
-    for r in done:
-        n = len(r.token_times)
+    for times in chunks:
+        n = len(times)
         if n > 1:
-            t = np.asarray(r.token_times, dtype=float)
+            t = np.asarray(times, dtype=float)
             np.subtract(t[1:], t[:-1], out=itl[pos:pos + n - 1])
             pos += n - 1
     return itl
 
 
-def request_latencies(requests: Sequence[Request]) -> dict[str, np.ndarray]:
-    """Per-request arrays (seconds) over completed requests; ITL pooled over all of them."""
+def request_latencies(requests: Sequence[Request], stream_interval: int = 1) -> dict[str, np.ndarray]:
+    """Per-request arrays (seconds) over completed requests; ITL pooled over all of them, one
+    gap a streamed chunk (``chunk_times``). TTFT, TPOT and E2E do not depend on the chunking:
+    the first and the last token always go out at once."""
     done = [r for r in requests if r.state is RequestState.FINISHED and r.token_times]
     ttft = np.fromiter((r.token_times[0] - r.arrival_time for r in done), float, len(done))
     e2el = np.fromiter((r.finish_time - r.arrival_time for r in done), float, len(done))
     tpot = np.array([(r.finish_time - r.token_times[0]) / (r.num_output_tokens - 1)
                      for r in done if r.num_output_tokens > 1], dtype=float)
-    return {"ttft": ttft, "tpot": tpot, "itl": pooled_itl(done), "e2el": e2el}
+    return {"ttft": ttft, "tpot": tpot, "itl": pooled_itl(done, stream_interval), "e2el": e2el}
 
 
 def meets_slo(req: Request, ttft_ms: Optional[float], tpot_ms: Optional[float]) -> bool:
@@ -180,11 +198,11 @@ class RunTotals:
 
 
 def totals_of(requests: Sequence[Request], slo_ttft_ms: Optional[float] = None,
-              slo_tpot_ms: Optional[float] = None) -> RunTotals:
+              slo_tpot_ms: Optional[float] = None, stream_interval: int = 1) -> RunTotals:
     completed = [r for r in requests if r.state is RequestState.FINISHED]
     rejected = [r for r in requests if r.state is RequestState.REJECTED]
     start = min((r.arrival_time for r in requests), default=0.0)
-    lat = request_latencies(requests)
+    lat = request_latencies(requests, stream_interval)
     good = 0
     if slo_ttft_ms is not None or slo_tpot_ms is not None:
         good = sum(meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in completed)
@@ -274,9 +292,10 @@ def offload_summary(stats: Sequence[dict], prefix_queries: int, prefix_hits: int
 def summarize(requests: Sequence[Request], steps: dict[str, list], *,
               slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
               num_preemptions: int = 0, prefix_queries: int = 0, prefix_hits: int = 0,
-              num_gpus: int = 1) -> dict:
-    """The ``summary.json`` dictionary."""
-    totals = totals_of(requests, slo_ttft_ms, slo_tpot_ms)
+              num_gpus: int = 1, stream_interval: int = 1) -> dict:
+    """The ``summary.json`` dictionary (ITL one gap a streamed chunk of ``stream_interval``
+    tokens: ``chunk_times``)."""
+    totals = totals_of(requests, slo_ttft_ms, slo_tpot_ms, stream_interval)
     spec_steps = int((np.asarray(steps["num_spec_tokens"]) > 0).sum()) if totals.spec_proposed else 0
     return summary_of(totals, kv_breakdown(steps), spec_steps, slo_ttft_ms=slo_ttft_ms,
                       slo_tpot_ms=slo_tpot_ms, num_preemptions=num_preemptions,

@@ -63,6 +63,13 @@ class SimResult:
     #: The typed scenario ``config`` is the YAML form of.
     scenario: Optional[Scenario] = None
 
+    @property
+    def stream_interval(self) -> int:
+        """Tokens per chunk the run's clients were streamed (``engine.stream_interval``; 1
+        without an API server), for ITL statistics computed from ``requests``."""
+        fe = self.deployment.frontend if self.deployment is not None else None
+        return fe.stream_interval if fe is not None and fe.active else 1
+
     def request_rows(self) -> list[dict]:
         replica_of = self.extra.get("replica_of", {})
         return [request_row(r, replica_of.get(r.request_id, 0)) for r in self.requests]

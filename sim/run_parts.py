@@ -484,6 +484,12 @@ def _list(values: Optional[Sequence[float]]) -> Optional[list[float]]:
     return None if values is None else list(values)
 
 
+def streamed_interval(dep: Deployment) -> int:
+    """Tokens per streamed chunk a client sees (``engine.stream_interval``), for the ITL
+    statistics; 1 without an API server (``engine.frontend: none``: nothing is streamed)."""
+    return dep.frontend.stream_interval if dep.frontend.active else 1
+
+
 def async_scheduling_of(sc: Scenario, dep: Deployment) -> bool:
     """Whether steps are scheduled one ahead (vLLM V1's async scheduling). ``auto``: only when
     the steps are priced as a vLLM server's (operator tables); the roofline keeps the

@@ -25,7 +25,8 @@ from typing import IO, Any, Optional
 
 import numpy as np
 
-from sim.metrics import KV_FIELDS, LATENCY_METRICS, PERCENTILES, RunTotals, _stats, meets_slo, overload_of
+from sim.metrics import (KV_FIELDS, LATENCY_METRICS, PERCENTILES, RunTotals, _stats, chunk_times, meets_slo,
+                         overload_of)
 from sim.policies.request import Request, RequestState
 from sim.results import REQUEST_COLUMNS, request_row
 from sim.simulation import COL, STEP_COLUMNS
@@ -174,7 +175,8 @@ class StreamRecorder:
     its summary needs. Use as a context manager (files are closed on error too)."""
 
     def __init__(self, out_dir: Path, replica_of: dict[str, int],
-                 slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None) -> None:
+                 slo_ttft_ms: Optional[float] = None, slo_tpot_ms: Optional[float] = None,
+                 stream_interval: int = 1) -> None:
         out_dir.mkdir(parents=True, exist_ok=True)
         self.out_dir = out_dir
         self.replica_of = replica_of
@@ -186,6 +188,8 @@ class StreamRecorder:
         self._steps.writerow(STEP_COLUMNS)
         self.kv = KVTotals()
         self.itl = ItlHistogram()
+        #: Tokens a streamed chunk carries after the first (ITL is one gap a chunk: ``chunk_times``).
+        self.stream_interval = stream_interval
         self.num_requests = self.completed = self.rejected = 0
         self.input_tokens = self.output_tokens = self.slo_good = 0
         self.spec_proposed = self.spec_accepted = self.spec_request_steps = 0
@@ -239,7 +243,7 @@ class StreamRecorder:
         if req.num_output_tokens > 1:
             self.tpot_index.append(i)
             self.tpot.append((req.finish_time - times[0]) / (req.num_output_tokens - 1))
-        self.itl.add(times)
+        self.itl.add(chunk_times(times, self.stream_interval))
 
     def steps(self, rows: list[tuple]) -> None:
         """A chunk of step rows: written in time order, folded into the KV sums."""

@@ -13,6 +13,7 @@ import pytest
 from sim.api import resolve_deployment, simulate
 from sim.catalog.frontends import FRONTENDS, get_frontend
 from sim.errors import ConfigError
+from sim.metrics import chunk_times
 from sim.policies import Request, RequestState
 from sim.policies.step import StepShape
 from sim.pricing.adjusted import FrontEndFloor
@@ -225,6 +226,36 @@ def test_synthetic_prompts_tokenise_at_the_measured_factor():
         base = nat[r.request_id]
         assert (base.token_times[0] - r.token_times[0]) == pytest.approx(per_token * r.prompt_len, abs=1e-9)
     assert ids.summary["cost_model"]["frontend"]["tokenize_us_per_token"] == 0
+
+
+def test_chunk_times_follow_both_engines_sending_rule():
+    """Tokens 1, N+1, 2N+1, ... and the last go out (vLLM's output processor, SGLang's
+    ``len(output_ids) % N == 1``); N = 1 and one- or two-token outputs are untouched."""
+    t = [float(i) for i in range(10)]
+    assert chunk_times(t, 4) == [0.0, 4.0, 8.0, 9.0]
+    assert chunk_times(t, 3) == [0.0, 3.0, 6.0, 9.0]  # the last token is already a boundary
+    assert chunk_times(t, 1) is t and chunk_times(t[:2], 50) == t[:2]
+    assert chunk_times(t, 20) == [0.0, 9.0]
+
+
+def test_itl_is_one_gap_a_streamed_chunk():
+    """With ``engine.stream_interval`` N the summary's ITL is the client's: one gap a chunk
+    (``vllm bench serve`` records one a chunk), the mean exactly the chunks' gaps pooled over
+    requests; TTFT, TPOT and E2E are the N = 1 run's (the first and last token go out at once),
+    and ``frontend: none`` (nothing streamed) keeps one gap a token."""
+    base = SMALL + ["workload.output_len={dist: fixed, mean: 23}"]
+    one = simulate(None, overrides=base, seed=4)
+    five = simulate(None, overrides=base + ["engine.stream_interval=5"], seed=4)
+    for key in ("mean_ttft_ms", "mean_tpot_ms", "mean_e2el_ms", "p99_tpot_ms"):
+        assert five.summary[key] == one.summary[key], key
+    gaps = [b - a for r in five.requests for a, b in zip(chunk_times(r.token_times, 5),
+                                                         chunk_times(r.token_times, 5)[1:])]
+    assert len(gaps) == 5 * len(five.requests)  # 23 tokens: 1, 6, 11, 16, 21 and 23
+    assert five.summary["mean_itl_ms"] == pytest.approx(1000 * sum(gaps) / len(gaps), rel=1e-12)
+    assert five.summary["mean_itl_ms"] > 4 * one.summary["mean_itl_ms"]
+    offline = simulate(None, overrides=base + ["engine.stream_interval=5", "engine.frontend=none"], seed=4)
+    off = simulate(None, overrides=base + ["engine.frontend=none"], seed=4)
+    assert offline.summary["mean_itl_ms"] == off.summary["mean_itl_ms"]
 
 
 @pytest.mark.parametrize("sets, needle", [

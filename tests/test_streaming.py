@@ -25,6 +25,7 @@ CASES = {
                              "kv_cache.num_gpu_blocks=200", "workload.arrival.rate=30"],
     "prefix-cache": ["workload.num_requests=400", "kv_cache.prefix_caching=true",
                      "workload.prefix.num_prefixes=3", "workload.prefix.length=100"],
+    "stream-interval": ["workload.num_requests=400", "engine.stream_interval=7"],
 }
 BINNED = {"median", "p90", "p99"}
 
