@@ -64,6 +64,7 @@ SERVER_KEYS = {
     "block_size": "kv_cache.block_size",
     "data_parallel_size": "parallel.data_parallel_size",
     "num_replicas": "parallel.num_replicas",
+    "stream_interval": "engine.stream_interval",
 }
 #: What the shared inference-perf runs' README says the server ran with when exp-config.yaml
 #: does not say (vLLM V1 defaults there: chunked prefill, prefix caching on, block 16, 0.9).

@@ -75,7 +75,8 @@ RANDOM_DATASETS = ("random", "random-ids")
 DEFAULT_SEED = 1
 #: ``server_info`` keys (SGLang's server arguments) and the vLLM-named settings kvplan reads.
 SERVER_INFO_KEYS = {"tp_size": "tensor_parallel_size", "context_length": "max_model_len",
-                    "max_running_requests": "max_num_seqs", "chunked_prefill_size": "max_num_batched_tokens"}
+                    "max_running_requests": "max_num_seqs", "chunked_prefill_size": "max_num_batched_tokens",
+                    "stream_interval": "stream_interval"}
 #: Statistics bench_serving writes (p90 in some versions, p95 for ITL).
 _STATS = ("mean", "median", "std", "p90", "p95", "p99")
 #: Per-request lists of ``--output-details`` (same names in vllm bench serve's ``--save-detailed``).

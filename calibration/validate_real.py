@@ -274,12 +274,13 @@ def build_config(run: RealRun, hardware: Optional[str] = None, model: Optional[s
             section, leaf = dotted.split(".")
             cfg.setdefault(section, {})[leaf] = run.server[key]
     if run.engine_version is not None:
-        cfg["engine"] = {"name": "vllm", "version": modelled_version(run.engine_version, notes)}
+        cfg.setdefault("engine", {}).update(name="vllm", version=modelled_version(run.engine_version, notes))
     if run.engine_name not in (None, "vllm"):
         from sim.catalog.engines import ENGINE_NAMES
 
         if run.engine_name in ENGINE_NAMES:
-            cfg["engine"] = {"name": run.engine_name}
+            cfg.setdefault("engine", {})["name"] = run.engine_name
+            cfg["engine"].pop("version", None)  # a vLLM release named elsewhere is not this engine's
         else:
             notes.append(f"the run was served by {run.engine_name}, which this kvplan does not model: priced as vLLM")
     if run.prompt_text is not None:

@@ -258,3 +258,14 @@ def test_vllm_backend_lines_validate_in_process(tmp_path, capsys):
                                     "--out", str(tmp_path / "o"), *_roofline()], capsys)
     assert code == 0, err
     assert "stage2_mean_e2el_ms" in stdout and "priced as vLLM" not in stdout
+
+
+def test_server_info_stream_interval_reaches_the_engine(monkeypatch, tmp_path):
+    """``server_info.stream_interval`` (``--stream-interval``) becomes ``engine.stream_interval``
+    next to the engine's name; a server that streamed every token sets nothing."""
+    recs = [{**r, "server_info": {**r.get("server_info", {}), "stream_interval": 10}} for r in _records()]
+    run = read_run(_write(tmp_path / "s.jsonl", recs))
+    assert run.server["stream_interval"] == 10
+    engine, _ = _scenario_engine(monkeypatch, run)
+    assert engine["stream_interval"] == 10 and engine["name"] == "sglang"
+    assert "stream_interval" not in _scenario_engine(monkeypatch, read_run(DATA))[0]
