@@ -38,6 +38,10 @@ def serve(
     max_concurrent_requests: int = typer.Option(256, "--max-concurrent-requests",
                                                 help="Requests in flight at once; more get 429."),
     max_body_bytes: int = typer.Option(1 << 20, "--max-body-bytes", help="Largest request body; larger get 413."),
+    stream_interval: int = typer.Option(1, "--stream-interval",
+                                        help="Tokens per streamed chunk after the first, which goes out at once "
+                                             "(vLLM's and SGLang's --stream-interval; the simulator's "
+                                             "engine.stream_interval)."),
     drain_timeout: float = typer.Option(30.0, "--drain-timeout",
                                         help="Seconds SIGTERM waits for requests in flight before aborting them."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
@@ -60,6 +64,7 @@ def serve(
     require("--max-tokens-limit", max_tokens_limit, max_tokens_limit >= 1, "an integer >= 1")
     require("--max-concurrent-requests", max_concurrent_requests, max_concurrent_requests >= 1, "an integer >= 1")
     require("--max-body-bytes", max_body_bytes, max_body_bytes >= 1024, "an integer >= 1024")
+    require("--stream-interval", stream_interval, stream_interval >= 1, "an integer >= 1")
     require("--drain-timeout", drain_timeout, 0 <= drain_timeout < math.inf, "a finite number of seconds >= 0")
     require("--api-key", "(hidden)", api_key is None or api_key.strip() != "", "a non-empty key")
     require("--log-level", log_level, log_level in ("critical", "error", "warning", "info", "debug", "trace"),
@@ -79,7 +84,7 @@ def serve(
     try:
         _run(sock, host, model, kwargs, log_level, served_model_name,
              dict(api_key=api_key, max_tokens_limit=max_tokens_limit, max_concurrent_requests=max_concurrent_requests,
-                  max_body_bytes=max_body_bytes, drain_timeout_s=drain_timeout))
+                  max_body_bytes=max_body_bytes, drain_timeout_s=drain_timeout, stream_interval=stream_interval))
     finally:
         sock.close()
 

@@ -48,6 +48,8 @@ class ServeConfig:
     max_concurrent_requests: int = 256
     max_body_bytes: int = 1 << 20
     drain_timeout_s: float = 30.0
+    #: ``--stream-interval``: tokens a streamed chunk carries after the first (1: every token).
+    stream_interval: int = 1
 
 
 class ServerState:
@@ -162,8 +164,8 @@ def _sse(obj: Any) -> bytes:
     return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
 
 
-async def _sse_events(gen: serving.Generation) -> AsyncIterator[bytes]:
-    async for chunk in serving.chunks(gen):
+async def _sse_events(gen: serving.Generation, stream_interval: int) -> AsyncIterator[bytes]:
+    async for chunk in serving.chunks(gen, stream_interval):
         yield _sse(chunk)
     if not gen.client_gone:
         yield b"data: [DONE]\n\n"
@@ -215,7 +217,7 @@ async def _generate(request: Request, model: type, prepare: Callable[[Any, servi
             def close() -> None:
                 gen.close()
                 slot.release()
-            return EventStream(_sse_events(gen), on_close=close)
+            return EventStream(_sse_events(gen, st.config.stream_interval), on_close=close)
         try:
             body_out = await serving.collect(gen)
         finally:

@@ -202,9 +202,34 @@ async def collect(gen: Generation) -> Optional[dict]:
     return {**body, "choices": [choice], "usage": gen.usage()}
 
 
-async def chunks(gen: Generation) -> AsyncIterator[dict]:
-    """The stream's chunk objects in order (the SSE framing and ``[DONE]`` are app.py's). An
-    engine failure mid-stream becomes one ``{"error": ...}`` chunk."""
+async def coalesced(gen: Generation, stream_interval: int) -> AsyncIterator[Piece]:
+    """``gen``'s pieces regrouped as ``--stream-interval N`` streams them (vLLM's output
+    processor: send when nothing has been sent yet or N tokens have gathered; the last piece
+    always): the first token alone, then a chunk every N tokens, the rest with the finish
+    reason. N = 1 passes every piece through. Why: fewer, larger chunks cut the server's
+    per-token work, and a client measures one ITL a chunk (``sim.metrics.chunk_times`` is the
+    simulator's side of it). Tokens are counted on the generation (a token whose text is held
+    back makes no piece of its own). A reader that lags gets the steps it missed merged
+    (``RequestStream.next``), so its chunk can hold more than N, as vLLM's collector merges."""
+    if stream_interval <= 1:
+        async for piece in gen.pieces():
+            yield piece
+        return
+    sent = 0
+    text, ids = "", []
+    async for piece in gen.pieces():
+        text += piece.text
+        ids += piece.token_ids
+        if sent == 0 or len(gen.token_ids) - sent >= stream_interval or piece.finish_reason:
+            yield Piece(text, ids, piece.finish_reason)
+            sent = len(gen.token_ids)
+            text, ids = "", []
+
+
+async def chunks(gen: Generation, stream_interval: int = 1) -> AsyncIterator[dict]:
+    """The stream's chunk objects in order (the SSE framing and ``[DONE]`` are app.py's), one
+    every ``stream_interval`` tokens after the first (``coalesced``). An engine failure
+    mid-stream becomes one ``{"error": ...}`` chunk."""
     p = gen.p
     obj = "chat.completion.chunk" if p.kind == "chat" else "text_completion"
     head = {"id": p.request_id, "object": obj, "created": p.created, "model": p.model}
@@ -218,7 +243,7 @@ async def chunks(gen: Generation) -> AsyncIterator[dict]:
                **({"prompt_token_ids": list(p.prompt_token_ids)} if p.return_token_ids else {})}
     sent_prompt_ids = p.kind == "chat"
     try:
-        async for piece in gen.pieces():
+        async for piece in coalesced(gen, stream_interval):
             if p.kind == "chat":
                 delta = {"content": piece.text} if piece.text or not piece.finish_reason else {}
                 choice: dict[str, Any] = {"index": 0, "delta": delta, "logprobs": None,

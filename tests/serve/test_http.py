@@ -253,3 +253,24 @@ def test_concurrency_limit(strict_server):
         strict_server.wait_idle()
         assert http.post("/v1/completions", json={"prompt": "third", "max_tokens": 2}).status_code == 200
     assert strict_server.on_engine(lambda e: e.num_leaked_blocks()) == 0
+
+
+def test_stream_interval_sends_the_first_token_then_chunks_of_n(chat_model_dir, openai):
+    """``kvplan serve --stream-interval 4``: the first token alone, then four a chunk, the rest
+    with the finish reason (vLLM's rule, and the simulator's ``chunk_times``); the text and token
+    ids are the same as unstreamed, and the usage chunk still closes the stream. Steps are slowed
+    so the reader keeps up (a lagging reader catches up in one larger chunk, as vLLM's does)."""
+    from tests.serve.helpers import run_server
+
+    with run_server(chat_model_dir, stream_interval=4) as s:
+        client = openai.OpenAI(base_url=s.url + "/v1", api_key="unused", max_retries=0)
+        whole = client.completions.create(model="tiny", prompt="chunk me", **{**GREEDY, "max_tokens": 10})
+        with slow_steps(s, 0.1):
+            chunks = list(client.completions.create(model="tiny", prompt="chunk me", stream=True,
+                                                    stream_options={"include_usage": True},
+                                                    **{**GREEDY, "max_tokens": 10}))
+    body = [c for c in chunks if c.choices]
+    assert [len(c.choices[0].token_ids) for c in body] == [1, 4, 4, 1]
+    assert [t for c in body for t in c.choices[0].token_ids] == whole.choices[0].token_ids
+    assert "".join(c.choices[0].text for c in body) == whole.choices[0].text
+    assert body[-1].choices[0].finish_reason == "length" and chunks[-1].usage.completion_tokens == 10
