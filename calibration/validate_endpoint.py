@@ -159,6 +159,23 @@ def replay_requests(run: LoadRun, workload: Sequence[Request]) -> list[Request]:
     return out
 
 
+def as_delivered(req: Request, stream_interval: int) -> Request:
+    """``req`` as the client would have recorded it: each token at its chunk's arrival under
+    ``--stream-interval`` (``sim.metrics.delivered_times``), the view ``measured_request`` gives
+    the real side, so both sides' ITL statistics count the same gaps. ``req`` itself when every
+    token is its own chunk."""
+    from sim.metrics import delivered_times
+
+    if stream_interval <= 1 or len(req.token_times) <= 2:
+        return req
+    out = Request(req.request_id, req.arrival_time, req.prompt_len, req.max_output_tokens)
+    out.state = req.state
+    out.num_output_tokens = req.num_output_tokens
+    out.token_times = array("d", delivered_times(req.token_times, stream_interval))
+    out.finish_time = req.finish_time
+    return out
+
+
 def numbers(requests: Sequence[Request]) -> dict[str, Optional[float]]:
     """The in-process validation's metrics (same names) through ``sim.metrics.summarize``."""
     from calibration.validate import LATENCIES, STATS, TOTALS
@@ -262,7 +279,7 @@ def validate_endpoint(run: LoadRun, workload: Sequence[Request], bench: Path, ou
     sim_seconds = time.perf_counter() - t0
     predicted = {r.request_id: r for r in result.requests}
     measured = [measured_request(r) for r in done]
-    twins = [predicted[m.request_id] for m in measured]
+    twins = [as_delivered(predicted[m.request_id], result.stream_interval) for m in measured]
     real, pred = numbers(measured), numbers(twins)
     metrics = [{"name": k, "real": real[k], "predicted": pred[k]} for k in real
                if _finite(real[k]) and _finite(pred.get(k))]

@@ -56,6 +56,18 @@ def chunk_times(token_times: Sequence[float], stream_interval: int = 1) -> Seque
     return out
 
 
+def delivered_times(token_times: Sequence[float], stream_interval: int = 1) -> list[float]:
+    """Each token at the time its chunk reaches the client under ``--stream-interval N``: the
+    first at its own time, token k (k >= 1) with the chunk that closes at token ``ceil(k / N) x
+    N`` or at the last token (``chunk_times``' cuts). The per-token view a client records, as
+    ``validate --endpoint`` places a measured token at its chunk's arrival."""
+    n = len(token_times)
+    if stream_interval <= 1 or n <= 2:
+        return list(token_times)
+    return [token_times[0]] + [token_times[min(-(-k // stream_interval) * stream_interval, n - 1)]
+                               for k in range(1, n)]
+
+
 def pooled_itl(done: Sequence[Request], stream_interval: int = 1) -> np.ndarray:
     """Every gap between consecutive chunks of the requests (with one token a chunk, between
     consecutive tokens; ``vllm bench serve`` records one ITL a chunk), in one array filled in

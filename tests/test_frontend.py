@@ -13,7 +13,7 @@ import pytest
 from sim.api import resolve_deployment, simulate
 from sim.catalog.frontends import FRONTENDS, get_frontend
 from sim.errors import ConfigError
-from sim.metrics import chunk_times
+from sim.metrics import chunk_times, delivered_times
 from sim.policies import Request, RequestState
 from sim.policies.step import StepShape
 from sim.pricing.adjusted import FrontEndFloor
@@ -236,6 +236,24 @@ def test_chunk_times_follow_both_engines_sending_rule():
     assert chunk_times(t, 3) == [0.0, 3.0, 6.0, 9.0]  # the last token is already a boundary
     assert chunk_times(t, 1) is t and chunk_times(t[:2], 50) == t[:2]
     assert chunk_times(t, 20) == [0.0, 9.0]
+
+
+def test_delivered_times_place_each_token_at_its_chunk():
+    """The per-token view ``validate --endpoint`` gives both sides: tokens 2-5 arrive with token
+    5, 6-9 with 9, the last alone; its gaps are the chunk gaps plus zeros."""
+    from calibration.validate_endpoint import as_delivered
+
+    t = [float(i) for i in range(10)]
+    assert delivered_times(t, 4) == [0.0, 4.0, 4.0, 4.0, 4.0, 8.0, 8.0, 8.0, 8.0, 9.0]
+    assert delivered_times(t, 1) == t and delivered_times(t, 20) == [0.0] + [9.0] * 9
+    gaps = np.diff(delivered_times(t, 4))
+    assert sorted(g for g in gaps if g) == sorted(np.diff(chunk_times(t, 4)).tolist())
+    req = simulate(None, overrides=SMALL, seed=1).requests[0]
+    seen = as_delivered(req, 3)
+    assert list(seen.token_times) == delivered_times(req.token_times, 3) and seen is not req
+    assert (seen.finish_time, seen.arrival_time, seen.num_output_tokens) == \
+        (req.finish_time, req.arrival_time, req.num_output_tokens)
+    assert as_delivered(req, 1) is req
 
 
 def test_itl_is_one_gap_a_streamed_chunk():
