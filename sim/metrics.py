@@ -42,30 +42,47 @@ def _stats(values_s: np.ndarray, consume: bool = False) -> dict[str, Optional[fl
     return out
 
 
+def _chunk_ends(token_times: Sequence[float], stream_interval: int) -> list[int]:
+    """Indices of the tokens that close a streamed chunk under ``--stream-interval N``, by vLLM's
+    output-processor rule applied once per engine step (the tokens of one step share its time):
+    send when nothing has been sent yet, or N tokens have gathered since the last send, or the
+    request is done. One token a step gives tokens 1, N+1, 2N+1, ... and the last (SGLang's
+    ``len(output_ids) % N == 1`` cuts the same); a speculative step that overshoots moves the
+    next cut with it."""
+    n = len(token_times)
+    ends: list[int] = []
+    sent = 0
+    for i in range(n):
+        if i + 1 < n and token_times[i + 1] == token_times[i]:
+            continue  # not the step's last token
+        total = i + 1
+        if sent == 0 or total - sent >= stream_interval or total == n:
+            ends.append(i)
+            sent = total
+    return ends
+
+
 def chunk_times(token_times: Sequence[float], stream_interval: int = 1) -> Sequence[float]:
     """When a client receives a request's chunks under ``--stream-interval N``
-    (``engine.stream_interval``): the first token at once, then every N-th token after it
-    (tokens 1, N+1, 2N+1, ...: vLLM's output processor and SGLang's ``len % N == 1`` agree), and
-    the last token, which always goes out. With N = 1 every token is its own chunk."""
-    n = len(token_times)
-    if stream_interval <= 1 or n <= 2:
+    (``engine.stream_interval``): the first token at once, then a chunk every N tokens, and the
+    last (``_chunk_ends``). With N = 1 every token is its own chunk (``token_times`` itself)."""
+    if stream_interval <= 1 or len(token_times) <= 2:
         return token_times
-    out = list(token_times[::stream_interval])
-    if (n - 1) % stream_interval:
-        out.append(token_times[-1])
-    return out
+    return [token_times[i] for i in _chunk_ends(token_times, stream_interval)]
 
 
 def delivered_times(token_times: Sequence[float], stream_interval: int = 1) -> list[float]:
-    """Each token at the time its chunk reaches the client under ``--stream-interval N``: the
-    first at its own time, token k (k >= 1) with the chunk that closes at token ``ceil(k / N) x
-    N`` or at the last token (``chunk_times``' cuts). The per-token view a client records, as
-    ``validate --endpoint`` places a measured token at its chunk's arrival."""
-    n = len(token_times)
-    if stream_interval <= 1 or n <= 2:
+    """Each token at the time its chunk reaches the client under ``--stream-interval N``
+    (``_chunk_ends``): the per-token view a client records, as ``validate --endpoint`` places a
+    measured token at its chunk's arrival."""
+    if stream_interval <= 1 or len(token_times) <= 2:
         return list(token_times)
-    return [token_times[0]] + [token_times[min(-(-k // stream_interval) * stream_interval, n - 1)]
-                               for k in range(1, n)]
+    out: list[float] = []
+    start = 0
+    for end in _chunk_ends(token_times, stream_interval):
+        out += [token_times[end]] * (end + 1 - start)
+        start = end + 1
+    return out
 
 
 def pooled_itl(done: Sequence[Request], stream_interval: int = 1) -> np.ndarray:

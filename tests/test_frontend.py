@@ -236,6 +236,11 @@ def test_chunk_times_follow_both_engines_sending_rule():
     assert chunk_times(t, 3) == [0.0, 3.0, 6.0, 9.0]  # the last token is already a boundary
     assert chunk_times(t, 1) is t and chunk_times(t[:2], 50) == t[:2]
     assert chunk_times(t, 20) == [0.0, 9.0]
+    # Speculative steps (tokens of a step share its time): 4 tokens gathered only at t = 2, the
+    # cut moves with the overshoot, the last step closes the stream.
+    spec = [0.0, 1.0, 1.0, 1.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0]
+    assert chunk_times(spec, 4) == [0.0, 2.0, 3.0]
+    assert delivered_times(spec, 4) == [0.0, 2.0, 2.0, 2.0, 2.0, 2.0, 2.0, 3.0, 3.0, 3.0]
 
 
 def test_delivered_times_place_each_token_at_its_chunk():
