@@ -25,7 +25,7 @@ from sim.results import REQUEST_COLUMNS, SimResult, request_row
 from sim.run_parts import (Deployment, as_scenario, async_scheduling_of, build_replica_scheduler,
                            build_workload, cost_model_summary, fresh_request, kv_page_tokens, offload_tiers_of,
                            replica_engines, resolve_deployment, router_options, scenario_summary,
-                           session_links, streamed_interval, swap_slots_of)
+                           session_links, streamed_interval, streamed_pricer, swap_slots_of)
 from sim.scenario import Scenario
 from sim.simulation import STEP_COLUMNS, Simulation
 from sim.streaming import ITL_BIN_WIDTH, StreamRecorder
@@ -222,11 +222,7 @@ def new_simulation(sc: Scenario, dep: "Deployment", requests: list[Request], sch
     lockstep data-parallel ranks together) has its own API server."""
     if "clients" not in hooks:
         hooks["clients"] = client_groups(sc, len(requests))
-    pricer, fe = dep.cost_model, dep.frontend
-    if fe.stream_s_per_chunk > 0:
-        from sim.pricing.adjusted import FrontEndFloor
-
-        pricer = FrontEndFloor(pricer, fe.stream_s_per_chunk, fe.stream_interval)
+    pricer, fe = streamed_pricer(dep), dep.frontend
     return Simulation(requests, schedulers, pricer.step_time, router=router,
                       spec_samplers=samplers, draft_cost_ratio=sc.speculative.draft_cost_ratio,
                       progress=progress, fast_decode=fast_decode,

@@ -30,7 +30,7 @@ from sim.policies.schedulers.base import Scheduler
 from sim.results import SimResult
 from sim.run_parts import (async_scheduling_of, build_workload, cost_model_summary, fresh_request,
                            kv_page_tokens, replica_engines, resolve_deployment, router_options, scenario_summary,
-                           session_links, streamed_interval)
+                           session_links, streamed_interval, streamed_pricer)
 from sim.simulation import ApiServerQueue, Replica, StepLog
 
 
@@ -325,8 +325,10 @@ def simulate_disaggregated(sc, requests: Optional[list[Request]], base_dir, stat
     router_kw = router_options(sc)
     links = make_links(sc, pre, dec)
     p_scheds, d_scheds = schedulers(pre), schedulers(dec)
-    sim = DisaggSimulation(reqs, p_scheds, d_scheds, pre.deployment.cost_model.step_time,
-                           dec.deployment.cost_model.step_time, links, model_kv_bytes_per_token(sc),
+    # Both pools stream through API servers (the prefill one its first tokens, the decode one
+    # the rest): each step no faster than its server streams it, as a colocated replica's.
+    sim = DisaggSimulation(reqs, p_scheds, d_scheds, streamed_pricer(pre.deployment).step_time,
+                           streamed_pricer(dec.deployment).step_time, links, model_kv_bytes_per_token(sc),
                            prefill_router=Router(par.router, **router_kw),
                            decode_router=Router(par.router, **router_kw),
                            request_overhead=pre.deployment.request_overhead_s,

@@ -484,6 +484,19 @@ def _list(values: Optional[Sequence[float]]) -> Optional[list[float]]:
     return None if values is None else list(values)
 
 
+def streamed_pricer(dep: Deployment) -> Any:
+    """The deployment's step pricer as a replica that streams to clients runs it: never faster
+    than its API server streams the step's chunks (``sim.pricing.adjusted.FrontEndFloor``, one
+    chunk per prefill and per ``stream_interval`` decodes), unless the front end streams for
+    free (``engine.frontend: none``, or ``frontend_stream_us`` 0)."""
+    pricer, fe = dep.cost_model, dep.frontend
+    if fe.stream_s_per_chunk > 0:
+        from sim.pricing.adjusted import FrontEndFloor
+
+        pricer = FrontEndFloor(pricer, fe.stream_s_per_chunk, fe.stream_interval)
+    return pricer
+
+
 def streamed_interval(dep: Deployment) -> int:
     """Tokens per streamed chunk a client sees (``engine.stream_interval``), for the ITL
     statistics; 1 without an API server (``engine.frontend: none``: nothing is streamed)."""
