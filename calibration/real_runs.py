@@ -408,7 +408,8 @@ def _merge_facts(server: dict, exp: dict, facts: ServerFacts, folder: Path, note
     (exp-config.yaml is the run's own record: it wins, with a note where they disagree)."""
     said = {"data_parallel_size": facts.data_parallel_size, "num_replicas": facts.replicas,
             "gpu_memory_utilization": facts.gpu_memory_utilization,
-            "max_num_batched_tokens": facts.max_num_batched_tokens}
+            "max_num_batched_tokens": facts.max_num_batched_tokens,
+            "stream_interval": facts.stream_interval}
     for key, value in said.items():
         if value is None:
             continue

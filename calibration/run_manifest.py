@@ -67,6 +67,7 @@ class ServerFacts:
     weights: Optional[str] = None             # quantization.weights ("fp8") when not 16-bit
     gpu_memory_utilization: Optional[float] = None
     max_num_batched_tokens: Optional[int] = None
+    stream_interval: Optional[int] = None     # --stream-interval as launched (engine.stream_interval)
     cpu_offload: Optional[bool] = None        # the manifest's cpu_offload (None: not said)
     cpu_offload_gb: Optional[float] = None    # 0: offload off; None: size not recorded
     kv_cache_tokens: Optional[int] = None     # vLLM's GPU KV pool, per engine core (DP rank)
@@ -246,6 +247,9 @@ def _apply_args(facts: ServerFacts, args: dict) -> None:
     mbt = args.get("max_num_batched_tokens")
     if isinstance(mbt, int) and mbt > 0:
         facts.max_num_batched_tokens = mbt
+    interval = args.get("stream_interval")
+    if isinstance(interval, int) and not isinstance(interval, bool) and interval >= 1:
+        facts.stream_interval = interval
     kv = args.get("kv_cache_dtype")
     if isinstance(kv, str) and kv.lower().startswith("fp8"):
         facts.kv_cache_dtype = "fp8"

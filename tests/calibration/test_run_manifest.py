@@ -66,7 +66,8 @@ def test_a_run_outside_any_manifest_keeps_its_own_record(tmp_path):
 def test_vllm_log_launch_args_kv_pool_and_offload(tmp_path):
     log = ("INFO 02-17 15:54:40 [api_server.py:1839] vLLM API server version 0.15.1\n"
            "INFO api_server.py: non-default args: {'model': 'meta-llama/Llama-2-7b-hf', "
-           "'data_parallel_size': 4, 'gpu_memory_utilization': 0.9, 'quantization': 'fp8'}\n"
+           "'data_parallel_size': 4, 'gpu_memory_utilization': 0.9, 'quantization': 'fp8', "
+           "'stream_interval': 20}\n"
            "INFO kv_cache_utils.py: GPU KV cache size: 119,408 tokens\n"
            "INFO kv_cache_utils.py: GPU KV cache size: 118,992 tokens\n"
            "INFO gpu_worker.py: kv_connector_extra_config={'cpu_bytes_to_use': 8589934592.0}\n")
@@ -80,6 +81,8 @@ def test_vllm_log_launch_args_kv_pool_and_offload(tmp_path):
     assert run.engine_version == "0.15.1"  # the folder names no release: the log does
     config, _ = build_config(run)
     assert config["kv_cache"]["cpu_offload_gb"] == 8.0
+    assert run.server["stream_interval"] == 20  # --stream-interval 20 as launched
+    assert config["engine"]["stream_interval"] == 20 and config["engine"]["version"]
 
 
 def test_a100_memory_profile_picks_the_40_gb_part(tmp_path):
