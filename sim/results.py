@@ -67,8 +67,9 @@ class SimResult:
     def stream_interval(self) -> int:
         """Tokens per chunk the run's clients were streamed (``engine.stream_interval``; 1
         without an API server), for ITL statistics computed from ``requests``."""
-        fe = self.deployment.frontend if self.deployment is not None else None
-        return fe.stream_interval if fe is not None and fe.active else 1
+        from sim.run_parts import streamed_interval
+
+        return streamed_interval(self.deployment) if self.deployment is not None else 1
 
     def request_rows(self) -> list[dict]:
         replica_of = self.extra.get("replica_of", {})

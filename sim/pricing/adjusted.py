@@ -75,8 +75,6 @@ def chunks_out(shape: Any, stream_interval: int = 1) -> Any:
     its decodes, one every ``stream_interval`` tokens each (``--stream-interval``: a request's
     later tokens leave in chunks of that many, so a step streams to 1 / N of its decodes on
     average). ``shape`` is a ``StepShape`` or ``ShapeColumns``."""
-    if stream_interval == 1:
-        return shape.num_decode_seqs + shape.num_prefill_seqs
     return shape.num_decode_seqs / stream_interval + shape.num_prefill_seqs
 
 
