@@ -123,6 +123,9 @@ _GPTOSS_HOPPER = {"scheduler.async_scheduling": True, "kv_cache.prefix_caching":
 #: ``VLLM_MXFP4_USE_MARLIN=1``, exported by the gpt-oss Hopper scripts from 4e52ed4c6 (#327):
 #: Marlin's W4A16 MoE instead of OpenAI's Triton kernels.
 _MARLIN = {"quantization.moe_kernel": "marlin"}
+#: ``VLLM_USE_FLASHINFER_MOE_FP8=0`` with ``VLLM_MOE_USE_DEEP_GEMM=0``, exported by the first
+#: MiniMax-M2.5 B200 script (#757) until #947: vLLM's FP8 MoE oracle is left Triton's fused MoE.
+_TRITON_MOE = {"quantization.moe_kernel": "triton"}
 _GPTOSS_B200 = {"scheduler.async_scheduling": True, "kv_cache.prefix_caching": False,
                 "scheduler.max_num_batched_tokens": 8192, "kv_cache.gpu_memory_utilization": 0.9,
                 "scheduler.max_num_seqs": 512, "kv_cache.max_model_len": "CALCULATED_MAX_MODEL_LEN"}
@@ -245,12 +248,12 @@ RECIPES: tuple[Recipe, ...] = (
     # MiniMax-M2.5.
     Recipe("minimax-m2.5", "b200_sxm", "fp8", "2026-03-11", "2026-03-28", _SN + "minimaxm2.5_fp8_b200.sh",
            "f342df18e (#757)", {"kv_cache.gpu_memory_utilization": 0.95, "kv_cache.max_model_len": "MAX_MODEL_LEN",
-                                "kv_cache.block_size": 32},
-           ("VLLM_USE_FLASHINFER_MOE_FP8=0", "VLLM_MOE_USE_DEEP_GEMM=0"), "always-ep"),
+                                "kv_cache.block_size": 32} | _TRITON_MOE,
+           (), "always-ep"),
     Recipe("minimax-m2.5", "b200_sxm", "fp8", "2026-03-28", "2026-04-03", _SN + "minimaxm2.5_fp8_b200.sh",
            "0f78cf4eb (#966)", {"kv_cache.gpu_memory_utilization": 0.95, "kv_cache.max_model_len": "MAX_MODEL_LEN",
-                                "kv_cache.block_size": 32, "kv_cache.prefix_caching": False},
-           ("VLLM_USE_FLASHINFER_MOE_FP8=0", "VLLM_MOE_USE_DEEP_GEMM=0"), "always-ep"),
+                                "kv_cache.block_size": 32, "kv_cache.prefix_caching": False} | _TRITON_MOE,
+           (), "always-ep"),
     _capture_2048(Recipe("minimax-m2.5", "b200_sxm", "fp8", "2026-04-03", "2026-04-22", _SN + "minimaxm2.5_fp8_b200.sh",
            "bddbf4031 (#947)", _MM_B200_V3, ("VLLM_FLASHINFER_ALLREDUCE_BACKEND=mnnvl",))),
     _capture_2048(Recipe("minimax-m2.5", "b200_sxm", "fp8", "2026-04-22", None, _SN + "minimaxm2.5_fp8_b200.sh",

@@ -1466,7 +1466,11 @@ ASSUMPTIONS = {
                     "FLOP rate on another MXFP4 shape at equal tokens per expert); "
                     "on Blackwell with MXFP8 activations (quantization.moe_activations mxfp8: vLLM's gpt-oss "
                     "recipe sets VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8=1 there, and vLLM's BF16 default prices an "
-                    "idle 8k prefill on B200 TP 1 at 157 ms, above the 116 ms those rows measure as mean TTFT)",
+                    "idle 8k prefill on B200 TP 1 at 157 ms, above the 116 ms those rows measure as mean TTFT); "
+                    "block-FP8 experts on Blackwell under vLLM 0.18 or later: FlashInfer's TRT-LLM MoE rows "
+                    "(vLLM's FP8 oracle tries it first on SM10x, and its modular kernel takes MiniMax-M2's "
+                    "router), Triton's (quantization.moe_kernel triton) where InferenceX's MiniMax-M2.5 B200 "
+                    "script exported VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0 (to 2026-04-03)",
     "engine_version": f"the row's backend_version; nightly-* -> kvplan's default {DEFAULT_VLLM_VERSION}; "
                       f"missing and measured before {PRE_ASYNC_BEFORE} -> {PRE_ASYNC_RELEASE}",
     "parallel": "tensor_parallel_size = tp_size, data_parallel_size = attention_dp_size, "

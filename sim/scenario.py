@@ -58,10 +58,12 @@ MOE_ROUTINGS: tuple[str, ...] = ("uniform", "balanced", "power_law_1.01", "power
 #: ``quantization.moe_activations``: what MXFP4 experts take as activations (``auto``: the
 #: engine's default for the GPU, ``sim.pricing.operator_tables.mxfp4_moe_activations``).
 MOE_ACTIVATIONS: tuple[str, ...] = ("auto", "bf16", "mxfp8")
-#: ``quantization.moe_kernel``: which fused-MoE kernel runs MXFP4 experts (``auto``: the engine's
-#: default for the GPU, ``sim.pricing.operator_tables.DEFAULT_MOE_KERNELS``; ``marlin``: Marlin's
-#: W4A16 MoE, as ``VLLM_MXFP4_USE_MARLIN=1`` selects).
-MOE_KERNELS: tuple[str, ...] = ("auto", "marlin")
+#: ``quantization.moe_kernel``: which fused-MoE kernel runs the experts (``auto``: the engine's
+#: default for the format and GPU, ``sim.pricing.operator_tables.DEFAULT_MOE_KERNELS`` and
+#: ``VLLM_BLOCK_FP8_TRTLLM``; ``marlin``: Marlin's W4A16 MoE for MXFP4, as
+#: ``VLLM_MXFP4_USE_MARLIN=1`` selects; ``triton``: Triton's fused MoE for FP8, as
+#: ``VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0`` leave vLLM's oracle).
+MOE_KERNELS: tuple[str, ...] = ("auto", "marlin", "triton")
 #: ``sglang.mamba_ssm_dtype``: the recurrent-state dtypes SGLang's ``--mamba-ssm-dtype`` takes.
 MAMBA_SSM_DTYPES: tuple[str, ...] = ("auto",) + tuple(SSM_DTYPE_BYTES)
 
@@ -386,12 +388,18 @@ class QuantizationConfig(_Section):
     #: ``marlin`` (``VLLM_MXFP4_USE_MARLIN=1``, which InferenceX's gpt-oss Hopper scripts set from
     #: January 2026: the weights dequantised to BF16 inside the GEMM, about half OpenAI's Triton
     #: kernel's FLOP rate on long prefills in the measured tables). INT4 experts run Marlin already.
+    #: ``triton`` runs FP8 experts in Triton's fused MoE, where vLLM on Blackwell would run
+    #: FlashInfer's TRT-LLM MoE (``VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0``, as
+    #: InferenceX's first MiniMax-M2.5 B200 script exported).
     moe_kernel: str = choice("auto", MOE_KERNELS)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.moe_kernel == "marlin" and self.weights not in ("mxfp4", "int4"):
             raise ConfigError(f"quantization.moe_kernel: marlin runs 4-bit experts (mxfp4, int4); "
+                              f"quantization.weights is {self.weights!r}")
+        if self.moe_kernel == "triton" and self.weights not in ("fp8", "fp8_block"):
+            raise ConfigError(f"quantization.moe_kernel: triton runs FP8 experts (fp8, fp8_block); "
                               f"quantization.weights is {self.weights!r}")
         if self.moe_kernel == "marlin" and self.moe_activations == "mxfp8":
             raise ConfigError("quantization.moe_kernel: marlin takes bf16 activations, not "

@@ -45,7 +45,12 @@ def test_minimax_b200_fp8_token_budget_from_pr_947():
 def test_minimax_b200_fp8_first_version_keeps_prefix_caching_default():
     config, notes = flags(MM, "fp8", "b200_sxm", "2026-03-11", tp=2)
     assert "prefix_caching" not in config["kv_cache"]
-    assert any("VLLM_MOE_USE_DEEP_GEMM=0" in n for n in notes)
+    # VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0: Triton's fused MoE, modelled now.
+    assert config["quantization"] == {"moe_kernel": "triton"}
+    assert not any("VLLM_MOE_USE_DEEP_GEMM=0" in n for n in notes if n.startswith("not modelled:"))
+    # #947 dropped both variables: vLLM's oracle picks the experts' kernel again.
+    after, _ = flags(MM, "fp8", "b200_sxm", "2026-04-03", tp=2)
+    assert "quantization" not in after
     assert any("-ge 1" in n for n in notes)  # the script always passed --enable-expert-parallel
 
 
@@ -250,5 +255,5 @@ def test_every_version_resolves(rec):
     assert config and notes[0].startswith("InferenceX ")
     for section, values in config.items():
         assert set(values) <= ALLOWED[section]
-        assert all(not isinstance(v, str) or v in ("fp8", "auto", "marlin", "PIECEWISE", "FULL_DECODE_ONLY")
+        assert all(not isinstance(v, str) or v in ("fp8", "auto", "marlin", "triton", "PIECEWISE", "FULL_DECODE_ONLY")
                    for v in values.values())

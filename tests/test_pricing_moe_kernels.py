@@ -19,6 +19,7 @@ from sim.pricing.table_data import read_columns
 
 PACKAGE = table_data.package_tables_root()
 needs_package = pytest.mark.skipif(PACKAGE is None, reason="aiconfigurator-core is not installed")
+MINIMAX = "MiniMaxAI/MiniMax-M2.5"
 
 
 def test_default_kernel_by_architecture():
@@ -27,7 +28,19 @@ def test_default_kernel_by_architecture():
     assert default_moe_kernel("mxfp4", "h100_sxm") == ("oaitritonmxfp4experts",)
     assert default_moe_kernel("mxfp4", "l40s") == ("marlinexperts",)
     assert default_moe_kernel("int4", "h200_sxm") == ("marlinexperts",)
-    assert default_moe_kernel("fp8_block", "b200_sxm") is None  # the fastest measured, as before
+    assert default_moe_kernel("fp8_block", "b200_sxm") is None  # no engine named: the fastest measured
+
+
+def test_block_fp8_default_kernel_is_flashinfer_trtllm_under_vllm_on_blackwell():
+    """vLLM's FP8 MoE oracle tries FlashInfer's TRT-LLM MoE first on SM10x; from 0.18 its modular
+    kernel takes any router (MiniMax-M2's included). Hopper, older vLLM releases and SGLang keep
+    the version-nearest rows."""
+    trtllm = ("flashinfer_trtllm", "trtllmfp8experts")
+    assert default_moe_kernel("fp8_block", "b200_sxm", get_engine("vllm", "0.19.0")) == trtllm
+    assert default_moe_kernel("fp8_block", "gb300", get_engine("vllm", "0.18.0")) == trtllm
+    assert default_moe_kernel("fp8_block", "b200_sxm", get_engine("vllm", "0.17.0")) is None
+    assert default_moe_kernel("fp8_block", "h200_sxm", get_engine("vllm", "0.19.0")) is None
+    assert default_moe_kernel("fp8_block", "b200_sxm", get_engine("sglang", "0.5.9")) is None
 
 
 def _rows(path, hidden, inter, experts, topk, tp, dtype, label):
@@ -216,3 +229,43 @@ def test_block_fp8_experts_read_block_rows_not_faster_per_tensor_ones(no_env):
     per_tensor = make_pricer("operator_tables", "MiniMaxAI/MiniMax-M2.5", "h200", dtype="bfloat16",
                              weight_dtype="fp8", tensor_parallel_size=4, engine=get_engine("vllm", "0.16.0"))
     assert float(per_tensor._gemm_ms["experts"][i]) == pytest.approx(tensor[8192], rel=0.02)
+
+
+@needs_package
+def test_minimax_block_fp8_on_b200_prices_the_kernel_the_release_runs(no_env):
+    """MiniMax-M2.5's block-FP8 experts at TP 4 on B200: vLLM 0.19 runs FlashInfer's TRT-LLM MoE
+    (the 0.24 folder's rows, the only ones that time it); ``quantization.moe_kernel: triton``
+    (``VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0``) and vLLM 0.17 read Triton's
+    ``fused_experts`` rows of the 0.19 folder, whose tuned configs jump between 64 and 80 tokens
+    (0.21 -> 0.35 ms a layer) where TRT-LLM's stay flat."""
+    args = dict(dtype="bfloat16", weight_dtype="fp8_block", tensor_parallel_size=4, moe_routing="balanced")
+    fi = make_pricer("operator_tables", MINIMAX, "b200", engine=get_engine("vllm", "0.19.0"), **args)
+    assert "trtllmfp8experts" in fi.moe_kernel
+    assert fi.table_source()["tables_read"]["moe/moe_perf"] == "0.24.0"
+    d = PACKAGE / "b200_sxm" / "moe" / "vllm"
+    trt = _rows(d / "0.24.0" / "moe_perf.parquet", 3072, 1536, 256, 8, 4, "fp8_block", "trtllmfp8experts")
+    triton_rows = _rows(d / "0.19.0" / "moe_perf.parquet", 3072, 1536, 256, 8, 4, "fp8_block", "vllm_fused_moe")
+    for tokens in (4, 128, 8192):
+        i = int(np.searchsorted(fi._gemm_m, tokens))
+        assert fi._gemm_m[i] == tokens
+        assert float(fi._gemm_ms["experts"][i]) == pytest.approx(trt[tokens], rel=1e-6)
+    forced = make_pricer("operator_tables", MINIMAX, "b200", engine=get_engine("vllm", "0.19.0"),
+                         moe_kernel="triton", **args)
+    old = make_pricer("operator_tables", MINIMAX, "b200", engine=get_engine("vllm", "0.17.0"), **args)
+    for p in (forced, old):
+        assert p.moe_kernel == "vllm_fused_moe"
+        assert p.table_source()["tables_read"]["moe/moe_perf"] == "0.19.0"
+        i = int(np.searchsorted(p._gemm_m, 128))
+        assert float(p._gemm_ms["experts"][i]) == pytest.approx(triton_rows[128], rel=1e-6)
+    assert triton_rows[80] > 1.5 * triton_rows[64] and trt[80] < 1.1 * trt[64]
+
+
+def test_triton_moe_kernel_needs_fp8_experts():
+    from sim.config import build_scenario
+    from sim.errors import ConfigError
+    with pytest.raises(ConfigError, match="quantization.moe_kernel: triton runs FP8 experts"):
+        build_scenario({"model": "openai/gpt-oss-120b", "hardware": "b200",
+                        "quantization": {"weights": "mxfp4", "moe_kernel": "triton"}})
+    sc = build_scenario({"model": MINIMAX, "hardware": "b200", "parallel": {"tensor_parallel_size": 4},
+                         "quantization": {"weights": "fp8_block", "moe_kernel": "triton"}})
+    assert sc.quantization.moe_kernel == "triton"

@@ -180,6 +180,22 @@ DEFAULT_MOE_KERNELS: dict[str, dict[str, tuple[str, ...]]] = {
               "*": ("marlinexperts",)},
     "int4": {"*": ("marlinexperts",)},
 }
+#: Block-FP8 experts under vLLM on Blackwell: FlashInfer's TRT-LLM FP8 block-scale MoE. vLLM's
+#: FP8 MoE oracle (``fused_moe/oracle/fp8.py``, #32414, January 2026) tries FLASHINFER_TRTLLM
+#: first on SM10x unless ``VLLM_USE_FLASHINFER_MOE_FP8=0``; its monolithic kernel took only
+#: DeepSeek-style and renormalising routers until #39141 (after 0.19.0), and the modular one
+#: (#36307, fixed by #37346, March 2026: vLLM routes, FlashInfer's routed MoE runs the experts)
+#: takes any router, MiniMax-M2's sigmoid-with-bias among them. From 0.18, then, every block-FP8
+#: MoE runs it; the 0.24 tables time the monolithic kernel, the experts' GEMMs either way.
+#: Earlier releases keep the version-nearest rows (AIConfigurator's pre-0.24 collector timed
+#: Triton's ``fused_experts`` there). SGLang's FP8 MoE runner resolves ``auto`` to Triton for a
+#: TP-only deployment, so this is vLLM's alone.
+VLLM_BLOCK_FP8_TRTLLM: tuple[tuple[int, int, int], tuple[str, ...]] = ((0, 18, 0), ("flashinfer_trtllm",
+                                                                                   "trtllmfp8experts"))
+#: ``quantization.moe_kernel: triton`` (``VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0``
+#: leave vLLM's oracle only Triton for block FP8): the tables' Triton labels, the 0.24
+#: collector's ``...tritonexperts`` and the older ``vllm_fused_moe``.
+TRITON_MOE_KERNELS: tuple[tuple[str, ...], ...] = (("tritonexperts",), ("vllm_fused_moe",))
 
 
 #: The fused-MoE table's ``moe_dtype`` of MXFP4 experts fed MXFP8 activations.
@@ -207,9 +223,16 @@ def mxfp4_moe_activations(setting: str, engine: str, gpu: str, weight_dtype: str
     return setting
 
 
-def default_moe_kernel(weight_dtype: str, gpu_folder: str) -> Optional[tuple[str, ...]]:
-    """``DEFAULT_MOE_KERNELS``'s label substrings for this format on this system folder, or
-    None (any kernel: the fastest measured)."""
+def default_moe_kernel(weight_dtype: str, gpu_folder: str,
+                       engine: Optional[EngineRelease] = None) -> Optional[tuple[str, ...]]:
+    """``DEFAULT_MOE_KERNELS``'s label substrings for this format on this system folder (and,
+    for block FP8, ``VLLM_BLOCK_FP8_TRTLLM`` under the vLLM release ``engine``), or None (any
+    kernel: the fastest measured)."""
+    if weight_dtype == "fp8_block":
+        since, labels = VLLM_BLOCK_FP8_TRTLLM
+        blackwell = GPU_ARCH.get(gpu_folder, "") == "sm100"
+        vllm = engine is not None and engine.name == "vllm" and engine.version >= since
+        return labels if blackwell and vllm else None
     by_arch = DEFAULT_MOE_KERNELS.get(weight_dtype)
     if not by_arch:
         return None
@@ -515,7 +538,10 @@ class OperatorTableCostModel(StepPricer):
         #: other MoE (its table dtype says it all).
         #: ``quantization.moe_kernel``: ``marlin`` runs MXFP4 experts in Marlin's W4A16 MoE
         #: (``VLLM_MXFP4_USE_MARLIN=1``), always with BF16 activations (``_marlin_bound``).
-        self.moe_kernel_setting = moe_kernel if m.is_moe and p.weight_dtype == "mxfp4" else "auto"
+        #: ``triton`` runs FP8 experts in Triton's fused MoE (``VLLM_USE_FLASHINFER_MOE_FP8=0`` with
+        #: ``VLLM_MOE_USE_DEEP_GEMM=0``), whatever the oracle would pick.
+        applies = {"marlin": ("mxfp4",), "triton": ("fp8", "fp8_block")}.get(moe_kernel, ())
+        self.moe_kernel_setting = moe_kernel if m.is_moe and p.weight_dtype in applies else "auto"
         self.moe_activations = mxfp4_moe_activations(
             "bf16" if self.moe_kernel_setting == "marlin" else moe_activations, engine.name, h.name,
             p.weight_dtype if m.is_moe else "")
@@ -746,7 +772,7 @@ class OperatorTableCostModel(StepPricer):
         moe_tp, moe_ep = self.expert_tensor_parallel_size, self.expert_parallel_size
         want = MOE_DTYPES.get(self.precision.weight_dtype, "bfloat16")
         files = table_files(self.gpu_dir / "moe" / self.backend, "moe_perf", self.table_engine.version)
-        kernel = default_moe_kernel(self.precision.weight_dtype, self.gpu_dir.name)
+        kernel = default_moe_kernel(self.precision.weight_dtype, self.gpu_dir.name, self.table_engine)
         marlin = self.moe_kernel_setting == "marlin"
         if marlin:
             # Marlin's rows for this very shape where measured (L40S, RTX Pro 6000), else the
@@ -779,7 +805,8 @@ class OperatorTableCostModel(StepPricer):
         # rows of the format, then bf16; for a uniform router whose shape has no balanced rows
         # (A100 and B60 hold power-law rows only), the mildest power law's, as measured.
         fallbacks = [family] + ([("fp8", "fp8_block")] if want == "fp8_block" else []) + [("bfloat16",)]
-        attempts = ([(family, kernel)] if kernel else []) + [(d, None) for d in dict.fromkeys(fallbacks)]
+        kernels = TRITON_MOE_KERNELS if self.moe_kernel_setting == "triton" else (kernel,) if kernel else ()
+        attempts = [(family, k) for k in kernels] + [(d, None) for d in dict.fromkeys(fallbacks)]
         routings = ["balanced", "power_law_1.01"] if self.moe_routing == "uniform" else [self.moe_routing]
         for (dtypes, labels), rows_routing in ((a, r) for r in routings for a in attempts):
             for path, version in files:
