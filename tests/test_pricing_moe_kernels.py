@@ -258,6 +258,11 @@ def test_minimax_block_fp8_on_b200_prices_the_kernel_the_release_runs(no_env):
         i = int(np.searchsorted(p._gemm_m, 128))
         assert float(p._gemm_ms["experts"][i]) == pytest.approx(triton_rows[128], rel=1e-6)
     assert triton_rows[80] > 1.5 * triton_rows[64] and trt[80] < 1.1 * trt[64]
+    # B300's tables time TRT-LLM's kernel only: Triton asked for, the warning says what priced it.
+    b300 = make_pricer("operator_tables", MINIMAX, "b300", engine=get_engine("vllm", "0.19.0"),
+                       moe_kernel="triton", **args)
+    assert "trtllmfp8experts" in b300.moe_kernel
+    assert any("moe_kernel triton, but no Triton MoE rows" in w for w in b300.warnings())
 
 
 def test_triton_moe_kernel_needs_fp8_experts():

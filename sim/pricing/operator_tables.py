@@ -834,6 +834,10 @@ class OperatorTableCostModel(StepPricer):
                 f"({m.num_experts} x {m.hidden_size}x{m.intermediate_size}, top-{m.num_experts_per_tok}) "
                 f"at MoE TP {moe_tp} x EP {moe_ep} on {self.hardware.name}")
         version, c, sel = found
+        if self.moe_kernel_setting == "triton" and labels is None:
+            self._warnings.append(f"operator tables: quantization.moe_kernel triton, but no Triton MoE rows "
+                                  f"for {m.name}'s experts on {self.hardware.name}; priced from the "
+                                  f"{version} folder's rows")
         scale_to_uniform = self.moe_routing == "uniform" and rows_routing == "balanced"
         self.moe_rows_routing = rows_routing
         if self.moe_routing == "uniform" and not scale_to_uniform:
