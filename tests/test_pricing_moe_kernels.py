@@ -274,3 +274,16 @@ def test_triton_moe_kernel_needs_fp8_experts():
     sc = build_scenario({"model": MINIMAX, "hardware": "b200", "parallel": {"tensor_parallel_size": 4},
                          "quantization": {"weights": "fp8_block", "moe_kernel": "triton"}})
     assert sc.quantization.moe_kernel == "triton"
+
+
+@needs_package
+def test_moe_kernel_key_reaches_the_pricer_through_a_scenario(no_env):
+    """``quantization.moe_kernel`` in a config (or ``--set``) is what prices the experts, and the
+    summary's ``cost_model.tables`` names the kernel read."""
+    from sim.api import resolve_deployment
+    base = {"model": MINIMAX, "hardware": "b200", "engine": {"name": "vllm", "version": "0.19.0"},
+            "parallel": {"tensor_parallel_size": 4}, "quantization": {"weights": "fp8_block"}}
+    auto = resolve_deployment(base).cost_model.table_source()
+    forced = resolve_deployment({**base, "quantization": {"weights": "fp8_block", "moe_kernel": "triton"}})
+    assert "trtllmfp8experts" in auto["moe_kernel"] and auto["tables_read"]["moe/moe_perf"] == "0.24.0"
+    assert forced.cost_model.table_source()["moe_kernel"] == "vllm_fused_moe"
