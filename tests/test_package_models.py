@@ -12,6 +12,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from sim.catalog import package_models
@@ -216,3 +217,53 @@ def test_kvplan_simulate_refuses_an_unmodelled_hf_id_in_one_line(tmp_path):
     assert proc.returncode == 2, proc.stderr + proc.stdout
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
     assert len(lines) == 1 and "'nemotron_h'" in lines[0], proc.stderr
+
+
+@needs_package
+def test_minimax_router_gate_is_priced_as_an_fp32_sgemm(no_env):
+    """MiniMax-M2's router gate runs in fp32 in both engines (vLLM's and SGLang's
+    ``MiniMaxM2MoE``: ``ReplicatedLinear(params_dtype=float32)`` fed ``hidden.to(float32)``), so
+    PyTorch runs cuBLAS's SGEMM on CUDA cores: at an 8k-token prefill 2 x 8192 x 3072 x 256
+    FLOPs a layer at the fp32 rate, about 0.3 ms on an H100, where a 16-bit gate is a few
+    microseconds. By hand against the same model with a 16-bit gate, in both pricers."""
+    import dataclasses
+
+    from sim.pricing import make_pricer
+    from sim.pricing.roofline import RooflineCostModel
+
+    m = get_model("MiniMaxAI/MiniMax-M2.5")
+    assert m.router_fp32 and not get_model("Qwen/Qwen3-30B-A3B").router_fp32
+    bf16_gate = dataclasses.replace(m, router_fp32=False)
+    hd, e_count = m.hidden_size, m.num_experts
+
+    roof = RooflineCostModel(m, "h100-sxm", dtype="bfloat16", tensor_parallel_size=4)
+    e, h = roof.efficiency, roof.hardware
+    flops_s = h.flops("fp32") * e.gemm_compute
+    bw = h.memory_bandwidth * e.memory
+    for rows in (4, 8192):
+        expected = max(2 * hd * e_count * rows / flops_s,
+                       hd * e_count * 4 / bw + (hd * (2 + 8) + e_count * 4) * rows / bw) + e.gemm_latency_s
+        assert roof.gemm_time("router", rows) == pytest.approx(expected, rel=1e-9)
+    plain = RooflineCostModel(bf16_gate, "h100-sxm", dtype="bfloat16", tensor_parallel_size=4)
+    assert roof.gemm_time("router", 8192) > 5 * plain.gemm_time("router", 8192)
+    assert 0.25e-3 < roof.gemm_time("router", 8192) < 0.35e-3  # 12.9 GFLOP at 47 TFLOP/s
+
+    args = dict(dtype="bfloat16", weight_dtype="fp8_block", tensor_parallel_size=4)
+    tab = make_pricer("operator_tables", m, "h200", **args)
+    tab16 = make_pricer("operator_tables", bf16_gate, "h200", **args)
+    i = int(np.searchsorted(tab._gemm_m, 8192))
+    assert tab._gemm_m[i] == 8192
+    sgemm_ms = 2 * 8192 * hd * e_count / (tab._roof.hardware.flops("fp32") * e.gemm_compute) * 1e3
+    cast_ms = (8192 * hd * (2 + 4) / (tab._roof.hardware.memory_bandwidth * e.elementwise_memory)
+               + e.elementwise_latency_s) * 1e3
+    assert float(tab._gemm_ms["router"][i]) == pytest.approx(
+        max(sgemm_ms, float(tab16._gemm_ms["router"][i])) + cast_ms, rel=1e-9)
+    # Decode rows: the SGEMM is under the 16-bit row's floor; only the cast kernel is added.
+    j = int(np.searchsorted(tab._gemm_m, 4))
+    assert float(tab._gemm_ms["router"][j] - tab16._gemm_ms["router"][j]) == pytest.approx(
+        (4 * hd * 6 / (tab._roof.hardware.memory_bandwidth * e.elementwise_memory)
+         + e.elementwise_latency_s) * 1e3, rel=1e-6)
+    # Every other op is priced as before.
+    for op in tab._gemm_ms:
+        if op != "router":
+            assert np.array_equal(tab._gemm_ms[op], tab16._gemm_ms[op])

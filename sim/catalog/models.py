@@ -37,6 +37,11 @@ class ModelSpec:
       per_layer``): under tensor parallelism each GPU holds some heads, so vLLM all-reduces the
       per-token variance (``MiniMaxText01RMSNormTP.forward_qk``): one more small all-reduce and
       kernel per layer, priced by ``sim.pricing``.
+    - ``router_fp32``: the MoE router gate runs in fp32 (MiniMax-M2: vLLM's and SGLang's
+      ``MiniMaxM2MoE`` build the gate as a ``ReplicatedLinear`` with ``params_dtype=float32``
+      and feed it ``hidden_states.to(float32)``): a CUDA-core SGEMM, whose prefill cost is
+      not negligible (2 x tokens x hidden x experts FLOPs at the fp32 rate), priced by
+      ``sim.pricing``; a 16-bit router otherwise.
     - ``num_shared_experts``: experts every token goes through besides its routed k
       (DeepSeek-V3: 1), each ``intermediate_size`` wide; ``first_dense_layers``: leading layers
       with a dense MLP of ``dense_intermediate_size`` instead of experts (DeepSeek-V3: 3 of 61,
@@ -111,6 +116,7 @@ class ModelSpec:
     num_experts_per_tok: int = 0
     qk_norm: bool = False
     qk_norm_across_heads: bool = False
+    router_fp32: bool = False
     num_shared_experts: int = 0
     first_dense_layers: int = 0
     dense_intermediate_size: int = 0
@@ -776,8 +782,8 @@ def _from_minimax_m2(name: str, cfg: dict) -> ModelSpec:
     MiniMax-01's lightning linear attention, is refused), a MoE of ``num_local_experts`` experts
     of ``intermediate_size`` (top ``num_experts_per_tok``) in every layer, no shared expert.
     Its q/k RMSNorm spans all heads (``qk_norm_type`` per_layer: ``qk_norm_across_heads``, whose
-    variance is all-reduced over TP), its weights counted as per-head (about 0.4M too few in
-    229B); the rotary part of a head (``rotary_dim``) does not
+    variance is all-reduced over TP), its router gate fp32 (``router_fp32``, as both engines
+    build it), its weights counted as per-head (about 0.4M too few in 229B); the rotary part of a head (``rotary_dim``) does not
     change a cost; the MTP modules are recorded, not counted."""
     layers = int(cfg["num_hidden_layers"])
     if any(int(t) != 1 for t in (cfg.get("attn_type_list") or [])[:layers]):
@@ -793,6 +799,7 @@ def _from_minimax_m2(name: str, cfg: dict) -> ModelSpec:
         qk_norm=bool(cfg.get("use_qk_norm", False)),
         qk_norm_across_heads=bool(cfg.get("use_qk_norm", False))
         and cfg.get("qk_norm_type", "per_layer") == "per_layer",
+        router_fp32=True,
         num_mtp_layers=int(cfg.get("num_mtp_modules") or 0) if cfg.get("use_mtp") else 0,
     )
 

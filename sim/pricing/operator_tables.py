@@ -724,6 +724,8 @@ class OperatorTableCostModel(StepPricer):
             return np.interp(ms, bms, self._gemm_curve(bc, bms, bns, bks, n, k))
 
         def curve(op: str, n: float, k: float) -> np.ndarray:
+            if op == "router" and m.router_fp32:
+                return self._fp32_router_ms(bf16_curve(n, k), ms, n, k)
             # vLLM keeps a MoE's router gate in 16 bits (an unquantised ReplicatedLinear).
             if dt == "bfloat16" or op == "router":
                 return self._gemm_curve(cube, ms, ns, ks, n, k) if dt == "bfloat16" else bf16_curve(n, k)
@@ -752,6 +754,20 @@ class OperatorTableCostModel(StepPricer):
             self._gemm_ms[op] = self._gemm_ms[op] * (count / m.num_layers)
         # LM head: vocab-parallel over TP, 16-bit (vLLM does not quantise it).
         self._head_ms = self._gemm_curve(bf, ms, ns, ks, -(-m.vocab_size // tp), m.hidden_size)
+
+    def _fp32_router_ms(self, bf16_ms: np.ndarray, ms: np.ndarray, n: float, k: float) -> np.ndarray:
+        """Milliseconds of an fp32 router gate (``ModelSpec.router_fp32``) at row counts ``ms``:
+        the cast of the hidden states to fp32 (a pointwise kernel: 16-bit in, fp32 out), then
+        cuBLAS's SGEMM. PyTorch leaves TF32 off for fp32 matmuls by default
+        (``torch.backends.cuda.matmul.allow_tf32``), so the GEMM runs on CUDA cores at the
+        GPU's fp32 peak times the roofline's GEMM efficiency. No table measures an fp32 GEMM;
+        the 16-bit row of the shape stays its floor (launch, weight read at small m)."""
+        r = self._roof
+        e, h = r.efficiency, r.hardware
+        sgemm_ms = 2.0 * ms * n * k / (h.flops("fp32") * e.gemm_compute) * 1e3
+        cast_ms = (ms * k * (r.precision.act_bytes + 4) / (h.memory_bandwidth * e.elementwise_memory)
+                   + e.elementwise_latency_s) * 1e3
+        return np.maximum(bf16_ms, sgemm_ms) + cast_ms
 
     def _moe_curve(self, ms: np.ndarray) -> np.ndarray:
         """Milliseconds of one layer's experts (vLLM's fused MoE kernels: the experts' grouped

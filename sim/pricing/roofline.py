@@ -242,6 +242,14 @@ class RooflineCostModel(StepPricer):
                 self._gemms["shared_down"] = gemm(shared * ffn, hd, wb)
                 self._gemm_layers["shared_up"] = self._gemm_layers["shared_down"] = moe_layers
             self._gemms["router"] = gemm(hd, m.num_experts, ab)
+            if m.router_fp32:
+                # An fp32 gate (``ModelSpec.router_fp32``): an SGEMM on CUDA cores (TF32 is off
+                # for fp32 matmuls in PyTorch by default), fp32 weights, and the hidden states
+                # cast to fp32 first (read 16-bit, write and re-read fp32).
+                fp32_peak = h.flops("fp32") * e.gemm_compute
+                self._gemms["router"] = _Gemm(2 * hd * m.num_experts / fp32_peak,
+                                              hd * m.num_experts * 4 / gemm_bw,
+                                              (hd * (ab + 8) + m.num_experts * 4) / gemm_bw)
             self._gemm_layers["router"] = moe_layers
             ep, dp = expert_parallel_size, data_parallel_size
             if ep <= 1 and dp <= 1:
