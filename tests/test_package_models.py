@@ -263,6 +263,8 @@ def test_minimax_router_gate_is_priced_as_an_fp32_sgemm(no_env):
     assert float(tab._gemm_ms["router"][j] - tab16._gemm_ms["router"][j]) == pytest.approx(
         (4 * hd * 6 / (tab._roof.hardware.memory_bandwidth * e.elementwise_memory)
          + e.elementwise_latency_s) * 1e3, rel=1e-6)
+    # The summary's pricer description says so (cost_model.source).
+    assert "router gate in fp32" in tab.describe() and "router gate in fp32" not in tab16.describe()
     # Every other op is priced as before.
     for op in tab._gemm_ms:
         if op != "router":

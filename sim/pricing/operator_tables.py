@@ -1572,6 +1572,8 @@ class OperatorTableCostModel(StepPricer):
                       if self.moe_routing == "uniform" and self.moe_rows_routing == "balanced"
                       else f" ({self.moe_rows_routing} rows as measured)"
                       if self.moe_rows_routing not in (None, self.moe_routing) else "")
+                   + (", router gate in fp32 (an SGEMM at the fp32 rate, not in the tables)"
+                      if self.model.router_fp32 else "")
                    if self.model.is_moe else "")
                 + (f", {self._lin_layers} linear-attention layers from the GDN table "
                    f"({self.gdn_kernels})" if self._gdn_dec is not None else "") + ")")
