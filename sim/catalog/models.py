@@ -783,8 +783,9 @@ def _from_minimax_m2(name: str, cfg: dict) -> ModelSpec:
     of ``intermediate_size`` (top ``num_experts_per_tok``) in every layer, no shared expert.
     Its q/k RMSNorm spans all heads (``qk_norm_type`` per_layer: ``qk_norm_across_heads``, whose
     variance is all-reduced over TP), its router gate fp32 (``router_fp32``, as both engines
-    build it), its weights counted as per-head (about 0.4M too few in 229B); the rotary part of a head (``rotary_dim``) does not
-    change a cost; the MTP modules are recorded, not counted."""
+    build it), its weights counted as per-head (about 0.4M too few in 229B); the rotary part
+    of a head (``rotary_dim``) does not change a cost; the MTP modules are recorded, not
+    counted."""
     layers = int(cfg["num_hidden_layers"])
     if any(int(t) != 1 for t in (cfg.get("attn_type_list") or [])[:layers]):
         raise ValueError("MiniMax with linear-attention layers (attn_type_list 0) is not modelled")

@@ -724,7 +724,7 @@ class OperatorTableCostModel(StepPricer):
             return np.interp(ms, bms, self._gemm_curve(bc, bms, bns, bks, n, k))
 
         def curve(op: str, n: float, k: float) -> np.ndarray:
-            if op == "router" and m.router_fp32:
+            if op == "router" and m.router_fp32 and self._roof.hardware.supports("fp32"):
                 return self._fp32_router_ms(bf16_curve(n, k), ms, n, k)
             # vLLM keeps a MoE's router gate in 16 bits (an unquantised ReplicatedLinear).
             if dt == "bfloat16" or op == "router":
@@ -761,7 +761,8 @@ class OperatorTableCostModel(StepPricer):
         cuBLAS's SGEMM. PyTorch leaves TF32 off for fp32 matmuls by default
         (``torch.backends.cuda.matmul.allow_tf32``), so the GEMM runs on CUDA cores at the
         GPU's fp32 peak times the roofline's GEMM efficiency. No table measures an fp32 GEMM;
-        the 16-bit row of the shape stays its floor (launch, weight read at small m)."""
+        the 16-bit row of the shape stays its floor (launch, weight read at small m). A GPU
+        spec without an fp32 rate keeps the 16-bit row."""
         r = self._roof
         e, h = r.efficiency, r.hardware
         sgemm_ms = 2.0 * ms * n * k / (h.flops("fp32") * e.gemm_compute) * 1e3

@@ -242,7 +242,7 @@ class RooflineCostModel(StepPricer):
                 self._gemms["shared_down"] = gemm(shared * ffn, hd, wb)
                 self._gemm_layers["shared_up"] = self._gemm_layers["shared_down"] = moe_layers
             self._gemms["router"] = gemm(hd, m.num_experts, ab)
-            if m.router_fp32:
+            if m.router_fp32 and h.supports("fp32"):
                 # An fp32 gate (``ModelSpec.router_fp32``): an SGEMM on CUDA cores (TF32 is off
                 # for fp32 matmuls in PyTorch by default), fp32 weights, and the hidden states
                 # cast to fp32 first (read 16-bit, write and re-read fp32).
