@@ -533,6 +533,9 @@ class OperatorTableCostModel(StepPricer):
         if p.dtype == "float32":
             raise TablesNotCovering("cost_model.source operator_tables: tables are measured "
                                     "in 16-bit and FP8 only, not float32")
+        #: The router gate priced as an fp32 SGEMM (``ModelSpec.router_fp32``, on a GPU with an
+        #: fp32 rate; ``_fp32_router_ms``), for the GEMM curves and ``describe``.
+        self.router_fp32 = m.router_fp32 and h.supports("fp32")
         #: What an MXFP4 MoE's experts take as activations (``quantization.moe_activations``,
         #: ``auto`` resolved for this engine and GPU): ``mxfp8`` or ``bf16``; None for any
         #: other MoE (its table dtype says it all).
@@ -724,7 +727,7 @@ class OperatorTableCostModel(StepPricer):
             return np.interp(ms, bms, self._gemm_curve(bc, bms, bns, bks, n, k))
 
         def curve(op: str, n: float, k: float) -> np.ndarray:
-            if op == "router" and m.router_fp32 and self._roof.hardware.supports("fp32"):
+            if op == "router" and self.router_fp32:
                 return self._fp32_router_ms(bf16_curve(n, k), ms, n, k)
             # vLLM keeps a MoE's router gate in 16 bits (an unquantised ReplicatedLinear).
             if dt == "bfloat16" or op == "router":
@@ -1574,7 +1577,7 @@ class OperatorTableCostModel(StepPricer):
                       else f" ({self.moe_rows_routing} rows as measured)"
                       if self.moe_rows_routing not in (None, self.moe_routing) else "")
                    + (", router gate in fp32 (an SGEMM at the fp32 rate, not in the tables)"
-                      if self.model.router_fp32 else "")
+                      if self.router_fp32 else "")
                    if self.model.is_moe else "")
                 + (f", {self._lin_layers} linear-attention layers from the GDN table "
                    f"({self.gdn_kernels})" if self._gdn_dec is not None else "") + ")")
