@@ -90,6 +90,27 @@ def pricer(tables: Path, tp: int = 1, **kw) -> OperatorTableCostModel:
                                   max_num_seqs=128, **kw)
 
 
+def test_without_window_rows_window_layers_prefill_as_full_attention_and_say_so(tables):
+    """Tables without ``window_size`` rows (older releases): a sliding-window model's window
+    layers keep the full-attention price for a fresh prefill (an upper bound), with a warning;
+    their decode still reads at most the window."""
+    from dataclasses import replace
+
+    from sim.catalog.models import get_model
+
+    base = get_model("llama-2-7b")
+    windowed = replace(base, sliding_window=128, sliding_window_layers=16)
+    full = OperatorTableCostModel(base, "h100-sxm", "float16", 1, tables=tables, max_num_seqs=128)
+    win = OperatorTableCostModel(windowed, "h100-sxm", "float16", 1, tables=tables, max_num_seqs=128)
+    assert win.window_prefill == "full-attention rows" and full.window_prefill is None
+    assert any("no context-attention rows at window 128" in w for w in win.warnings())
+    n = 4000
+    fresh = StepShape(num_prefill_tokens=n, num_prefill_seqs=1, prefill_attention_work=n * (n + 1) // 2)
+    assert win.breakdown(fresh)["attn_prefill"] == full.breakdown(fresh)["attn_prefill"]
+    decode = StepShape(num_decode_seqs=8, decode_context_tokens=8 * 4000)
+    assert win.breakdown(decode)["attn_decode"] < full.breakdown(decode)["attn_decode"]
+
+
 # --- interpolation ------------------------------------------------------------------------------
 
 def test_curve_reproduces_points_and_is_monotone():

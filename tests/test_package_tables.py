@@ -138,6 +138,41 @@ def test_mxfp4_experts_on_hopper_are_priced_from_the_w4a16_rows(no_env):
     assert not any("GEMM" in w for w in p.warnings())  # gpt-oss quantises its experts only
 
 
+@needs_package
+def test_sliding_window_layers_prefill_at_the_tables_window_rows(no_env):
+    """gpt-oss-120b on H200 at TP 1: a fresh 8,192-token prefill's attention is 18 full layers
+    at the table's full-attention row plus 18 window layers at its window-128 row (vLLM 0.24's
+    FlashAttention 3, 64 x 8 heads of 64, bf16 KV), read straight from the parquet; not 36
+    full layers, which the window kernel's block skipping makes ~6x too dear. Decode likewise."""
+    import pyarrow.parquet as pq
+
+    from sim.pricing import make_pricer
+    from sim.policies.step import StepShape
+
+    p = make_pricer("operator_tables", "gpt-oss-120b", "h200", dtype="bfloat16",
+                    weight_dtype="mxfp4", engine=get_engine("vllm", "0.24.0"))
+    assert p.window_prefill == "window-128 rows" and "18 sliding-window layers" in p.describe()
+    t = pq.read_table(PACKAGE / "h200_sxm/attention/vllm/0.24.0/context_attention_perf.parquet").to_pandas()
+    rows = t[(t.num_heads == 64) & (t.num_key_value_heads == 8) & (t.head_dim == 64)
+             & (t.batch_size == 1) & (t.isl == 8192) & (t.kv_cache_dtype == "bfloat16")]
+    ms = {w: float(rows[rows.window_size == w].latency.median()) for w in (0, 128)}
+    assert ms[128] < ms[0] / 4
+    n = 8192
+    shape = StepShape(num_prefill_tokens=n, num_prefill_seqs=1, prefill_attention_work=n * (n + 1) // 2)
+    assert p.breakdown(shape)["attn_prefill"] == pytest.approx(18 * (ms[0] + ms[128]) * 1e-3, rel=1e-9)
+    # Decode, 4 sequences of 4,096 KV tokens (the table's ``step`` 4,095 cached + the new one):
+    # the window layers at their own measured rows, not the full rows at 128 tokens.
+    g = pq.read_table(PACKAGE / "h200_sxm/attention/vllm/0.24.0/generation_attention_perf.parquet").to_pandas()
+    rows = g[(g.num_heads == 64) & (g.num_key_value_heads == 8) & (g.head_dim == 64)
+             & (g.batch_size == 4) & (g.step == 4095) & (g.kv_cache_dtype == "bfloat16")]
+    ms = {w: float(rows[rows.window_size == w].latency.median()) for w in (0, 128)}
+    decode = StepShape(num_decode_seqs=4, decode_context_tokens=4 * 4096)
+    # (The grid is made non-decreasing in batch and length; the window rows are flat in
+    # length within their noise, so a cell may sit a percent or two above its raw row.)
+    assert p.breakdown(decode)["attn_decode"] == pytest.approx(18 * (ms[0] + ms[128]) * 1e-3, rel=0.02)
+    assert ms[128] < ms[0] * 0.8
+
+
 def test_engine_release_defaults():
     from sim.catalog.hardware import get_hardware
 

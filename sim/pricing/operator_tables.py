@@ -257,7 +257,11 @@ class _Lookups(NamedTuple):
     rows_eager: Callable
     graph_at: Callable
     dec: Callable
+    #: Decode attention of a sliding-window layer (``dec`` where no rows time the window).
+    dec_win: Callable
     pre: Callable
+    #: Prefill attention of a sliding-window layer (``pre`` where no rows time the window).
+    pre_win: Callable
     head: Callable
     gdn_pre: Optional[Callable]
     gdn_dec: Optional[Callable]
@@ -503,8 +507,9 @@ class OperatorTableCostModel(StepPricer):
                                     f"of {etp} GPUs with tp {tp} x dp {dp}: the tables price "
                                     f"MoE TP x EP = tp x dp")
         check_parallel(m, tp, pp)
-        #: A hybrid model's sliding-window layers (gpt-oss: every other layer, window 128) read
-        #: the same attention tables at contexts bounded by the window.
+        #: A hybrid model's sliding-window layers (gpt-oss: every other layer, window 128):
+        #: decode reads the attention tables at contexts bounded by the window; prefill reads
+        #: the tables' rows measured at this window where they exist (``_build_attention``).
         self._win_layers = m.sliding_window_layers
         self._window = m.sliding_window or 0
         #: Layers with softmax attention, and a hybrid model's linear-attention (Gated
@@ -1063,7 +1068,7 @@ class OperatorTableCostModel(StepPricer):
         return hh, k, 1.0, h / hh
 
     def _attention_grid(self, path: Path, x_col: str, y_col: str, y_offset: float,
-                        kv_dtype: str) -> tuple[_Grid, float, float, np.ndarray, np.ndarray]:
+                        kv_dtype: str, window: int = 0) -> tuple[_Grid, float, float, np.ndarray, np.ndarray]:
         c = read_columns_present(path, ("batch_size", y_col, "num_heads", "num_key_value_heads",
                                         "head_dim", "kv_cache_dtype", "latency"),
                                  ("window_size", "kernel_source"))
@@ -1072,10 +1077,10 @@ class OperatorTableCostModel(StepPricer):
         dtypes = set(c["kv_cache_dtype"].tolist())
         kd = kv_dtype if kv_dtype in dtypes else "bfloat16"
         sel = c["kv_cache_dtype"] == kd
-        sel &= full_attention_rows(c)
+        sel &= attention_rows(c, window)
         hd = c["head_dim"][sel]
         if hd.size == 0:
-            raise TablesNotCovering(f"{path}: no {kd} rows")
+            raise TablesNotCovering(f"{path}: no {kd} rows" + (f" at window {window}" if window else ""))
         # The model's head width where the table measured it (newer tables hold 64-512), else
         # the 128-wide rows scaled in proportion.
         measured = set(hd.tolist())
@@ -1085,6 +1090,9 @@ class OperatorTableCostModel(StepPricer):
             self._warnings.append(f"operator tables: attention measured at head_dim 128; "
                                   f"{m.head_dim} scaled in proportion")
         sel &= c["head_dim"] == row_hd
+        if not sel.any():
+            raise TablesNotCovering(f"{path}: no {kd} rows at head_dim {row_hd}"
+                                    + (f", window {window}" if window else ""))
         combos = set(zip(c["num_heads"][sel].tolist(), c["num_key_value_heads"][sel].tolist()))
         hh, kk, bf, tf = self._head_config(combos, h, kv)
         sel &= (c["num_heads"] == hh) & (c["num_key_value_heads"] == kk)
@@ -1171,6 +1179,7 @@ class OperatorTableCostModel(StepPricer):
 
     def _build_attention(self) -> None:
         kvd = "fp8" if self.precision.kv_bytes == 1 else "bfloat16"
+        self.window_prefill = None  # how the sliding-window layers' prefill is priced
         if self.model.is_sparse_attention:
             # DeepSeek sparse attention (GLM-5, DeepSeek-V3.2): AIConfigurator's DSA module rows,
             # the whole attention block (q/kv projections, the lightning indexer and its top-k,
@@ -1217,6 +1226,10 @@ class OperatorTableCostModel(StepPricer):
             self._dec, self._dec_bf, _, _, dys = self._attention_grid(gen, "batch_size", "step", 1.0, kvd)
             # Prefill (no cached tokens measured): x = batch, y = new tokens per sequence.
             self._pre, self._pre_bf, _, _, pys = self._attention_grid(ctx, "batch_size", "isl", 0.0, kvd)
+            self._build_window_attention(gen, ctx, kvd)
+        if self.window_prefill is None:  # MLA / DSA rows, or no sliding-window layers
+            self._pre_win, self._pre_win_bf = self._pre, self._pre_bf
+            self._dec_win, self._dec_win_bf, self._dec_win_measured = self._dec, self._dec_bf, False
         # Cross term of a chunk over cached tokens (not measured): per query-key pair as the
         # longest measured single-sequence prefill, or streaming the cached KV as decode does
         # (slope of single-sequence decode over its longest lengths), whichever is longer.
@@ -1224,6 +1237,37 @@ class OperatorTableCostModel(StepPricer):
         self._pair_s = self._pre.at(self._pre_bf, L) / (L * (L + 1) / 2)
         s1, s0 = float(dys[-1]), float(dys[-2])
         self._ctx_token_s = (self._dec.at(self._dec_bf, s1) - self._dec.at(self._dec_bf, s0)) / (s1 - s0)
+
+    def _build_window_attention(self, gen: Path, ctx: Path, kvd: str) -> None:
+        """Attention of the sliding-window layers. A windowed kernel (FlashAttention 3 on
+        Hopper, FlashInfer TRT-LLM on Blackwell, both given vLLM's ``window_size``) skips the
+        key blocks outside the window, so a long prefill chunk costs far less than full causal
+        attention: vLLM 0.24's H200 table times gpt-oss's 64 x 8 heads over 8,192 tokens at
+        1.16 ms full and 0.18 ms with window 128. Newer tables measure windows
+        (``window_size`` 128, 1,024, 8,192); this model's window is read where they time it.
+        Else prefill keeps the full-attention rows (an upper bound, said in a warning) and
+        decode reads the full-attention rows at contexts bounded by the window (close: on H200
+        a window-128 decode of 4 sequences is 14 us at any length, full attention at 128
+        tokens 10 us)."""
+        self._pre_win, self._pre_win_bf = self._pre, self._pre_bf
+        self._dec_win, self._dec_win_bf, self._dec_win_measured = self._dec, self._dec_bf, False
+        if not self._win_layers:
+            return
+        self.window_prefill = "full-attention rows"
+        try:
+            self._pre_win, self._pre_win_bf, _, _, _ = self._attention_grid(
+                ctx, "batch_size", "isl", 0.0, kvd, window=self._window)
+            self.window_prefill = f"window-{self._window} rows"
+        except TablesNotCovering:
+            self._warnings.append(f"operator tables: no context-attention rows at window {self._window} "
+                                  f"on {self.hardware.name}; the sliding-window layers' prefill is "
+                                  f"priced as full attention (an upper bound)")
+        try:
+            self._dec_win, self._dec_win_bf, _, _, _ = self._attention_grid(
+                gen, "batch_size", "step", 1.0, kvd, window=self._window)
+            self._dec_win_measured = True
+        except TablesNotCovering:
+            pass
 
     def _build_gdn(self) -> None:
         """A hybrid model's linear-attention kernels per layer, from AIConfigurator's
@@ -1391,11 +1435,13 @@ class OperatorTableCostModel(StepPricer):
         gp, gd = self._gdn_pre, self._gdn_dec
         gdn = gp is not None and gd is not None
         padded = bool(self._pcg_sizes)
-        self._scalar = _Lookups(self._eager_scalar, self._graph_scalar, self._dec.at, self._pre.at,
-                                self._head.at, gp.at if gdn else None, gd.at if gdn else None,
+        self._scalar = _Lookups(self._eager_scalar, self._graph_scalar, self._dec.at, self._dec_win.at,
+                                self._pre.at,
+                                self._pre_win.at, self._head.at, gp.at if gdn else None, gd.at if gdn else None,
                                 self._pad_scalar if padded else _same)
         self._vector = _Lookups(self._eager_array, self._graph_array, self._dec.at_array,
-                                self._pre.at_array, self._head.at_array,
+                                self._dec_win.at_array,
+                                self._pre.at_array, self._pre_win.at_array, self._head.at_array,
                                 gp.at_array if gdn else None, gd.at_array if gdn else None,
                                 self._pad_array if padded else _same)
 
@@ -1404,18 +1450,24 @@ class OperatorTableCostModel(StepPricer):
     # (``decode_context_pricer``); ``_formula`` is the two parts in sequence.
     def _formula(self, s: Any, mx: Max, look: "_Lookups", parts: Optional[dict] = None) -> Any:
         fixed = self._context_free(s, mx, look)
-        t_dec = self._decode_attention(s.num_decode_seqs, s.decode_context_tokens, mx, look.dec)
+        t_dec = self._decode_attention(s.num_decode_seqs, s.decode_context_tokens, mx, look.dec, look.dec_win)
         return self._with_decode_attention(fixed, t_dec, mx, parts)
 
-    def _decode_attention(self, D: Any, decode_context_tokens: Any, mx: Max, dec: Callable) -> Any:
+    def _decode_attention(self, D: Any, decode_context_tokens: Any, mx: Max, dec: Callable,
+                          dec_win: Callable) -> Any:
         """Decode attention of one layer at (batch, mean KV length); for a hybrid model the
-        mean over its layers, the sliding-window ones at contexts bounded by the window."""
+        mean over its layers, the sliding-window ones from the rows measured at the window
+        (at the mean KV length: the kernel reads at most the window of it), else from the
+        full-attention rows at contexts bounded by the window."""
         b = mx(D, 1)
         full = (D > 0) * dec(D * self._dec_bf, decode_context_tokens / b)
         if not self._win_layers:
             return full
         L, ls = self._attn_layers, self._win_layers
-        windowed = (D > 0) * dec(D * self._dec_bf, -mx(-decode_context_tokens, -D * self._window) / b)
+        if self._dec_win_measured:
+            windowed = (D > 0) * dec_win(D * self._dec_win_bf, decode_context_tokens / b)
+        else:
+            windowed = (D > 0) * dec(D * self._dec_bf, -mx(-decode_context_tokens, -D * self._window) / b)
         return ((L - ls) * full + ls * windowed) / L
 
     def _context_free(self, s: Any, mx: Max, look: "_Lookups") -> tuple:
@@ -1449,7 +1501,7 @@ class OperatorTableCostModel(StepPricer):
             w, ls = self._window, self._win_layers
             cross_w = mx(-mx(-s.prefill_attention_work, -N * w) - causal, 0)
             ctx_w = -mx(-s.prefill_context_tokens, -P * w)
-            t_win = (N > 0) * (pre(P * self._pre_bf, isl)
+            t_win = (N > 0) * (look.pre_win(P * self._pre_win_bf, isl)
                                + mx(cross_w * self._pair_s, ctx_w * self._ctx_token_s))
             t_pre = ((L - ls) * t_pre + ls * t_win) / L
         # Linear-attention layers: their kernels depend on the batch and chunk only (the
@@ -1520,9 +1572,9 @@ class OperatorTableCostModel(StepPricer):
         """Bit for bit ``price(shape.with_decode_context(c))``, evaluating only the decode
         attention and what depends on it: the context-free terms are computed once."""
         fixed = self._context_free(shape, max, self._scalar)
-        D, dec = shape.num_decode_seqs, self._scalar.dec
+        D, dec, dec_win = shape.num_decode_seqs, self._scalar.dec, self._scalar.dec_win
         attention, total = self._decode_attention, self._with_decode_attention
-        return lambda c: float(total(fixed, attention(D, c, max, dec), max))
+        return lambda c: float(total(fixed, attention(D, c, max, dec, dec_win), max))
 
     def price_columns(self, columns: Mapping[str, Any]) -> np.ndarray:
         """Vectorised ``price``; bit-identical to it."""
@@ -1579,6 +1631,10 @@ class OperatorTableCostModel(StepPricer):
                    + (", router gate in fp32 (an SGEMM at the fp32 rate, not in the tables)"
                       if self.router_fp32 else "")
                    if self.model.is_moe else "")
+                + (f", {self._win_layers} sliding-window layers' prefill from the {self.window_prefill}"
+                   + (f", decode from the window-{self._window} rows" if self._dec_win_measured
+                      else ", decode from full-attention rows at contexts bounded by the window")
+                   if self.window_prefill else "")
                 + (f", {self._lin_layers} linear-attention layers from the GDN table "
                    f"({self.gdn_kernels})" if self._gdn_dec is not None else "") + ")")
 
@@ -1629,13 +1685,22 @@ class OperatorTableCostModel(StepPricer):
 
 
 def full_attention_rows(c: dict) -> np.ndarray:
-    """Rows of an attention table measuring full attention with one kernel: ``window_size`` 0
-    (newer tables also measure sliding windows) and the kernel measured most (FlashAttention 3
-    on Hopper; a few FlashAttention 4 rows sit beside it), so no cell mixes two kernels."""
+    """Rows of an attention table measuring full attention with one kernel (``attention_rows``
+    at window 0)."""
+    return attention_rows(c, 0)
+
+
+def attention_rows(c: dict, window: int = 0) -> np.ndarray:
+    """Rows of an attention table measuring one attention window with one kernel:
+    ``window_size`` ``window`` (0: full attention; tables without the column measure full
+    attention only) and the kernel measured most (FlashAttention 3 on Hopper; a few
+    FlashAttention 4 rows sit beside it), so no cell mixes two kernels."""
     n = len(c["latency"])
     sel = np.ones(n, dtype=bool)
     if "window_size" in c:
-        sel &= c["window_size"] == 0
+        sel &= c["window_size"] == window
+    elif window:
+        sel[:] = False
     if "kernel_source" in c and sel.any():
         kernels, counts = np.unique(c["kernel_source"][sel], return_counts=True)
         sel &= c["kernel_source"] == kernels[np.argmax(counts)]
