@@ -171,6 +171,20 @@ def test_sliding_window_layers_prefill_at_the_tables_window_rows(no_env):
     # length within their noise, so a cell may sit a percent or two above its raw row.)
     assert p.breakdown(decode)["attn_decode"] == pytest.approx(18 * (ms[0] + ms[128]) * 1e-3, rel=0.02)
     assert ms[128] < ms[0] * 0.8
+    # Past the longest measured KV length a window layer still reads one window: from 1M to
+    # 2M tokens of context only the 18 full layers grow, half of what 36 full layers add.
+    from dataclasses import replace
+
+    from sim.catalog.models import get_model
+
+    full = make_pricer("operator_tables", replace(get_model("gpt-oss-120b"), sliding_window_layers=0),
+                       "h200", dtype="bfloat16", weight_dtype="mxfp4", engine=get_engine("vllm", "0.24.0"))
+
+    def growth(pricer):
+        at = [pricer.breakdown(StepShape(num_decode_seqs=4, decode_context_tokens=4 * c))["attn_decode"]
+              for c in (1_000_000, 2_000_000)]
+        return at[1] - at[0]
+    assert growth(p) == pytest.approx(growth(full) / 2, rel=1e-9)
 
 
 def test_engine_release_defaults():

@@ -507,9 +507,9 @@ class OperatorTableCostModel(StepPricer):
                                     f"of {etp} GPUs with tp {tp} x dp {dp}: the tables price "
                                     f"MoE TP x EP = tp x dp")
         check_parallel(m, tp, pp)
-        #: A hybrid model's sliding-window layers (gpt-oss: every other layer, window 128):
-        #: decode reads the attention tables at contexts bounded by the window; prefill reads
-        #: the tables' rows measured at this window where they exist (``_build_attention``).
+        #: A hybrid model's sliding-window layers (gpt-oss: every other layer, window 128) read
+        #: the tables' rows measured at this window where they exist, else the full-attention
+        #: rows (``_build_window_attention``).
         self._win_layers = m.sliding_window_layers
         self._window = m.sliding_window or 0
         #: Layers with softmax attention, and a hybrid model's linear-attention (Gated
@@ -1263,8 +1263,11 @@ class OperatorTableCostModel(StepPricer):
                                   f"on {self.hardware.name}; the sliding-window layers' prefill is "
                                   f"priced as full attention (an upper bound)")
         try:
-            self._dec_win, self._dec_win_bf, _, _, _ = self._attention_grid(
+            self._dec_win, self._dec_win_bf, _, _, ys = self._attention_grid(
                 gen, "batch_size", "step", 1.0, kvd, window=self._window)
+            # Past the longest measured KV length the window kernel still reads one window:
+            # the length is held there, not extrapolated in proportion as full attention is.
+            self._dec_win_max_len = float(ys[-1])
             self._dec_win_measured = True
         except TablesNotCovering:
             pass
@@ -1465,7 +1468,8 @@ class OperatorTableCostModel(StepPricer):
             return full
         L, ls = self._attn_layers, self._win_layers
         if self._dec_win_measured:
-            windowed = (D > 0) * dec_win(D * self._dec_win_bf, decode_context_tokens / b)
+            windowed = (D > 0) * dec_win(D * self._dec_win_bf,
+                                         -mx(-decode_context_tokens / b, -self._dec_win_max_len))
         else:
             windowed = (D > 0) * dec(D * self._dec_bf, -mx(-decode_context_tokens, -D * self._window) / b)
         return ((L - ls) * full + ls * windowed) / L
