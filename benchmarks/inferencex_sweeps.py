@@ -16,7 +16,8 @@ dates; every commit that changed a config's caps, from the file's creation on 20
 ``TABULATED_UNTIL``; trt, mtp, dynamo, agentic and multi-node configs left out): per config, the
 versions ``(from_date, commit, ((isl, osl, max clients), ...))``, the maximum ``conc-end`` over
 the search spaces of that ISL / OSL pair (any TP, EP, DP attention). A version is in force from
-its commit's day on (a commit on a row's measured day counts, as for the scripts).
+its commit's day on; on the day of a change, the versions before and after it both count
+(``sweep_cap``: the rows carry days, not times).
 
 ``SPEC_DECODE_RUNS`` covers the ``-mtp`` configs: where one ran an image or a point its base config
 did not, the rows with that image at that point were measured with speculative decoding, which
@@ -193,18 +194,33 @@ def config_key(model_path: str, precision: str, system: str, backend: str) -> Op
 
 def sweep_cap(key: str, measured: str, isl: int, osl: int) -> Optional[tuple[int, str]]:
     """(the most clients the sweep of ``key`` ran at ``isl`` / ``osl`` on ``measured``, the yaml
-    commit): 0 when the pair was not in its search space; None when there is no record (before
-    the yaml, after ``TABULATED_UNTIL``, or a config never listed by then)."""
+    commit that allowed it): 0 when the pair was not in its search space; None when there is no
+    record (before the yaml, after ``TABULATED_UNTIL``, or a config never listed by then).
+
+    ``SWEEPS`` has days, not times, and the CSV's later collections stamp rows with a day
+    (``measured=2026-03-28T00:00:00.000Z``). On a day the yaml changed, the version before the
+    change and the one after were both in force for part of it, so a row of that day may have
+    run under either: the larger reach of the two counts. (626932a11 dropped every 1k / 8k
+    point at 06:38 UTC on 2026-03-28; the CSV's rows of that point stamped that day measure
+    what the earlier version's runs did, e.g. MiniMax-M2.5 FP8 on H100 at 64 clients 20.07 s
+    TTFT against 20.03 s on 2026-03-27.)"""
     if not (FIRST_RECORD <= measured < TABULATED_UNTIL):
         return None
-    current = None
+    before: Optional[tuple[str, Optional[tuple]]] = None
+    that_day: list[tuple[str, Optional[tuple]]] = []
     for from_date, commit, caps in SWEEPS.get(key, ()):
-        if from_date <= measured:
-            current = (commit, caps)
-    if current is None:
+        if from_date < measured:
+            before = (commit, caps)
+        elif from_date == measured:
+            that_day.append((commit, caps))
+    in_force = ([before] if before else []) + that_day
+    if not in_force:
         return None
-    commit, caps = current
-    return max((n for i, o, n in caps if (i, o) == (isl, osl)), default=0), commit
+    reach = [(max((n for i, o, n in caps if (i, o) == (isl, osl)), default=0) if caps else 0, commit)
+             for commit, caps in in_force]
+    best = max(n for n, _ in reach)
+    # The commit that allowed the most; when none ran the point, the day's last version.
+    return best, next(c for n, c in reversed(reach) if n == best)
 
 
 def outside_sweep(model_path: str, precision: str, system: str, backend: str, measured: Optional[str],

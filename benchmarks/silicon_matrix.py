@@ -352,6 +352,47 @@ def spec_decode_copies(rows: Sequence[Mapping]) -> dict[str, str]:
     return out
 
 
+#: The labels that name one point whatever release a collection wrote for it: a re-filed copy
+#: says ``nightly-dev`` where the dated original says ``0.5.9`` (``dated_copies``).
+COPY_LABELS = tuple(k for k in POINT_LABELS if k != "backend_version")
+
+
+def dated_copies(rows: Sequence[Mapping]) -> dict[str, Mapping]:
+    """Undated row id -> the dated row it copies. ``qwen3.5-397b-gap-analysis.csv`` re-files
+    InferenceX's points with neither date nor image and the release as ``nightly-dev``; where
+    such a row holds the same point as a dated row and both measured means equal it to the
+    files' rounding, it is the same measurement, so the same run: the original's date, image
+    and release say what ran (which script flags, which release), and the copy is replayed so
+    (``adopt_dated_copy``). Not a fit: the match is on the measurement's identity, before any
+    simulation; the first dated original by id where several collections hold it."""
+    dated: dict[tuple, list] = defaultdict(list)
+    for r in rows:
+        if measured_date(r):
+            dated[tuple(_text(r, k) for k in COPY_LABELS)].append(r)
+    out: dict[str, Mapping] = {}
+    for r in rows:
+        if measured_date(r) or image_of(r):
+            continue
+        for other in sorted(dated.get(tuple(_text(r, k) for k in COPY_LABELS), ()), key=lambda o: _text(o, "id")):
+            if all(abs((_num(r, k) or 0.0) - (_num(other, k) or 0.0)) <= COPY_TOLERANCE_MS
+                   for k in ("silicon_ttft_ms", "silicon_tpot_ms")):
+                out[_text(r, "id")] = other
+                break
+    return out
+
+
+def adopt_dated_copy(row: Mapping, original: Mapping) -> tuple[dict, str]:
+    """``row`` with the dated original's date, image and release (its own collection kept, so
+    the report still files it there), and the note that says so."""
+    merged = dict(row)
+    merged["backend_version"] = _text(original, "backend_version")
+    extra = [f"measured={measured_date(original)}"] + ([f"image={image_of(original)}"] if image_of(original) else [])
+    merged["silicon_data_source"] = "; ".join([_text(row, "silicon_data_source"), *extra])
+    return merged, (f"the same measurement as {_text(original, 'id')} (re-filed without date or image, "
+                    f"release {_text(row, 'backend_version') or 'unset'}): replayed as that run, measured "
+                    f"{measured_date(original)}, release {_text(original, 'backend_version')}")
+
+
 def engine_version(row: Mapping) -> tuple[str, Optional[str]]:
     """``engine.version`` for the row and a note when it is not the row's own release: a
     ``nightly-...`` build as the newest release out on its measured day (``vllm_release_out``),
@@ -784,7 +825,8 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
                  client: str = "auto",
                  checkpoint_quant: Optional[Callable[[str], Optional[dict]]] = None,
                  is_moe: Optional[Callable[[str], Optional[bool]]] = None,
-                 spec_decode: Optional[Mapping[str, str]] = None) -> ReplayPoint:
+                 spec_decode: Optional[Mapping[str, str]] = None,
+                 dated: Optional[Mapping[str, Mapping]] = None) -> ReplayPoint:
     """One CSV row -> the kvplan scenario that replays it (``RowNotExpressible`` when kvplan's
     config cannot say it). Deterministic; reads nothing but the package's model configs
     (``checkpoint_quant`` and ``is_moe`` replace those look-ups in tests). ``output_cv`` > 0 is
@@ -809,11 +851,18 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     InferenceX measured with speculative decoding beyond those the row's own labels identify
     (``spec_decode_reason``): both are skipped, their drafts' acceptance unrecorded.
 
+    ``dated`` (row id -> the dated row it copies, ``dated_copies`` over the whole CSV) gives an
+    undated re-filed copy its original's date, image and release.
+
     ``overrides`` (``key=value``, as ``kvplan --set``) are merged into the mapped config last: a
     what-if over the rows (``cost_model.moe_routing=balanced``), recorded in each row's notes."""
     checkpoint_quant = checkpoint_quant or checkpoint_quantization
     is_moe = is_moe or _is_moe
     notes: list[str] = []
+    original = (dated or {}).get(_text(row, "id"))
+    if original is not None:
+        row, note = adopt_dated_copy(row, original)
+        notes.append(note)
     system = _text(row, "system")
     hardware = HARDWARE_OF.get(system)
     if hardware is None:
@@ -1456,6 +1505,12 @@ ASSUMPTIONS = {
               "scripts that always passed --enable-expert-parallel, B200 FP8 to 2026-04-03 and H200 from "
               "2026-03-13, replayed with EP whatever the row's label, and Kimi-K2.5's, which never passed it, "
               "replayed with TP-sharded experts where a row is labelled EP without attention DP)",
+    "identity": "a row whose collection recorded neither date nor image (qwen3.5-397b-gap-analysis.csv, "
+                "kimi-k2.5-gap-analysis.csv re-file InferenceX's points, release labelled nightly-dev) and whose "
+                "labels and both means equal a dated row's to the files' rounding is that measurement: "
+                "replayed with the original's date, image and release (dated_copies); InferenceX's sweep "
+                "on a day its yaml changed counts both versions, the rows carrying days, not times "
+                "(inferencex_sweeps.sweep_cap)",
     "quantisation": "fp8 -> fp8_block for block-FP8 checkpoints (MiniMax-M2.5, Qwen3-235B-A22B-FP8) and for "
                     "rows with fp8_block experts (Qwen3.5: gemm fp8 / moe fp8_block), else "
                     "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16 on the routed experts only, "
@@ -1562,7 +1617,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         rows = rows[:args.limit]
     opts = {"requests_per_client": args.requests_per_client, "warmup_per_client": args.warmup_per_client,
             "output_cv": args.output_cv, "phases": args.phases, "overrides": tuple(args.overrides), "server": args.server,
-            "client": args.client, "spec_decode": spec_decode_copies(all_rows)}
+            "client": args.client, "spec_decode": spec_decode_copies(all_rows), "dated": dated_copies(all_rows)}
     for item in args.overrides:
         try:
             parse_override(item)

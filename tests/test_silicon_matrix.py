@@ -620,14 +620,22 @@ def test_generator_flags_are_aiconfigurators_rules():
 
 def test_inferencex_sweep_caps_by_date():
     """The yaml's search spaces as tabulated: a version from its commit's day on, 0 for a shape it
-    dropped (#911 removed 1k / 8k on 2026-03-28), no record before the yaml existed."""
+    dropped (#911 removed 1k / 8k on 2026-03-28), no record before the yaml existed. On the day
+    of a change (the rows carry days, not times) the version before it still counts: 1k / 8k
+    was in the sweep until 06:38 UTC on 2026-03-28, and gone the day after."""
     import inferencex_sweeps as sw
 
     assert sw.config_key("deepseek-ai/DeepSeek-R1-0528", "fp8", "b200_sxm", "sglang") == "dsr1-fp8-b200-sglang"
     assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2026-03-25", 1024, 1024)[0] == 64
     assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2026-03-25", 8192, 1024)[0] == 32
     assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2026-03-27", 1024, 8192)[0] == 64
-    assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2026-03-28", 1024, 8192)[0] == 0
+    assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2026-03-28", 1024, 8192) == (64, "1d29967c4")
+    assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2026-03-29", 1024, 8192)[0] == 0
+    assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2026-03-28", 8192, 1024)[0] == 32  # kept by both
+    # MiniMax-M2.5 FP8 on H100: the 1k / 8k rows stamped 2026-03-28 are its sweep's, 64 clients.
+    assert sw.outside_sweep("MiniMaxAI/MiniMax-M2.5", "fp8", "h100_sxm", "vllm", "2026-03-28", 1024, 8192, 64) is None
+    assert "did not run it" in sw.outside_sweep("MiniMaxAI/MiniMax-M2.5", "fp8", "h100_sxm", "vllm", "2026-03-29",
+                                                1024, 8192, 64)
     assert sw.sweep_cap("dsr1-fp8-b200-sglang", "2025-10-29", 1024, 1024) is None
     assert sw.outside_sweep("openai/gpt-oss-120b", "fp4", "h100_sxm", "vllm", "2026-03-27", 1024, 1024, 64) is None
     assert "went to 64" in sw.outside_sweep("openai/gpt-oss-120b", "fp4", "h100_sxm", "vllm", "2026-03-27",
@@ -763,3 +771,32 @@ def test_rows_of_inferencex_mtp_config_are_skipped_with_their_copies():
     assert "dsr1-fp8-b200-sglang-mtp" in sm.spec_decode_reason(dsr1(1024, 1024, 128))
     assert sm.spec_decode_reason(dsr1(8192, 1024, 4)) is None
     assert sm.spec_decode_reason(dsr1(1024, 1024, 64)) is None
+
+
+def test_an_undated_copy_of_a_dated_measurement_is_replayed_as_that_run():
+    """``qwen3.5-397b-gap-analysis.csv`` re-files InferenceX's points without date or image and
+    with the release as nightly-dev. A row there whose labels and both means equal a dated row's
+    (to the files' rounding) is that measurement: it takes the original's date, image and
+    release, so the same script flags; a different measurement of the same labels does not."""
+    def dsr1(**kw):
+        labels = dict(backend="sglang", backend_version="0.5.9", system="b200_sxm", isl=1024, osl=1024,
+                      model_path="deepseek-ai/DeepSeek-R1-0528", tp_size=8, moe_tp_size=8, batch_size=16,
+                      silicon_ttft_ms="402.4567", silicon_tpot_ms="13.1834",
+                      silicon_data_source="source_file=2026-03-25.csv; silicon_concurrency=16; "
+                                          "measured=2026-03-25T20:00:00Z; image=lmsysorg/sglang:v0.5.9-cu130")
+        return row(**{**labels, **kw})
+
+    original = dsr1(id="orig")
+    copy = dsr1(id="copy", backend_version="nightly-dev", silicon_ttft_ms="402.46", silicon_tpot_ms="13.18",
+                silicon_data_source="source_file=qwen3.5-397b-gap-analysis.csv; silicon_concurrency=16")
+    other = dict(copy, id="other", silicon_ttft_ms="450.0")
+    dated = sm.dated_copies([original, copy, other])
+    assert set(dated) == {"copy"} and dated["copy"]["id"] == "orig"
+    a = point(original, quant=BLOCK_FP8, moe=True)
+    b = point(copy, quant=BLOCK_FP8, moe=True, dated=dated)
+    c = point(other, quant=BLOCK_FP8, moe=True, dated=dated)
+    assert b.config["engine"] == a.config["engine"] and b.config.get("sglang") == a.config.get("sglang")
+    assert b.config["engine"]["version"] == "0.5.9" and a.config.get("sglang")
+    assert any("the same measurement as orig" in n for n in b.notes)
+    assert b.source == "qwen3.5-397b-gap-analysis.csv"  # still reported with its own collection
+    assert c.config["engine"]["version"] != "0.5.9" and not c.config.get("sglang")
