@@ -357,6 +357,16 @@ def spec_decode_copies(rows: Sequence[Mapping]) -> dict[str, str]:
 COPY_LABELS = tuple(k for k in POINT_LABELS if k != "backend_version")
 
 
+def _label_value(row: Mapping, key: str) -> Any:
+    """A label compared across collections: a number as a number (``4`` and ``4.0`` agree),
+    anything else as text."""
+    text = _text(row, key)
+    try:
+        return float(text)
+    except ValueError:
+        return text
+
+
 def dated_copies(rows: Sequence[Mapping]) -> dict[str, Mapping]:
     """Undated row id -> the dated row it copies. ``qwen3.5-397b-gap-analysis.csv`` re-files
     InferenceX's points with neither date nor image and the release as ``nightly-dev``; where
@@ -365,15 +375,19 @@ def dated_copies(rows: Sequence[Mapping]) -> dict[str, Mapping]:
     and release say what ran (which script flags, which release), and the copy is replayed so
     (``adopt_dated_copy``). Not a fit: the match is on the measurement's identity, before any
     simulation; the first dated original by id where several collections hold it."""
+    def labels(r: Mapping) -> tuple:  # as deployed: "tp 16 = MoE TP 4 x EP 4" is the TP 4 / EP 4 run
+        ran, _ = relabel_squared_ep(r)
+        return tuple(_label_value(ran, k) for k in COPY_LABELS)
+
     dated: dict[tuple, list] = defaultdict(list)
     for r in rows:
         if measured_date(r):
-            dated[tuple(_text(r, k) for k in COPY_LABELS)].append(r)
+            dated[labels(r)].append(r)
     out: dict[str, Mapping] = {}
     for r in rows:
         if measured_date(r) or image_of(r):
             continue
-        for other in sorted(dated.get(tuple(_text(r, k) for k in COPY_LABELS), ()), key=lambda o: _text(o, "id")):
+        for other in sorted(dated.get(labels(r), ()), key=lambda o: _text(o, "id")):
             if all(abs((_num(r, k) or 0.0) - (_num(other, k) or 0.0)) <= COPY_TOLERANCE_MS
                    for k in ("silicon_ttft_ms", "silicon_tpot_ms")):
                 out[_text(r, "id")] = other

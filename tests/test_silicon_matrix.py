@@ -800,3 +800,8 @@ def test_an_undated_copy_of_a_dated_measurement_is_replayed_as_that_run():
     assert any("the same measurement as orig" in n for n in b.notes)
     assert b.source == "qwen3.5-397b-gap-analysis.csv"  # still reported with its own collection
     assert c.config["engine"]["version"] != "0.5.9" and not c.config.get("sglang")
+    # Matched as deployed: a dated row labelled tp 16 = MoE TP 4 x EP 4 (the EP 4 run on 4 GPUs)
+    # is the original of a copy labelled TP 4 / EP 4.
+    squared = dsr1(id="squared", tp_size=16, moe_tp_size=4, moe_ep_size=4)
+    plain = dict(copy, id="plain", tp_size="4", moe_tp_size="1", moe_ep_size="4")
+    assert sm.dated_copies([squared, plain]) == {"plain": squared}
