@@ -330,6 +330,13 @@ POINT_LABELS = ("backend", "backend_version", "model_path", "system", "precision
 COPY_TOLERANCE_MS = 0.011
 
 
+def same_measurement(a: Mapping, b: Mapping) -> bool:
+    """Whether two rows' measured means (TTFT and TPOT) agree to the files' rounding: one
+    measurement filed twice."""
+    return all(abs((_num(a, k) or 0.0) - (_num(b, k) or 0.0)) <= COPY_TOLERANCE_MS
+               for k in ("silicon_ttft_ms", "silicon_tpot_ms"))
+
+
 def spec_decode_copies(rows: Sequence[Mapping]) -> dict[str, str]:
     """Row id -> reason for every row measured with speculative decoding: those
     ``spec_decode_reason`` identifies, and their copies in collections that recorded neither
@@ -345,8 +352,7 @@ def spec_decode_copies(rows: Sequence[Mapping]) -> dict[str, str]:
         if rid in out or measured_date(r) or image_of(r):
             continue
         for other, why in by_point.get(tuple(_text(r, k) for k in POINT_LABELS), ()):
-            if all(abs((_num(r, k) or 0.0) - (_num(other, k) or 0.0)) <= COPY_TOLERANCE_MS
-                   for k in ("silicon_ttft_ms", "silicon_tpot_ms")):
+            if same_measurement(r, other):
                 out[rid] = f"{why} (the same measurement as {_text(other, 'id')}, re-filed)"
                 break
     return out
@@ -388,8 +394,7 @@ def dated_copies(rows: Sequence[Mapping]) -> dict[str, Mapping]:
         if measured_date(r) or image_of(r):
             continue
         for other in sorted(dated.get(labels(r), ()), key=lambda o: _text(o, "id")):
-            if all(abs((_num(r, k) or 0.0) - (_num(other, k) or 0.0)) <= COPY_TOLERANCE_MS
-                   for k in ("silicon_ttft_ms", "silicon_tpot_ms")):
+            if same_measurement(r, other):
                 out[_text(r, "id")] = other
                 break
     return out

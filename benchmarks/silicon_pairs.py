@@ -96,13 +96,13 @@ def find_pairs(rows: Iterable[Mapping]) -> tuple[list[dict], list[dict]]:
     pairs: list[dict] = []
     conflicts: list[dict] = []
     for point, members in groups.items():
+        flat = {r["id"]: flatten(r["config"]) for r in members}
         distinct: list[Mapping] = []  # one row per (config, measurement)
         for r in sorted(members, key=lambda r: r["id"]):
-            flat = flatten(r["config"])
-            if not any(flatten(d["config"]) == flat and _same(_measured(d), _measured(r)) for d in distinct):
+            if not any(flat[d["id"]] == flat[r["id"]] and _same(_measured(d), _measured(r)) for d in distinct):
                 distinct.append(r)
         for a, b in combinations(distinct, 2):
-            diff = setting_diff(flatten(a["config"]), flatten(b["config"]))
+            diff = setting_diff(flat[a["id"]], flat[b["id"]])
             if not diff:
                 continue  # the same settings measured twice: the data's repeat spread, not an A/B
             pair = {"point": list(point), "a": a["id"], "b": b["id"],

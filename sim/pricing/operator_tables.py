@@ -1226,10 +1226,11 @@ class OperatorTableCostModel(StepPricer):
             self._dec, self._dec_bf, _, _, dys = self._attention_grid(gen, "batch_size", "step", 1.0, kvd)
             # Prefill (no cached tokens measured): x = batch, y = new tokens per sequence.
             self._pre, self._pre_bf, _, _, pys = self._attention_grid(ctx, "batch_size", "isl", 0.0, kvd)
+        # Sliding-window layers read the full-attention grids unless rows at their window exist.
+        self._pre_win, self._pre_win_bf = self._pre, self._pre_bf
+        self._dec_win, self._dec_win_bf, self._dec_win_measured = self._dec, self._dec_bf, False
+        if self._win_layers and not (self.model.is_mla or self.model.is_sparse_attention):
             self._build_window_attention(gen, ctx, kvd)
-        if self.window_prefill is None:  # MLA / DSA rows, or no sliding-window layers
-            self._pre_win, self._pre_win_bf = self._pre, self._pre_bf
-            self._dec_win, self._dec_win_bf, self._dec_win_measured = self._dec, self._dec_bf, False
         # Cross term of a chunk over cached tokens (not measured): per query-key pair as the
         # longest measured single-sequence prefill, or streaming the cached KV as decode does
         # (slope of single-sequence decode over its longest lengths), whichever is longer.
@@ -1249,10 +1250,6 @@ class OperatorTableCostModel(StepPricer):
         decode reads the full-attention rows at contexts bounded by the window (close: on H200
         a window-128 decode of 4 sequences is 14 us at any length, full attention at 128
         tokens 10 us)."""
-        self._pre_win, self._pre_win_bf = self._pre, self._pre_bf
-        self._dec_win, self._dec_win_bf, self._dec_win_measured = self._dec, self._dec_bf, False
-        if not self._win_layers:
-            return
         self.window_prefill = "full-attention rows"
         try:
             self._pre_win, self._pre_win_bf, _, _, _ = self._attention_grid(
