@@ -498,6 +498,25 @@ def checkpoint_quantization(model_path: str) -> Optional[dict]:
     return q if isinstance(q, dict) else None
 
 
+#: ``quantization.scope`` of the NVFP4 checkpoint a model's rows ran, where it is not what
+#: ``auto`` gives (attention 16-bit, every MLP quantised): InferenceX's DeepSeek-R1 FP4 scripts
+#: run nvidia/DeepSeek-R1-0528-FP4-V2 (its configs from the first, 2025-11-03 @17d5e204f, to
+#: today), which "additionally quantizes the wo module in attention layers" (its model card)
+#: over nvidia/DeepSeek-R1-0528-FP4, whose ``exclude_modules`` list every ``self_attn``.
+NVFP4_CHECKPOINT_SCOPES: dict[str, tuple[str, str]] = {
+    path: ("mlp_and_o_proj", "nvidia/DeepSeek-R1-0528-FP4-V2 (InferenceX's FP4 checkpoint): attention in "
+                             "BF16 but its output projection, MLPs and experts in NVFP4")
+    for path in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")
+}
+
+
+def checkpoint_scope(model_path: str, weights: str) -> tuple[Optional[str], Optional[str]]:
+    """``quantization.scope`` for the row's checkpoint and a note, or (None, None): ``auto``."""
+    if weights != "nvfp4" or model_path not in NVFP4_CHECKPOINT_SCOPES:
+        return None, None
+    return NVFP4_CHECKPOINT_SCOPES[model_path]
+
+
 def weights_quantization(gemm_mode: str, moe_mode: str, checkpoint: Optional[Mapping]
                          ) -> tuple[str, Optional[str]]:
     """``quantization.weights`` for the row's GEMM / MoE quant modes and the checkpoint's own
@@ -897,6 +916,9 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
                                          checkpoint_quant(model_path))
     if note:
         notes.append(note)
+    scope, note = checkpoint_scope(model_path, weights)
+    if note:
+        notes.append(note)
     version, note = engine_version(row)
     if note:
         notes.append(note)
@@ -973,7 +995,8 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         "model": model,
         "hardware": hardware,
         "dtype": "bfloat16",
-        "quantization": {"weights": weights, **({"moe_activations": activations} if activations else {})},
+        "quantization": {"weights": weights, **({"moe_activations": activations} if activations else {}),
+                         **({"scope": scope} if scope else {})},
         "engine": {"name": engine, "version": version},
         "parallel": parallel,
         "kv_cache": {"max_model_len": isl + longest, "dtype": kv_dtype},
@@ -1532,7 +1555,10 @@ ASSUMPTIONS = {
                 "(inferencex_sweeps.sweep_cap)",
     "quantisation": "fp8 -> fp8_block for block-FP8 checkpoints (MiniMax-M2.5, Qwen3-235B-A22B-FP8) and for "
                     "rows with fp8_block experts (Qwen3.5: gemm fp8 / moe fp8_block), else "
-                    "per-tensor fp8; nvfp4 -> nvfp4; int4_wo -> int4 (W4A16 on the routed experts only, "
+                    "per-tensor fp8; nvfp4 -> nvfp4, on a MoE with attention in BF16 (quantization.scope auto: "
+                    "NVIDIA's NVFP4 MoE exports list *self_attn* in exclude_modules; DeepSeek-R1/V3 rows "
+                    "mlp_and_o_proj, InferenceX's nvidia/DeepSeek-R1-0528-FP4-V2, whose wo is NVFP4 too: "
+                    "checkpoint_scope), every linear layer on a dense model; int4_wo -> int4 (W4A16 on the routed experts only, "
                     "as Kimi-K2.5's checkpoint; Marlin MoE rows); gpt-oss (labelled nvfp4) -> mxfp4, "
                     "its checkpoint's format (experts only; FlashInfer MoE rows on Blackwell, Triton on Hopper, "
                     "Marlin (quantization.moe_kernel marlin) where InferenceX's Hopper script exported "

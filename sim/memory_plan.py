@@ -12,7 +12,7 @@ import math
 from dataclasses import asdict, dataclass, replace
 from typing import Optional, Union
 
-from sim.catalog.dtypes import Precision, resolve_precision
+from sim.catalog.dtypes import Precision, quantized_groups, resolve_precision
 from sim.catalog.hardware import HardwareSpec, get_hardware
 from sim.catalog.models import ModelSpec, get_model
 from sim.errors import ConfigError, DoesNotFitError
@@ -125,12 +125,49 @@ def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: in
                    + routed * prec.weight_bytes / (ep * etp))
         per_layer_total = layers * per_layer - max(0, layers - model.num_moe_layers) * lighter
         layers, per_layer = 1, per_layer_total
+    layers_total = layers * per_layer + unquantized_extra_bytes(model, prec, tp, pp)
+    layers, per_layer = 1, layers_total
     embed = model.embedding_params * prec.act_bytes / tp
     head_params = model.vocab_size * model.hidden_size if (
         model.tie_word_embeddings and pp > 1) else model.lm_head_params
     head = head_params * prec.act_bytes / tp + model.final_norm_params * prec.act_bytes
     extra = embed + head if pp == 1 else max(embed, head)
     return layers * per_layer + extra
+
+
+def unquantized_extra_bytes(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1) -> float:
+    """Bytes the layers a quantised checkpoint leaves in the activation dtype
+    (``quantization.scope``: ``dtypes.quantized_groups``) add on the fullest GPU over the same
+    layers in the weight format: attention projections (MLA's down-projections whole on every
+    rank, the rest split over ``tp``), dense MLPs and shared experts split over ``tp``, the
+    router whole on every rank (never quantised). The fullest pipeline stage holds
+    ``ceil(layers / pp)`` of the layers, taken as an even share of each kind."""
+    groups = quantized_groups(prec, model.is_moe)
+    per_param = prec.act_bytes - prec.weight_bytes
+    if not groups or per_param <= 0:
+        return 0.0
+    h = model.hidden_size
+    replicated = model.replicated_attention_params
+    if model.is_mla:
+        out_params = model.num_heads * model.v_head_dim * h
+    else:
+        out_params = model.q_size * h
+    in_params = model.attention_params - out_params
+    params = 0.0
+    if "attention_in" not in groups:
+        params += model.num_attention_layers * ((in_params - replicated) / tp + replicated)
+        params += model.linear_attention_layers * h * model.linear_in_proj_size / tp
+    if "attention_out" not in groups:
+        params += model.num_attention_layers * out_params / tp
+        params += model.linear_attention_layers * h * model.linear_value_size / tp
+    if "dense_mlp" not in groups:
+        params += model.num_dense_layers * model.dense_mlp_params / tp
+    if model.is_moe:
+        if "shared_experts" not in groups:
+            params += model.num_moe_layers * model.num_shared_experts * model.expert_params / tp
+    router = model.num_moe_layers * model.router_params * (prec.act_bytes - prec.weight_bytes / tp)
+    share = math.ceil(model.num_layers / pp) / model.num_layers
+    return (params * per_param + router) * share
 
 
 def activation_reserve_bytes(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1,
@@ -237,10 +274,12 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
                 max_num_batched_tokens: int = 2048, max_num_seqs: int = 256,
                 expert_parallel_size: int = 1,
                 activation_reserve: Optional[float] = None,
-                expert_tensor_parallel_size: Optional[int] = None) -> MemoryPlan:
+                expert_tensor_parallel_size: Optional[int] = None,
+                quant_scope: str = "auto") -> MemoryPlan:
     """Split one GPU's memory into weights, activation reserve and KV pool
     (``expert_parallel_size``: groups a MoE's routed experts are spread over whole,
-    ``expert_tensor_parallel_size``: GPUs of a group each expert is split over).
+    ``expert_tensor_parallel_size``: GPUs of a group each expert is split over,
+    ``quant_scope``: the layers the weight format covers, ``quantization.scope``).
     ``activation_reserve``: bytes kept for activations, in place of vLLM's profiled peak
     (``activation_reserve_bytes``); SGLang passes 0, its ``mem_fraction_static`` (the
     ``gpu_memory_utilization`` here) already leaves the rest of the GPU to activations and
@@ -258,7 +297,7 @@ def plan_memory(model: Union[str, ModelSpec], hw: Union[str, HardwareSpec],
         )
     if max_num_batched_tokens < 1:
         raise ConfigError("max_num_batched_tokens: must be a positive integer")
-    prec = resolve_precision(hw, dtype, weight_dtype, kv_cache_dtype)
+    prec = resolve_precision(hw, dtype, weight_dtype, kv_cache_dtype, quant_scope)
 
     budget = hw.usable_memory_bytes * gpu_memory_utilization  # a fraction of what the driver reports
     ep = expert_parallel_size

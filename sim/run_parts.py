@@ -79,7 +79,11 @@ def resolve_deployment(scenario: Union[Scenario, dict]) -> Deployment:
         max_num_batched_tokens=budget, max_num_seqs=sc.max_num_seqs,
         expert_parallel_size=par.expert_shards,
         expert_tensor_parallel_size=par.expert_tensor_shards,
+        quant_scope=sc.quantization.scope,
     )
+    if sc.quantization.scope == "experts_only" and not model.is_moe:
+        raise ConfigError(f"quantization.scope: experts_only quantises a mixture of experts' "
+                          f"routed experts; {model.name} has none")
     if par.enable_expert_parallel and not model.is_moe:
         raise ConfigError(f"parallel.enable_expert_parallel: {model.name} has no experts")
     if (par.expert_parallel_size or 1) > 1 and not model.is_moe:
@@ -220,7 +224,8 @@ def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], ki
     eager = eager_forwards(sc)
     common = dict(dtype=sc.dtype, tensor_parallel_size=par.tensor_parallel_size,
                   pipeline_parallel_size=par.pipeline_parallel_size,
-                  kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype)
+                  kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype,
+                  quant_scope=sc.quantization.scope)
     if kind == "operator_tables":
         return make_pricer("operator_tables", model, sc.hardware, tables=sc.cost_model.tables,
                            max_num_seqs=sc.max_num_seqs, engine=sc.engine.release,

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, ClassVar, Mapping, Optional
 
-from sim.catalog.dtypes import DTYPES, KV_DTYPES, WEIGHT_QUANT
+from sim.catalog.dtypes import DTYPES, KV_DTYPES, QUANT_SCOPES, WEIGHT_QUANT
 from sim.catalog.engines import (DEFAULT_SGLANG_VERSION, DEFAULT_VLLM_VERSION, ENGINE_NAMES,
                                  VLLM_CUDAGRAPH_MODES, EngineRelease, get_engine)
 from sim.catalog.frontends import FRONTEND_NAMES, FrontEnd, get_frontend
@@ -392,9 +392,20 @@ class QuantizationConfig(_Section):
     #: FlashInfer's TRT-LLM MoE (``VLLM_USE_FLASHINFER_MOE_FP8=0 VLLM_MOE_USE_DEEP_GEMM=0``, as
     #: InferenceX's first MiniMax-M2.5 B200 script exported).
     moe_kernel: str = choice("auto", MOE_KERNELS)
+    #: Which linear layers the checkpoint quantises (``sim.catalog.dtypes.QUANT_SCOPES``): a
+    #: recipe's choice, not the format's. ``auto``: the routed experts only for MXFP4 and INT4
+    #: MoEs (gpt-oss, Kimi-K2.5), every MLP but not attention for NVFP4 MoEs (NVIDIA's ModelOpt
+    #: exports list ``*self_attn*`` in ``exclude_modules``), every linear layer otherwise.
+    #: ``mlp_and_o_proj``: nvidia/DeepSeek-R1-0528-FP4-V2; ``experts_only``: ModelOpt's
+    #: ``nvfp4_experts_only`` recipe (nvidia/MiniMax-M2.5-NVFP4, Kimi-K2.6-NVFP4); ``all``: a
+    #: checkpoint quantised throughout (nvidia/Llama-3.3-70B-Instruct-FP4, FP8 releases).
+    scope: str = choice("auto", QUANT_SCOPES)
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.scope != "auto" and self.weights == "none":
+            raise ConfigError(f"quantization.scope: {self.scope} says which layers a quantised "
+                              f"checkpoint covers; quantization.weights is none")
         if self.moe_kernel == "marlin" and self.weights not in ("mxfp4", "int4"):
             raise ConfigError(f"quantization.moe_kernel: marlin runs 4-bit experts (mxfp4, int4); "
                               f"quantization.weights is {self.weights!r}")

@@ -469,8 +469,9 @@ def test_fp4_weights_speed_decode_everywhere_and_prefill_only_with_fp4_tensor_co
                         prefill_attention_work=8192 * 8193 // 2)
 
     def price(hw, w, shape):
+        # Every linear layer in the format (scope all): the format's physics, not a recipe's.
         return RooflineCostModel("qwen3-235b-a22b", hw, "bfloat16", tensor_parallel_size=4,
-                                 weight_dtype=w).price(shape)
+                                 weight_dtype=w, quant_scope="all").price(shape)
 
     for hw, fp4 in (("h200", "mxfp4"), ("b200", "nvfp4")):  # fewer bytes: decode beats FP8
         assert price(hw, fp4, decode) < price(hw, "fp8", decode)

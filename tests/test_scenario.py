@@ -87,6 +87,7 @@ def _non_defaults(profile: str) -> dict[str, tuple]:
         "quantization.weights": ("int4", {}),
         "quantization.moe_activations": ("mxfp8", {"quantization.weights": "mxfp4"}),
         "quantization.moe_kernel": ("marlin", {"quantization.weights": "mxfp4"}),
+        "quantization.scope": ("mlp_only", {"quantization.weights": "nvfp4"}),
         "engine.max_cudagraph_capture_size": (2048, {}),
         "engine.enforce_eager": (True, {}),
         "engine.cudagraph_mode": ("PIECEWISE", {}),

@@ -426,6 +426,23 @@ def test_sglang_rows_replay_with_engine_sglang():
     assert e.value.kind in ("unknown model", "model not modelled")
 
 
+def test_nvfp4_rows_carry_their_checkpoints_quantisation_scope():
+    """InferenceX's DeepSeek-R1 FP4 checkpoint (nvidia/DeepSeek-R1-0528-FP4-V2) quantises the
+    attention output projection besides the MLPs; other NVFP4 MoE rows keep scope auto."""
+    fp4 = dict(backend="sglang", backend_version="0.5.9", system="b200_sxm", precision="fp4",
+               gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="8", moe_tp_size="8")
+    for path in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3"):
+        p = point(row(model_path=path, **fp4), moe=True)
+        assert p.config["quantization"] == {"weights": "nvfp4", "scope": "mlp_and_o_proj"}
+        assert any("FP4-V2" in n for n in p.notes)
+    minimax = point(row(model_path="MiniMaxAI/MiniMax-M2.5", **{**fp4, "backend": "vllm",
+                                                                "backend_version": "0.19.0"}), moe=True)
+    assert minimax.config["quantization"] == {"weights": "nvfp4"}
+    fp8 = point(row(model_path="deepseek-ai/DeepSeek-R1", backend="sglang", backend_version="0.5.9",
+                    gemm_quant_mode="fp8", moe_quant_mode="fp8_block"), quant=BLOCK_FP8, moe=True)
+    assert "scope" not in fp8.config["quantization"]
+
+
 def test_sglang_qwen35_rows_block_fp8_and_moe_tp_x_ep():
     """The Qwen3.5 rows name the bf16 checkpoint with gemm fp8 / moe fp8_block: block-FP8
     experts mean a block-FP8 checkpoint, priced fp8_block throughout (with a note); SGLang's MoE

@@ -98,13 +98,20 @@ class Precision:
     weight_bytes: float
     kv_bytes: int
     compute: str
+    #: Which linear layers the weight format covers (``quantization.scope``; ``QUANT_SCOPES``):
+    #: ``auto`` resolves per model with ``quantized_groups``.
+    scope: str = "auto"
 
 
 def resolve_precision(hw: "HardwareSpec", dtype: str = "float16",
                       weight_dtype: Optional[str] = None,
-                      kv_cache_dtype: str = "auto") -> Precision:
+                      kv_cache_dtype: str = "auto", scope: str = "auto") -> Precision:
     """The bytes and compute of one deployment's dtypes on ``hw``; ``ConfigError`` naming the
-    key when a name is unknown or the hardware lacks the dtype."""
+    key when a name is unknown or the hardware lacks the dtype. ``scope``: which linear layers
+    the weight format covers (``QUANT_SCOPES``)."""
+    if scope not in QUANT_SCOPES:
+        raise ConfigError(f"quantization.scope: unknown value {scope!r}; allowed: "
+                          f"{', '.join(QUANT_SCOPES)}")
     dtype = resolve_dtype(dtype)
     act_bytes = DTYPE_BYTES[dtype]
     act_compute = DTYPE_COMPUTE[dtype]
@@ -147,7 +154,7 @@ def resolve_precision(hw: "HardwareSpec", dtype: str = "float16",
             f"{', '.join(KV_CACHE_DTYPES)}"
         )
     return Precision(dtype=dtype, weight_dtype=w, kv_cache_dtype=kv, act_bytes=act_bytes,
-                     weight_bytes=weight_bytes, kv_bytes=kv_bytes, compute=compute)
+                     weight_bytes=weight_bytes, kv_bytes=kv_bytes, compute=compute, scope=scope)
 
 
 #: Weight formats that quantise a mixture of experts' routed experts only: attention, the
@@ -166,9 +173,93 @@ def experts_only(weight_dtype: Optional[str], is_moe: bool) -> bool:
     return bool(is_moe) and w in EXPERTS_ONLY_WEIGHTS
 
 
+#: The groups of linear layers a checkpoint may quantise or leave in the activation dtype:
+#: ``attention_in`` (q/k/v; MLA's q and kv down- and up-projections; a linear-attention
+#: layer's input projections), ``attention_out`` (the output projection of either),
+#: ``dense_mlp`` (a dense model's MLP, a MoE's dense-first layers), ``shared_experts``,
+#: ``experts`` (a MoE's routed experts). The MoE router, embeddings and LM head are never
+#: quantised here (vLLM and SGLang keep them 16-bit).
+GEMM_GROUPS: tuple[str, ...] = ("attention_in", "attention_out", "dense_mlp", "shared_experts",
+                                "experts")
+#: ``quantization.scope``: which groups the weight format covers. A checkpoint's quantisation
+#: recipe decides this, not the format: NVIDIA's ModelOpt NVFP4 exports of MoE models leave
+#: attention in BF16 (``exclude_modules`` lists ``*self_attn*`` for every layer in
+#: nvidia/DeepSeek-R1-0528-NVFP4, nvidia/MiniMax-M2.5-NVFP4, nvidia/GLM-4.7-NVFP4), while its
+#: dense exports (nvidia/Llama-3.3-70B-Instruct-FP4) quantise every linear layer.
+#:
+#: - ``all``: every group (a dense or FP8 checkpoint).
+#: - ``mlp_only``: every MLP (routed and shared experts, dense MLPs); attention 16-bit
+#:   (nvidia/DeepSeek-R1-0528-NVFP4 and -FP4 v1).
+#: - ``mlp_and_o_proj``: ``mlp_only`` plus the attention output projection
+#:   (nvidia/DeepSeek-R1-0528-FP4-V2: "additionally quantizes the wo module").
+#: - ``experts_only``: the routed experts only (ModelOpt's ``nvfp4_experts_only`` recipe:
+#:   nvidia/MiniMax-M2.5-NVFP4, nvidia/Kimi-K2.6-NVFP4; gpt-oss's MXFP4; Kimi-K2.5's INT4).
+#: - ``auto``: ``experts_only`` for MXFP4 and INT4 on a MoE (``EXPERTS_ONLY_WEIGHTS``),
+#:   ``mlp_only`` for NVFP4 on a MoE (what every NVIDIA MoE export above shares: attention
+#:   16-bit), ``all`` otherwise.
+QUANT_SCOPES: tuple[str, ...] = ("auto", "all", "mlp_only", "mlp_and_o_proj", "experts_only")
+_SCOPE_GROUPS: dict[str, frozenset[str]] = {
+    "all": frozenset(GEMM_GROUPS),
+    "mlp_only": frozenset({"dense_mlp", "shared_experts", "experts"}),
+    "mlp_and_o_proj": frozenset({"attention_out", "dense_mlp", "shared_experts", "experts"}),
+    "experts_only": frozenset({"experts"}),
+}
+#: kvplan's GEMM op names (both pricers' breakdowns) -> their group. The router is absent: it
+#: stays 16-bit whatever the scope.
+GEMM_OP_GROUP: dict[str, str] = {
+    "qkv_proj": "attention_in", "q_proj": "attention_in", "q_a_proj": "attention_in",
+    "q_b_proj": "attention_in", "kv_a_proj": "attention_in", "kv_b_proj": "attention_in",
+    "gdn_in_proj": "attention_in", "gdn_ba_proj": "attention_in",
+    "o_proj": "attention_out", "gdn_out_proj": "attention_out",
+    "mlp_up": "dense_mlp", "mlp_down": "dense_mlp",
+    "shared_up": "shared_experts", "shared_down": "shared_experts",
+    "experts": "experts",
+}
+
+
+def resolved_scope(scope: str, weight_dtype: Optional[str], is_moe: bool) -> str:
+    """``quantization.scope`` with ``auto`` resolved for the format and model (``QUANT_SCOPES``)."""
+    if scope != "auto":
+        return scope
+    w = WEIGHT_ALIASES.get(str(weight_dtype or "").lower(), str(weight_dtype or "").lower())
+    if is_moe and w in EXPERTS_ONLY_WEIGHTS:
+        return "experts_only"
+    if is_moe and w == "nvfp4":
+        return "mlp_only"
+    return "all"
+
+
+def quantized_groups(prec: Precision, is_moe: bool) -> frozenset[str]:
+    """The ``GEMM_GROUPS`` whose weights ``prec``'s format quantises (none for unquantised
+    weights); the others run in the activation dtype, at its tensor-core rate."""
+    if prec.weight_dtype in ("auto", prec.dtype):
+        return frozenset()
+    groups = _SCOPE_GROUPS[resolved_scope(prec.scope, prec.weight_dtype, is_moe)]
+    return groups if is_moe else groups - {"shared_experts", "experts"}
+
+
+def scope_note(prec: Precision, groups_present: tuple[str, ...], is_moe: bool) -> Optional[str]:
+    """What a partial scope leaves unquantised, for ``describe`` ("scope mlp_only: attention_in,
+    attention_out in bfloat16"), among the groups the model has; None when the format covers
+    all of them (or the weights are unquantised)."""
+    groups = quantized_groups(prec, is_moe)
+    kept = [g for g in groups_present if g not in groups]
+    if not groups or not kept:
+        return None
+    return (f"scope {resolved_scope(prec.scope, prec.weight_dtype, is_moe)}: "
+            f"{', '.join(kept)} in {prec.dtype}")
+
+
+def gemm_quantized(op: str, prec: Precision, is_moe: bool) -> bool:
+    """Whether kvplan's GEMM ``op`` (``GEMM_OP_GROUP``) runs with quantised weights."""
+    group = GEMM_OP_GROUP.get(op)
+    return group is not None and group in quantized_groups(prec, is_moe)
+
+
 __all__ = [
     "CANONICAL_DTYPES", "DTYPE_ALIASES", "DTYPES", "DTYPE_BYTES", "DTYPE_COMPUTE", "DTYPE_SHORT",
     "WEIGHT_QUANT", "WEIGHT_DTYPES", "WEIGHT_ALIASES", "FP8_BLOCK_BYTES", "INT4_BYTES", "MXFP4_BYTES", "NVFP4_BYTES", "KV_DTYPES", "KV_CACHE_DTYPES",
     "resolve_dtype", "dtype_bytes", "Precision", "resolve_precision", "EXPERTS_ONLY_WEIGHTS",
-    "experts_only",
+    "experts_only", "GEMM_GROUPS", "QUANT_SCOPES", "GEMM_OP_GROUP", "resolved_scope",
+    "quantized_groups", "gemm_quantized", "scope_note",
 ]

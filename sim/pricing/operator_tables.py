@@ -41,7 +41,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-from sim.catalog.dtypes import experts_only
+from sim.catalog.dtypes import GEMM_OP_GROUP, gemm_quantized, quantized_groups, scope_note
 from sim.catalog.engines import (EngineRelease, get_engine, sglang_extend_graph_tokens,
                                  sglang_pcg_capture_sizes, version_text)
 from sim.catalog.hardware import HardwareSpec, get_hardware
@@ -472,7 +472,8 @@ class OperatorTableCostModel(StepPricer):
                  max_capture_size: Optional[int] = None,
                  cudagraph_mode: Optional[str] = None,
                  extend_graph_tokens: Optional[int] = None,
-                 extend_graph_reason: Optional[str] = None) -> None:
+                 extend_graph_reason: Optional[str] = None,
+                 quant_scope: str = "auto") -> None:
         self.model = m = get_model(model)
         #: The engine release priced: its backend folder, the version folder nearest it, its
         #: capture sizes and (``async_scheduling`` None) its async-scheduling default.
@@ -533,7 +534,8 @@ class OperatorTableCostModel(StepPricer):
                                     "is not measured in the tables (use the roofline)")
         # Datasheet-side terms (norms, rotary, sampling...) and precision come from the roofline.
         self._roof = RooflineCostModel(m, h, dtype=dtype, tensor_parallel_size=tp,
-                                       kv_cache_dtype=kv_cache_dtype, weight_dtype=weight_dtype)
+                                       kv_cache_dtype=kv_cache_dtype, weight_dtype=weight_dtype,
+                                       quant_scope=quant_scope)
         self.precision = p = self._roof.precision
         if p.dtype == "float32":
             raise TablesNotCovering("cost_model.source operator_tables: tables are measured "
@@ -658,7 +660,8 @@ class OperatorTableCostModel(StepPricer):
         native = self.precision.compute in ("fp8", "fp4")
         if want is not None and want in available and native:
             return want
-        dense_16bit = experts_only(wd, self.model.is_moe)  # gpt-oss, Kimi-K2.5 int4
+        # Only the routed experts quantised (gpt-oss, Kimi-K2.5 int4): the GEMMs are 16-bit.
+        dense_16bit = not (quantized_groups(self.precision, self.model.is_moe) - {"experts"})
         if wd not in (None, "auto", self.precision.dtype, "float16", "bfloat16") and not dense_16bit:
             self._warnings.append(f"operator tables: no {wd} GEMM rows measured on "
                                   f"{self.hardware.name} under {self.backend}; dense GEMMs priced "
@@ -726,6 +729,9 @@ class OperatorTableCostModel(StepPricer):
             if m.num_dense_layers:
                 layers["router"] = layers["experts"] = m.num_moe_layers
         self.gemm_shapes = shapes
+        #: What the checkpoint's quantisation scope leaves 16-bit, for ``describe`` (None: all).
+        groups = tuple(dict.fromkeys(GEMM_OP_GROUP[op] for op in shapes if op in GEMM_OP_GROUP))
+        self.scope_note = scope_note(self.precision, groups + (("experts",) if m.is_moe else ()), m.is_moe)
         def bf16_curve(n: float, k: float) -> np.ndarray:
             """The 16-bit GEMM of (n, k) at this table's row counts."""
             bc, bms, bns, bks = bf_grid
@@ -734,8 +740,10 @@ class OperatorTableCostModel(StepPricer):
         def curve(op: str, n: float, k: float) -> np.ndarray:
             if op == "router" and self.router_fp32:
                 return self._fp32_router_ms(bf16_curve(n, k), ms, n, k)
-            # vLLM keeps a MoE's router gate in 16 bits (an unquantised ReplicatedLinear).
-            if dt == "bfloat16" or op == "router":
+            # vLLM keeps a MoE's router gate in 16 bits (an unquantised ReplicatedLinear), and
+            # a checkpoint's excluded layers too (``quantization.scope``: NVIDIA's NVFP4 MoE
+            # exports keep attention in BF16).
+            if dt == "bfloat16" or not gemm_quantized(op, self.precision, m.is_moe):
                 return self._gemm_curve(cube, ms, ns, ks, n, k) if dt == "bfloat16" else bf16_curve(n, k)
             # A quantised GEMM is not priced above the 16-bit one of its shape: block-FP8 rows
             # measured at small m (B200's DeepGEMM: 0.26 ms for any 7168-wide GEMM at m=1,
@@ -1128,7 +1136,17 @@ class OperatorTableCostModel(StepPricer):
                 sel &= c["step"] == 0
         if module:
             gts = set(c["gemm_type"][sel].tolist()) if sparse else set(c["gemm_type"].tolist())
+            # The module's projections in the checkpoint's dtype for them: 16-bit where its
+            # scope leaves attention unquantised (NVIDIA's NVFP4 MoE exports; a V2-style
+            # checkpoint's quantised o_proj is priced 16-bit with the rest of the module).
+            quantized = "attention_in" in quantized_groups(self.precision, m.is_moe)
             gt = self.gemm_dtype if self.gemm_dtype in gts else "bfloat16"
+            if not quantized and gt != "bfloat16":
+                if "bfloat16" in gts:
+                    gt = "bfloat16"
+                else:
+                    self._warnings.append(f"operator tables: {path.name} has no bfloat16 rows for the "
+                                    f"checkpoint's 16-bit attention; its {gt} rows price it")
             sel &= c["gemm_type"] == gt
         else:
             # An op-level row times the MLA kernel alone on one rank's heads (its projections are
@@ -1605,7 +1623,9 @@ class OperatorTableCostModel(StepPricer):
             graphs = ", no cuda graphs (enforce_eager: every forward issued op by op)"
         return (f"operator tables (AIConfigurator, {self.backend} {self.version} tables for "
                 f"{self.engine.label}, {self.gpu_dir.name}; "
-                f"{self.model.name}, {p.dtype} GEMMs as {self.gemm_dtype}, kv {p.kv_cache_dtype}, "
+                f"{self.model.name}, {p.dtype} GEMMs as {self.gemm_dtype}"
+                + (f" ({self.scope_note})" if self.scope_note else "")
+                + f", kv {p.kv_cache_dtype}, "
                 f"tp={self.tensor_parallel_size}"
                 + (f", dp={self.data_parallel_size}" if self.data_parallel_size > 1 else "")
                 + (f", ep={self.expert_parallel_size}" if self.expert_parallel_size > 1 else "")

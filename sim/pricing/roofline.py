@@ -25,7 +25,8 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
 
-from sim.catalog.dtypes import DTYPE_COMPUTE, experts_only, resolve_precision
+from sim.catalog.dtypes import (DTYPE_COMPUTE, GEMM_OP_GROUP, gemm_quantized, quantized_groups,
+                                resolve_precision, scope_note)
 from sim.catalog.hardware import HardwareSpec, get_hardware
 from sim.catalog.models import ModelSpec, get_model
 from sim.memory_plan import check_parallel, kv_bytes_per_token, kv_heads_per_gpu
@@ -143,8 +144,10 @@ class RooflineCostModel(StepPricer):
                  weight_dtype: Optional[str] = None,
                  efficiency: Efficiency = A100_EFFICIENCY,
                  expert_parallel_size: int = 1, data_parallel_size: int = 1,
-                 expert_tensor_parallel_size: Optional[int] = None) -> None:
-        """``expert_parallel_size`` > 1: a MoE's experts spread whole over that many groups of
+                 expert_tensor_parallel_size: Optional[int] = None,
+                 quant_scope: str = "auto") -> None:
+        """``quant_scope``: which linear layers the weight format covers (``quantization.scope``).
+        ``expert_parallel_size`` > 1: a MoE's experts spread whole over that many groups of
         ``expert_tensor_parallel_size`` GPUs (default ``tp x dp / ep``: 1, pure EP; more, SGLang's
         MoE TP x EP, each expert split over its group), each GPU's tokens (and those of the other
         ``data_parallel_size - 1`` attention ranks, taken as loaded alike) sent to their experts
@@ -154,7 +157,7 @@ class RooflineCostModel(StepPricer):
         self.tensor_parallel_size = tp = tensor_parallel_size
         self.pipeline_parallel_size = pp = pipeline_parallel_size
         check_parallel(m, tp, pp)
-        self.precision = p = resolve_precision(h, dtype, weight_dtype, kv_cache_dtype)
+        self.precision = p = resolve_precision(h, dtype, weight_dtype, kv_cache_dtype, quant_scope)
         self.efficiency = e = efficiency
 
         ab, hd = p.act_bytes, m.hidden_size
@@ -165,30 +168,34 @@ class RooflineCostModel(StepPricer):
         kv = kv_heads_per_gpu(m, tp) * m.head_dim
         ffn = m.intermediate_size / tp
 
-        # A format that quantises a MoE's routed experts only (``dtypes.experts_only``: gpt-oss's
-        # MXFP4, Kimi-K2.5's INT4) leaves every other GEMM in the activation dtype, at its rate.
-        expert_wb = p.weight_bytes
-        wb, dense_peak = p.weight_bytes, peak
-        if experts_only(p.weight_dtype, m.is_moe):
-            wb, dense_peak = float(ab), h.flops(DTYPE_COMPUTE[p.dtype]) * e.gemm_compute
+        # The checkpoint's quantisation scope (``quantization.scope``, ``dtypes.quantized_groups``)
+        # leaves some groups in the activation dtype, at its rate: gpt-oss's MXFP4 and
+        # Kimi-K2.5's INT4 quantise the routed experts only, NVIDIA's NVFP4 MoE exports keep
+        # attention in BF16.
+        quantized = quantized_groups(p, m.is_moe)
+        act_peak = h.flops(DTYPE_COMPUTE[p.dtype]) * e.gemm_compute
+        expert_wb = p.weight_bytes if "experts" in quantized else float(ab)
+        wb = p.weight_bytes  # the op-name argument below decides per GEMM
 
-        def gemm(k: float, n: float, wbytes: float) -> _Gemm:
-            return _Gemm(2 * k * n / dense_peak, k * n * wbytes / gemm_bw, (k + n) * ab / gemm_bw)
+        def gemm(k: float, n: float, wbytes: float, op: str = "") -> _Gemm:
+            if op and not gemm_quantized(op, p, m.is_moe):
+                return _Gemm(2 * k * n / act_peak, k * n * ab / gemm_bw, (k + n) * ab / gemm_bw)
+            return _Gemm(2 * k * n / peak, k * n * wbytes / gemm_bw, (k + n) * ab / gemm_bw)
 
         q_out = (2 if m.attn_output_gate else 1) * q  # Qwen3.5: the output gate beside q
         self._gemms = {
-            "qkv_proj": gemm(hd, q_out + 2 * kv, wb),
-            "o_proj": gemm(q, hd, wb),
-            "mlp_up": gemm(hd, m.mlp_in_size / tp, wb),
-            "mlp_down": gemm(ffn, hd, wb),
+            "qkv_proj": gemm(hd, q_out + 2 * kv, wb, "qkv_proj"),
+            "o_proj": gemm(q, hd, wb, "o_proj"),
+            "mlp_up": gemm(hd, m.mlp_in_size / tp, wb, "mlp_up"),
+            "mlp_down": gemm(ffn, hd, wb, "mlp_down"),
         }
         #: Layers each GEMM runs in (all of them, but for dense-first MoEs and their experts).
         self._gemm_layers = dict.fromkeys(self._gemms, m.num_layers)
         if m.is_hybrid_linear:
             # Gated DeltaNet layers' projections (q, k, v, z; b, a; out) in place of attention's.
-            self._gemms["gdn_in_proj"] = gemm(hd, m.linear_qkvz_size / tp, wb)
-            self._gemms["gdn_ba_proj"] = gemm(hd, 2 * m.linear_num_value_heads / tp, wb)
-            self._gemms["gdn_out_proj"] = gemm(m.linear_value_size / tp, hd, wb)
+            self._gemms["gdn_in_proj"] = gemm(hd, m.linear_qkvz_size / tp, wb, "gdn_in_proj")
+            self._gemms["gdn_ba_proj"] = gemm(hd, 2 * m.linear_num_value_heads / tp, wb, "gdn_ba_proj")
+            self._gemms["gdn_out_proj"] = gemm(m.linear_value_size / tp, hd, wb, "gdn_out_proj")
             for op in ("gdn_in_proj", "gdn_ba_proj", "gdn_out_proj"):
                 self._gemm_layers[op] = m.linear_attention_layers
             self._gemm_layers["qkv_proj"] = self._gemm_layers["o_proj"] = m.num_attention_layers
@@ -214,12 +221,12 @@ class RooflineCostModel(StepPricer):
             # into the query and output (the same weights and FLOPs per token), the output.
             heads = m.num_heads // tp
             del self._gemms["qkv_proj"], self._gemm_layers["qkv_proj"]
-            attn = {"q_proj": gemm(hd, heads * m.head_dim, wb)} if not m.q_lora_rank else {
-                "q_a_proj": gemm(hd, m.q_lora_rank, wb),
-                "q_b_proj": gemm(m.q_lora_rank, heads * m.head_dim, wb)}
-            attn["kv_a_proj"] = gemm(hd, m.kv_lora_rank + m.qk_rope_head_dim, wb)
-            attn["kv_b_proj"] = gemm(m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim), wb)
-            attn["o_proj"] = gemm(heads * m.v_head_dim, hd, wb)
+            attn = {"q_proj": gemm(hd, heads * m.head_dim, wb, "q_proj")} if not m.q_lora_rank else {
+                "q_a_proj": gemm(hd, m.q_lora_rank, wb, "q_a_proj"),
+                "q_b_proj": gemm(m.q_lora_rank, heads * m.head_dim, wb, "q_b_proj")}
+            attn["kv_a_proj"] = gemm(hd, m.kv_lora_rank + m.qk_rope_head_dim, wb, "kv_a_proj")
+            attn["kv_b_proj"] = gemm(m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim), wb, "kv_b_proj")
+            attn["o_proj"] = gemm(heads * m.v_head_dim, hd, wb, "o_proj")
             self._gemms.update(attn)
             self._gemm_layers.update(dict.fromkeys(attn, m.num_layers))
         #: A mixture of experts prices its MLP apart (``sim.pricing.experts``): the weights read
@@ -230,18 +237,18 @@ class RooflineCostModel(StepPricer):
             moe_layers = m.num_moe_layers
             if m.num_dense_layers:  # DeepSeek-V3's first layers: a dense MLP of their own width
                 dense = m.dense_intermediate_size / tp
-                self._gemms["mlp_up"] = gemm(hd, (2 if m.gated_mlp else 1) * dense, wb)
-                self._gemms["mlp_down"] = gemm(dense, hd, wb)
+                self._gemms["mlp_up"] = gemm(hd, (2 if m.gated_mlp else 1) * dense, wb, "mlp_up")
+                self._gemms["mlp_down"] = gemm(dense, hd, wb, "mlp_down")
                 self._gemm_layers["mlp_up"] = self._gemm_layers["mlp_down"] = m.num_dense_layers
             else:
                 del self._gemms["mlp_up"], self._gemms["mlp_down"]
                 del self._gemm_layers["mlp_up"], self._gemm_layers["mlp_down"]
             if m.num_shared_experts:  # every token's shared expert(s): a dense MLP per layer
                 shared = m.num_shared_experts
-                self._gemms["shared_up"] = gemm(hd, shared * up, wb)
-                self._gemms["shared_down"] = gemm(shared * ffn, hd, wb)
+                self._gemms["shared_up"] = gemm(hd, shared * up, wb, "shared_up")
+                self._gemms["shared_down"] = gemm(shared * ffn, hd, wb, "shared_down")
                 self._gemm_layers["shared_up"] = self._gemm_layers["shared_down"] = moe_layers
-            self._gemms["router"] = gemm(hd, m.num_experts, ab)
+            self._gemms["router"] = gemm(hd, m.num_experts, ab, "router")
             if m.router_fp32 and h.supports("fp32"):
                 # An fp32 gate (``ModelSpec.router_fp32``): an SGEMM on CUDA cores (TF32 is off
                 # for fp32 matmuls in PyTorch by default), fp32 weights, and the hidden states
@@ -634,8 +641,10 @@ class RooflineCostModel(StepPricer):
         p = self.precision
         ep = (f", dp={self.data_parallel_size}, ep={self.expert_parallel_size}"
               if self.expert_parallel_size > 1 or self.data_parallel_size > 1 else "")
+        groups = tuple(dict.fromkeys(GEMM_OP_GROUP[op] for op in self._gemms if op in GEMM_OP_GROUP))
+        scope = scope_note(p, groups + (("experts",) if self.model.is_moe else ()), self.model.is_moe)
         return (f"roofline ({self.model.name} on {self.hardware.name}, {p.dtype}, "
-                f"weights {p.weight_dtype}, kv {p.kv_cache_dtype}, "
+                f"weights {p.weight_dtype}{f' ({scope})' if scope else ''}, kv {p.kv_cache_dtype}, "
                 f"tp={self.tensor_parallel_size}, pp={self.pipeline_parallel_size}{ep})")
 
     def __repr__(self) -> str:
