@@ -77,13 +77,15 @@ def test_kv_bytes_per_token_by_attention_kind():
 
 def test_deepseek_v3_on_8_h200_memory_plan_by_hand():
     """FP8 weights over TP8: every sharded weight / 8 plus MLA's replicated down-projections,
-    embeddings and LM head in bf16 (vocab-parallel); the pool is what is left of 90%."""
+    the 58 routers whole in bf16 (vLLM's unquantised gate), embeddings and LM head in bf16
+    (vocab-parallel); the pool is what is left of 90%."""
     plan = plan_memory("deepseek-v3", "h200", "bfloat16", 0.9, tensor_parallel_size=8,
                        weight_dtype="fp8")
     m = get_model("deepseek-v3")
     replicated = 61 * 7168 * (1536 + 512 + 64)
-    linear = m.linear_params - replicated
-    by_hand = (linear / 8 + replicated + 2 * 129280 * 7168 * 2 / 8
+    routers = 58 * 7168 * 256
+    linear = m.linear_params - replicated - routers
+    by_hand = (linear / 8 + replicated + routers * 2 + 2 * 129280 * 7168 * 2 / 8
                + (61 * m.other_params_per_layer + 7168) * 2)
     assert plan.weights_bytes == pytest.approx(by_hand, rel=1e-9)
     assert 84 * GB < plan.weights_bytes < 86 * GB

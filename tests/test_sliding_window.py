@@ -57,8 +57,10 @@ def test_kv_bytes_per_token_count_only_full_attention_layers():
 
 def test_gpt_oss_120b_fits_one_h100_with_mxfp4_weights():
     plan = plan_memory("gpt-oss-120b", "h100-sxm", "bfloat16", 0.9, weight_dtype="mxfp4")
-    assert 60e9 < plan.weights_bytes < 66e9
-    assert plan.kv_bytes_per_token == 36_864 and plan.num_kv_slots > 300_000
+    # MXFP4 experts, the rest (attention, routers, embeddings, LM head) in BF16: about the
+    # 65 GB the checkpoint's safetensors hold.
+    assert 64e9 < plan.weights_bytes < 66e9
+    assert plan.kv_bytes_per_token == 36_864 and plan.num_kv_slots > 280_000
 
 
 def _req(rid: str, prompt: int, out: int) -> Request:
