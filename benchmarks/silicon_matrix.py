@@ -503,10 +503,15 @@ def checkpoint_quantization(model_path: str) -> Optional[dict]:
 #: run nvidia/DeepSeek-R1-0528-FP4-V2 (its configs from the first, 2025-11-03 @17d5e204f, to
 #: today), which "additionally quantizes the wo module in attention layers" (its model card)
 #: over nvidia/DeepSeek-R1-0528-FP4, whose ``exclude_modules`` list every ``self_attn``.
+#: nvidia/Kimi-K2.5-NVFP4 lists each layer's MLA q_a_proj, q_b_proj, kv_a_proj_with_mqa and
+#: kv_b_proj in ``exclude_modules``, not o_proj (SGLang's ``modelopt_quant.py`` matches those four
+#: against its fused projections, citing that checkpoint's hf_quant_config.json).
 NVFP4_CHECKPOINT_SCOPES: dict[str, tuple[str, str]] = {
-    path: ("mlp_and_o_proj", "nvidia/DeepSeek-R1-0528-FP4-V2 (InferenceX's FP4 checkpoint): attention in "
-                             "BF16 but its output projection, MLPs and experts in NVFP4")
-    for path in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")
+    **{path: ("mlp_and_o_proj", "nvidia/DeepSeek-R1-0528-FP4-V2 (InferenceX's FP4 checkpoint): attention "
+                                "in BF16 but its output projection, MLPs and experts in NVFP4")
+       for path in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")},
+    "moonshotai/Kimi-K2.5": ("mlp_and_o_proj", "nvidia/Kimi-K2.5-NVFP4: its MLA q/kv projections in BF16 "
+                                               "(exclude_modules), o_proj, MLPs and experts in NVFP4"),
 }
 
 
@@ -1557,7 +1562,8 @@ ASSUMPTIONS = {
                     "rows with fp8_block experts (Qwen3.5: gemm fp8 / moe fp8_block), else "
                     "per-tensor fp8; nvfp4 -> nvfp4, on a MoE with attention in BF16 (quantization.scope auto: "
                     "NVIDIA's NVFP4 MoE exports list *self_attn* in exclude_modules; DeepSeek-R1/V3 rows "
-                    "mlp_and_o_proj, InferenceX's nvidia/DeepSeek-R1-0528-FP4-V2, whose wo is NVFP4 too: "
+                    "mlp_and_o_proj, InferenceX's nvidia/DeepSeek-R1-0528-FP4-V2, whose wo is NVFP4 too, and "
+                    "Kimi-K2.5's nvidia/Kimi-K2.5-NVFP4, which excludes only the q/kv projections: "
                     "checkpoint_scope), every linear layer on a dense model; int4_wo -> int4 (W4A16 on the routed experts only, "
                     "as Kimi-K2.5's checkpoint; Marlin MoE rows); gpt-oss (labelled nvfp4) -> mxfp4, "
                     "its checkpoint's format (experts only; FlashInfer MoE rows on Blackwell, Triton on Hopper, "

@@ -428,13 +428,17 @@ def test_sglang_rows_replay_with_engine_sglang():
 
 def test_nvfp4_rows_carry_their_checkpoints_quantisation_scope():
     """InferenceX's DeepSeek-R1 FP4 checkpoint (nvidia/DeepSeek-R1-0528-FP4-V2) quantises the
-    attention output projection besides the MLPs; other NVFP4 MoE rows keep scope auto."""
+    attention output projection besides the MLPs, as nvidia/Kimi-K2.5-NVFP4 does (it excludes
+    only the q/kv projections); other NVFP4 MoE rows keep scope auto."""
     fp4 = dict(backend="sglang", backend_version="0.5.9", system="b200_sxm", precision="fp4",
                gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="8", moe_tp_size="8")
     for path in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3"):
         p = point(row(model_path=path, **fp4), moe=True)
         assert p.config["quantization"] == {"weights": "nvfp4", "scope": "mlp_and_o_proj"}
         assert any("FP4-V2" in n for n in p.notes)
+    kimi = point(row(model_path="moonshotai/Kimi-K2.5", **{**fp4, "backend": "vllm",
+                                                           "backend_version": "0.17.0"}), moe=True)
+    assert kimi.config["quantization"]["scope"] == "mlp_and_o_proj"
     minimax = point(row(model_path="MiniMaxAI/MiniMax-M2.5", **{**fp4, "backend": "vllm",
                                                                 "backend_version": "0.19.0"}), moe=True)
     assert minimax.config["quantization"] == {"weights": "nvfp4"}
