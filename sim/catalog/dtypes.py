@@ -10,7 +10,7 @@ own name -> ``torch.dtype`` table keyed by ``CANONICAL_DTYPES``.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Iterable, Optional
 
 from sim.errors import ConfigError
 
@@ -238,12 +238,14 @@ def quantized_groups(prec: Precision, is_moe: bool) -> frozenset[str]:
     return groups if is_moe else groups - {"shared_experts", "experts"}
 
 
-def scope_note(prec: Precision, groups_present: tuple[str, ...], is_moe: bool) -> Optional[str]:
+def scope_note(prec: Precision, ops: Iterable[str], is_moe: bool) -> Optional[str]:
     """What a partial scope leaves unquantised, for ``describe`` ("scope mlp_only: attention_in,
-    attention_out in bfloat16"), among the groups the model has; None when the format covers
-    all of them (or the weights are unquantised)."""
+    attention_out in bfloat16"), among the groups of the model's GEMM ``ops`` (its routed
+    experts too, for a MoE); None when the format covers all of them (or the weights are
+    unquantised)."""
     groups = quantized_groups(prec, is_moe)
-    kept = [g for g in groups_present if g not in groups]
+    present = [GEMM_OP_GROUP[op] for op in ops if op in GEMM_OP_GROUP] + (["experts"] if is_moe else [])
+    kept = [g for g in dict.fromkeys(present) if g not in groups]
     if not groups or not kept:
         return None
     return (f"scope {resolved_scope(prec.scope, prec.weight_dtype, is_moe)}: "

@@ -41,7 +41,7 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-from sim.catalog.dtypes import GEMM_OP_GROUP, gemm_quantized, quantized_groups, scope_note
+from sim.catalog.dtypes import gemm_quantized, quantized_groups, scope_note
 from sim.catalog.engines import (EngineRelease, get_engine, sglang_extend_graph_tokens,
                                  sglang_pcg_capture_sizes, version_text)
 from sim.catalog.hardware import HardwareSpec, get_hardware
@@ -730,8 +730,7 @@ class OperatorTableCostModel(StepPricer):
                 layers["router"] = layers["experts"] = m.num_moe_layers
         self.gemm_shapes = shapes
         #: What the checkpoint's quantisation scope leaves 16-bit, for ``describe`` (None: all).
-        groups = tuple(dict.fromkeys(GEMM_OP_GROUP[op] for op in shapes if op in GEMM_OP_GROUP))
-        self.scope_note = scope_note(self.precision, groups + (("experts",) if m.is_moe else ()), m.is_moe)
+        self.scope_note = scope_note(self.precision, shapes, m.is_moe)
         def bf16_curve(n: float, k: float) -> np.ndarray:
             """The 16-bit GEMM of (n, k) at this table's row counts."""
             bc, bms, bns, bks = bf_grid
@@ -1145,8 +1144,8 @@ class OperatorTableCostModel(StepPricer):
                 if "bfloat16" in gts:
                     gt = "bfloat16"
                 else:
-                    self._warnings.append(f"operator tables: {path.name} has no bfloat16 rows for the "
-                                    f"checkpoint's 16-bit attention; its {gt} rows price it")
+                    self._warnings.append(f"operator tables: {path.name} has no bfloat16 rows for "
+                                          f"the checkpoint's 16-bit attention; its {gt} rows price it")
             sel &= c["gemm_type"] == gt
         else:
             # An op-level row times the MLA kernel alone on one rank's heads (its projections are

@@ -25,8 +25,8 @@ from typing import Any, Callable, Mapping, Optional, Union
 
 import numpy as np
 
-from sim.catalog.dtypes import (DTYPE_COMPUTE, GEMM_OP_GROUP, gemm_quantized, quantized_groups,
-                                resolve_precision, scope_note)
+from sim.catalog.dtypes import (DTYPE_COMPUTE, gemm_quantized, quantized_groups, resolve_precision,
+                                scope_note)
 from sim.catalog.hardware import HardwareSpec, get_hardware
 from sim.catalog.models import ModelSpec, get_model
 from sim.memory_plan import check_parallel, kv_bytes_per_token, kv_heads_per_gpu
@@ -641,8 +641,7 @@ class RooflineCostModel(StepPricer):
         p = self.precision
         ep = (f", dp={self.data_parallel_size}, ep={self.expert_parallel_size}"
               if self.expert_parallel_size > 1 or self.data_parallel_size > 1 else "")
-        groups = tuple(dict.fromkeys(GEMM_OP_GROUP[op] for op in self._gemms if op in GEMM_OP_GROUP))
-        scope = scope_note(p, groups + (("experts",) if self.model.is_moe else ()), self.model.is_moe)
+        scope = scope_note(p, self._gemms, self.model.is_moe)
         return (f"roofline ({self.model.name} on {self.hardware.name}, {p.dtype}, "
                 f"weights {p.weight_dtype}{f' ({scope})' if scope else ''}, kv {p.kv_cache_dtype}, "
                 f"tp={self.tensor_parallel_size}, pp={self.pipeline_parallel_size}{ep})")
