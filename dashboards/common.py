@@ -23,7 +23,7 @@ from sim.catalog.engines import ENGINE_NAMES, VLLM_CUDAGRAPH_MODES
 from sim.config import (ALLOCATORS, DEFAULTS, KV_DTYPES, POLICIES, PREEMPTIONS, QUEUE_POLICIES,
                         RESERVES, ROUTERS, WEIGHT_QUANT, build_config, parse_override)
 from sim.errors import KvplanError
-from sim.scenario import MOE_ACTIVATIONS, MOE_KERNELS, MOE_ROUTINGS
+from sim.scenario import MOE_ACTIVATIONS, MOE_KERNELS, MOE_ROUTINGS, QUANT_SCOPES
 
 if TYPE_CHECKING:
     from analysis.slo import SLO
@@ -259,6 +259,11 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
                   list(MOE_KERNELS),
                   help="auto: the engine's default (Hopper: OpenAI's Triton kernels); marlin: "
                        "VLLM_MXFP4_USE_MARLIN=1 (slower on long prefills); needs mxfp4 or int4 weights")
+            f.add("quantization.scope", st.selectbox, "Layers the checkpoint quantises",
+                  list(QUANT_SCOPES),
+                  help="auto: NVFP4 MoE checkpoints keep attention BF16 (NVIDIA's exports), MXFP4 and "
+                       "INT4 MoEs quantise the routed experts only, the rest every layer; "
+                       "mlp_and_o_proj: DeepSeek-R1-0528-FP4-V2, Kimi-K2.5-NVFP4; needs quantised weights")
             f.add("parallel.tensor_parallel_size", st.selectbox, "Tensor parallel (GPUs per replica)", [1, 2, 4, 8])
             f.add("parallel.pipeline_parallel_size", st.selectbox, "Pipeline parallel (stages)", [1, 2, 4, 8])
             f.add("parallel.num_replicas", st.number_input, "Replicas", min_value=1, max_value=64, value=1)

@@ -85,3 +85,22 @@ def test_synthetic_prompt_text_reaches_the_front_end():
     assert not at.exception, [e.value for e in at.exception]
     assert front_end(natural)["tokenize_us_per_token"] == pytest.approx(TOKENIZE_US_PER_TOKEN)
     assert front_end(at)["tokenize_us_per_token"] == pytest.approx(TOKENIZE_US_PER_TOKEN * SYNTHETIC_TOKENIZE_FACTOR)
+
+
+def test_quantisation_scope_is_a_what_if_that_moves_the_weights():
+    """An NVFP4 MoE checkpoint with its attention in BF16 (the default for NVIDIA's exports)
+    holds more weight bytes than one quantised throughout: the tile says so."""
+    def weights(scope: str) -> float:
+        at = AppTest.from_file(str(PAGE), default_timeout=180)
+        at.run()
+        at.text_input(key="wi.curve.rates").set_value("2")
+        at.sidebar.selectbox(key="wi.model").set_value("qwen3-30b-a3b")
+        at.sidebar.selectbox(key="wi.hardware").set_value("b200")
+        at.sidebar.selectbox(key="wi.dtype").set_value("bfloat16")
+        at.sidebar.selectbox(key="wi.quantization.weights").set_value("nvfp4")
+        at.sidebar.selectbox(key="wi.quantization.scope").set_value(scope)
+        at.run()
+        assert not at.exception, [e.value for e in at.exception]
+        return float(tile(at, "Weights per GPU").split()[0])
+
+    assert weights("auto") > weights("all")
