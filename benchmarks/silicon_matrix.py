@@ -498,28 +498,90 @@ def checkpoint_quantization(model_path: str) -> Optional[dict]:
     return q if isinstance(q, dict) else None
 
 
-#: ``quantization.scope`` of the NVFP4 checkpoint a model's rows ran, where it is not what
-#: ``auto`` gives (attention 16-bit, every MLP quantised): InferenceX's DeepSeek-R1 FP4 scripts
-#: run nvidia/DeepSeek-R1-0528-FP4-V2 (its configs from the first, 2025-11-03 @17d5e204f, to
-#: today), which "additionally quantizes the wo module in attention layers" (its model card)
-#: over nvidia/DeepSeek-R1-0528-FP4, whose ``exclude_modules`` list every ``self_attn``.
-#: nvidia/Kimi-K2.5-NVFP4 lists each layer's MLA q_a_proj, q_b_proj, kv_a_proj_with_mqa and
-#: kv_b_proj in ``exclude_modules``, not o_proj (SGLang's ``modelopt_quant.py`` matches those four
-#: against its fused projections, citing that checkpoint's hf_quant_config.json).
+#: ``quantization.scope`` of the NVFP4 checkpoint a model's rows ran, where the package ships no
+#: config of it: InferenceX's DeepSeek-R1 FP4 scripts run nvidia/DeepSeek-R1-0528-FP4-V2 (its
+#: configs from the first, 2025-11-03 @17d5e204f, to today), which "additionally quantizes the wo
+#: module in attention layers" (its model card) over nvidia/DeepSeek-R1-0528-FP4, whose
+#: ``exclude_modules`` list every ``self_attn``; the package's nvidia/DeepSeek-V3.1-NVFP4 config
+#: does the same (q_a, q_b, kv_a, kv_b excluded, o_proj not).
 NVFP4_CHECKPOINT_SCOPES: dict[str, tuple[str, str]] = {
-    **{path: ("mlp_and_o_proj", "nvidia/DeepSeek-R1-0528-FP4-V2 (InferenceX's FP4 checkpoint): attention "
-                                "in BF16 but its output projection, MLPs and experts in NVFP4")
-       for path in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")},
-    "moonshotai/Kimi-K2.5": ("mlp_and_o_proj", "nvidia/Kimi-K2.5-NVFP4: its MLA q/kv projections in BF16 "
-                                               "(exclude_modules), o_proj, MLPs and experts in NVFP4"),
+    path: ("mlp_and_o_proj", "nvidia/DeepSeek-R1-0528-FP4-V2 (InferenceX's FP4 checkpoint): attention "
+                             "in BF16 but its output projection, MLPs and experts in NVFP4")
+    for path in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3")
 }
+#: Patterns of a checkpoint's ``exclude_modules`` / ``ignore`` (the part after ``layers.N.``) ->
+#: the GEMM groups they leave 16-bit (``sim.catalog.dtypes.GEMM_GROUPS``). Routers
+#: (``mlp.gate``, ``block_sparse_moe.gate``), the DSA indexer and norms are 16-bit in kvplan
+#: whatever the scope; whole-layer patterns (``layers.78*``) are MTP layers, not served.
+EXCLUDED_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    (r"(self_attn|linear_attn)\*?$", ("attention_in", "attention_out")),
+    (r"(self_attn|linear_attn)\.(q_a_proj|q_b_proj|kv_a_proj_with_mqa|kv_b_proj|q_proj|k_proj|v_proj"
+     r"|qkv_proj|in_proj_qkvz|in_proj_ba)$", ("attention_in",)),
+    (r"(self_attn|linear_attn)\.(o_proj|out_proj)$", ("attention_out",)),
+    (r"shared_experts?\b", ("shared_experts",)),
+)
+
+
+def checkpoint_excluded_groups(patterns: Sequence[str]) -> set[str]:
+    """The GEMM groups a checkpoint's exclude list keeps 16-bit (``EXCLUDED_GROUPS``)."""
+    out: set[str] = set()
+    for pattern in patterns:
+        tail = re.sub(r"^.*?layers\.\d+\.", "", str(pattern))
+        for regex, groups in EXCLUDED_GROUPS:
+            if re.search(regex, tail):
+                out.update(groups)
+    return out
+
+
+def package_nvfp4_scope(model_path: str) -> tuple[Optional[str], Optional[str]]:
+    """``quantization.scope`` of NVIDIA's NVFP4 export of ``model_path`` (nvidia/<name>-NVFP4,
+    the checkpoint InferenceX's FP4 scripts serve) from the config the package ships of it:
+    the preset whose quantised groups equal what its exclude list leaves, among the groups
+    kvplan's model has; (None, None) without a shipped config or a matching preset."""
+    from sim.catalog.dtypes import GEMM_GROUPS, QUANT_SCOPES, scope_groups
+    from sim.catalog.models import get_model
+
+    pkg = package_root()
+    name = f"nvidia/{model_path.split('/')[-1]}-NVFP4"
+    if pkg is None:
+        return None, None
+    patterns: Optional[list] = None
+    for suffix in ("_hf_quant_config.json", "_config.json"):
+        path = pkg / "model_configs" / f"{name.replace('/', '--')}{suffix}"
+        if path.is_file():
+            cfg = json.loads(path.read_text())
+            q = cfg.get("quantization") or cfg.get("quantization_config") or {}
+            found = q.get("exclude_modules") or q.get("ignore")
+            if found is not None:
+                patterns = list(found)
+                break
+    if patterns is None:
+        return None, None
+    try:
+        m = get_model(CHECKPOINT_ALIASES.get(model_path, model_path))
+    except KvplanError:
+        return None, None
+    present = {"attention_in", "attention_out", "experts"}
+    present |= {"dense_mlp"} if m.num_dense_layers else set()
+    present |= {"shared_experts"} if m.num_shared_experts else set()
+    kept = checkpoint_excluded_groups(patterns) & present
+    quantized = (set(GEMM_GROUPS) - kept) & present
+    for scope in QUANT_SCOPES[1:]:
+        if set(scope_groups(scope)) & present == quantized:
+            return scope, (f"{name} (the package's config of it): exclude_modules keep "
+                           f"{', '.join(sorted(kept)) or 'nothing'} 16-bit -> quantization.scope {scope}")
+    return None, None
 
 
 def checkpoint_scope(model_path: str, weights: str) -> tuple[Optional[str], Optional[str]]:
-    """``quantization.scope`` for the row's checkpoint and a note, or (None, None): ``auto``."""
-    if weights != "nvfp4" or model_path not in NVFP4_CHECKPOINT_SCOPES:
+    """``quantization.scope`` for the row's checkpoint and a note, or (None, None): ``auto``.
+    NVFP4 only: the model card's word where the package ships no config
+    (``NVFP4_CHECKPOINT_SCOPES``), else NVIDIA's export as the package ships it."""
+    if weights != "nvfp4":
         return None, None
-    return NVFP4_CHECKPOINT_SCOPES[model_path]
+    if model_path in NVFP4_CHECKPOINT_SCOPES:
+        return NVFP4_CHECKPOINT_SCOPES[model_path]
+    return package_nvfp4_scope(model_path)
 
 
 def weights_quantization(gemm_mode: str, moe_mode: str, checkpoint: Optional[Mapping]
@@ -1562,9 +1624,10 @@ ASSUMPTIONS = {
                     "rows with fp8_block experts (Qwen3.5: gemm fp8 / moe fp8_block), else "
                     "per-tensor fp8; nvfp4 -> nvfp4, on a MoE with attention in BF16 (quantization.scope auto: "
                     "NVIDIA's NVFP4 MoE exports list *self_attn* in exclude_modules; DeepSeek-R1/V3 rows "
-                    "mlp_and_o_proj, InferenceX's nvidia/DeepSeek-R1-0528-FP4-V2, whose wo is NVFP4 too, and "
-                    "Kimi-K2.5's nvidia/Kimi-K2.5-NVFP4, which excludes only the q/kv projections: "
-                    "checkpoint_scope), every linear layer on a dense model; int4_wo -> int4 (W4A16 on the routed experts only, "
+                    "mlp_and_o_proj, InferenceX's nvidia/DeepSeek-R1-0528-FP4-V2, whose wo is NVFP4 too; "
+                    "other models' rows the scope of nvidia/<model>-NVFP4 as the package's config of it "
+                    "excludes: Qwen3.5's experts_only, its shared experts BF16: checkpoint_scope), every "
+                    "linear layer on a dense model; int4_wo -> int4 (W4A16 on the routed experts only, "
                     "as Kimi-K2.5's checkpoint; Marlin MoE rows); gpt-oss (labelled nvfp4) -> mxfp4, "
                     "its checkpoint's format (experts only; FlashInfer MoE rows on Blackwell, Triton on Hopper, "
                     "Marlin (quantization.moe_kernel marlin) where InferenceX's Hopper script exported "

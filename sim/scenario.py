@@ -396,9 +396,9 @@ class QuantizationConfig(_Section):
     #: recipe's choice, not the format's. ``auto``: the routed experts only for MXFP4 and INT4
     #: MoEs (gpt-oss, Kimi-K2.5), every MLP but not attention for NVFP4 MoEs (NVIDIA's ModelOpt
     #: exports list ``*self_attn*`` in ``exclude_modules``), every linear layer otherwise.
-    #: ``mlp_and_o_proj``: nvidia/DeepSeek-R1-0528-FP4-V2; ``experts_only``: ModelOpt's
-    #: ``nvfp4_experts_only`` recipe (nvidia/MiniMax-M2.5-NVFP4, Kimi-K2.6-NVFP4); ``all``: a
-    #: checkpoint quantised throughout (nvidia/Llama-3.3-70B-Instruct-FP4, FP8 releases).
+    #: ``mlp_and_o_proj``: nvidia/DeepSeek-R1-0528-FP4-V2; ``experts_only``: the routed experts
+    #: only (nvidia/Qwen3.5-397B-A17B-NVFP4, Kimi-K2.6-NVFP4); ``all``: a checkpoint quantised
+    #: throughout (nvidia/Llama-3.3-70B-Instruct-FP4, FP8 releases).
     scope: str = choice("auto", QUANT_SCOPES)
 
     def __post_init__(self) -> None:

@@ -427,24 +427,48 @@ def test_sglang_rows_replay_with_engine_sglang():
 
 
 def test_nvfp4_rows_carry_their_checkpoints_quantisation_scope():
-    """InferenceX's DeepSeek-R1 FP4 checkpoint (nvidia/DeepSeek-R1-0528-FP4-V2) quantises the
-    attention output projection besides the MLPs, as nvidia/Kimi-K2.5-NVFP4 does (it excludes
-    only the q/kv projections); other NVFP4 MoE rows keep scope auto."""
+    """InferenceX's DeepSeek-R1 FP4 checkpoint (nvidia/DeepSeek-R1-0528-FP4-V2, not in the
+    package) quantises the attention output projection besides the MLPs (its model card)."""
     fp4 = dict(backend="sglang", backend_version="0.5.9", system="b200_sxm", precision="fp4",
                gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="8", moe_tp_size="8")
     for path in ("deepseek-ai/DeepSeek-R1", "deepseek-ai/DeepSeek-V3"):
         p = point(row(model_path=path, **fp4), moe=True)
         assert p.config["quantization"] == {"weights": "nvfp4", "scope": "mlp_and_o_proj"}
         assert any("FP4-V2" in n for n in p.notes)
-    kimi = point(row(model_path="moonshotai/Kimi-K2.5", **{**fp4, "backend": "vllm",
-                                                           "backend_version": "0.17.0"}), moe=True)
-    assert kimi.config["quantization"]["scope"] == "mlp_and_o_proj"
-    minimax = point(row(model_path="MiniMaxAI/MiniMax-M2.5", **{**fp4, "backend": "vllm",
-                                                                "backend_version": "0.19.0"}), moe=True)
-    assert minimax.config["quantization"] == {"weights": "nvfp4"}
     fp8 = point(row(model_path="deepseek-ai/DeepSeek-R1", backend="sglang", backend_version="0.5.9",
                     gemm_quant_mode="fp8", moe_quant_mode="fp8_block"), quant=BLOCK_FP8, moe=True)
     assert "scope" not in fp8.config["quantization"]
+
+
+def test_a_checkpoints_exclude_list_names_the_groups_it_keeps_16_bit():
+    # nvidia/MiniMax-M2.5-NVFP4's patterns: attention whole, the router (16-bit anyway).
+    assert sm.checkpoint_excluded_groups(["lm_head", "model.layers.0.block_sparse_moe.gate",
+                                          "model.layers.0.self_attn*"]) == {"attention_in", "attention_out"}
+    # nvidia/DeepSeek-V3.1-NVFP4's: the MLA q/kv projections, not o_proj; layer 61 is MTP.
+    assert sm.checkpoint_excluded_groups([
+        "model.layers.61*", "model.layers.3.self_attn.q_a_proj", "model.layers.3.self_attn.q_b_proj",
+        "model.layers.3.self_attn.kv_a_proj_with_mqa", "model.layers.3.self_attn.kv_b_proj"]) == {"attention_in"}
+    # nvidia/Qwen3.5-397B-A17B-NVFP4's: both attention kinds and the shared expert.
+    assert sm.checkpoint_excluded_groups([
+        "*.mlp.shared_expert.*", "model.language_model.layers.0.linear_attn*",
+        "model.language_model.layers.3.self_attn*", "model.language_model.layers.0.mlp.shared_expert_gate",
+    ]) == {"attention_in", "attention_out", "shared_experts"}
+    assert sm.checkpoint_excluded_groups(["lm_head", "vision_tower*", "mtp.layers.0*"]) == set()
+
+
+@pytest.mark.skipif(sm.package_root() is None, reason="aiconfigurator-core is not installed")
+def test_nvfp4_rows_run_the_scope_of_nvidias_export_as_the_package_ships_it():
+    fp4 = dict(backend="vllm", backend_version="0.19.0", system="b200_sxm", precision="fp4",
+               gemm_quant_mode="nvfp4", moe_quant_mode="nvfp4", tp_size="8", moe_tp_size="8")
+    want = {"moonshotai/Kimi-K2.5": "mlp_only",          # self_attn* excluded, shared expert FP4
+            "Qwen/Qwen3.5-397B-A17B": "experts_only",    # attention and shared expert excluded
+            "MiniMaxAI/MiniMax-M2.5": "mlp_only"}
+    for path, scope in want.items():
+        p = point(row(model_path=path, **fp4), moe=True)
+        assert p.config["quantization"]["scope"] == scope, path
+        assert any(f"nvidia/{path.split('/')[-1]}-NVFP4" in n for n in p.notes), path
+    dense = point(row(model_path="meta-llama/Llama-3.1-70B", **fp4), moe=False)
+    assert "scope" not in dense.config["quantization"]  # no NVFP4 export shipped: auto
 
 
 def test_sglang_qwen35_rows_block_fp8_and_moe_tp_x_ep():

@@ -192,8 +192,9 @@ GEMM_GROUPS: tuple[str, ...] = ("attention_in", "attention_out", "dense_mlp", "s
 #:   (nvidia/DeepSeek-R1-0528-NVFP4 and -FP4 v1).
 #: - ``mlp_and_o_proj``: ``mlp_only`` plus the attention output projection
 #:   (nvidia/DeepSeek-R1-0528-FP4-V2: "additionally quantizes the wo module").
-#: - ``experts_only``: the routed experts only (ModelOpt's ``nvfp4_experts_only`` recipe:
-#:   nvidia/MiniMax-M2.5-NVFP4, nvidia/Kimi-K2.6-NVFP4; gpt-oss's MXFP4; Kimi-K2.5's INT4).
+#: - ``experts_only``: the routed experts only (nvidia/Qwen3.5-397B-A17B-NVFP4 and
+#:   nvidia/Kimi-K2.6-NVFP4 exclude attention and the shared experts; gpt-oss's MXFP4;
+#:   Kimi-K2.5's INT4).
 #: - ``auto``: ``experts_only`` for MXFP4 and INT4 on a MoE (``EXPERTS_ONLY_WEIGHTS``),
 #:   ``mlp_only`` for NVFP4 on a MoE (what every NVIDIA MoE export above shares: attention
 #:   16-bit), ``all`` otherwise.
@@ -215,6 +216,11 @@ GEMM_OP_GROUP: dict[str, str] = {
     "shared_up": "shared_experts", "shared_down": "shared_experts",
     "experts": "experts",
 }
+
+
+def scope_groups(scope: str) -> frozenset[str]:
+    """The ``GEMM_GROUPS`` a preset ``quantization.scope`` (not ``auto``) quantises."""
+    return _SCOPE_GROUPS[scope]
 
 
 def resolved_scope(scope: str, weight_dtype: Optional[str], is_moe: bool) -> str:
@@ -263,5 +269,5 @@ __all__ = [
     "WEIGHT_QUANT", "WEIGHT_DTYPES", "WEIGHT_ALIASES", "FP8_BLOCK_BYTES", "INT4_BYTES", "MXFP4_BYTES", "NVFP4_BYTES", "KV_DTYPES", "KV_CACHE_DTYPES",
     "resolve_dtype", "dtype_bytes", "Precision", "resolve_precision", "EXPERTS_ONLY_WEIGHTS",
     "experts_only", "GEMM_GROUPS", "QUANT_SCOPES", "GEMM_OP_GROUP", "resolved_scope",
-    "quantized_groups", "gemm_quantized", "scope_note",
+    "quantized_groups", "gemm_quantized", "scope_note", "scope_groups",
 ]
