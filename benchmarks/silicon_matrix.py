@@ -542,9 +542,9 @@ def package_nvfp4_scope(model_path: str) -> tuple[Optional[str], Optional[str]]:
     from sim.catalog.models import get_model
 
     pkg = package_root()
-    name = f"nvidia/{model_path.split('/')[-1]}-NVFP4"
     if pkg is None:
         return None, None
+    name = f"nvidia/{model_path.split('/')[-1]}-NVFP4"
     patterns: Optional[list] = None
     for suffix in ("_hf_quant_config.json", "_config.json"):
         path = pkg / "model_configs" / f"{name.replace('/', '--')}{suffix}"
@@ -561,7 +561,7 @@ def package_nvfp4_scope(model_path: str) -> tuple[Optional[str], Optional[str]]:
         m = get_model(CHECKPOINT_ALIASES.get(model_path, model_path))
     except KvplanError:
         return None, None
-    present = {"attention_in", "attention_out", "experts"}
+    present = {"attention_in", "attention_out"} | ({"experts"} if m.is_moe else set())
     present |= {"dense_mlp"} if m.num_dense_layers else set()
     present |= {"shared_experts"} if m.num_shared_experts else set()
     kept = checkpoint_excluded_groups(patterns) & present
