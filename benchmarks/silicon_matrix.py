@@ -63,6 +63,7 @@ generator flags (what-ifs).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import os
@@ -533,6 +534,7 @@ def checkpoint_excluded_groups(patterns: Sequence[str]) -> set[str]:
     return out
 
 
+@functools.lru_cache(maxsize=None)
 def package_nvfp4_scope(model_path: str) -> tuple[Optional[str], Optional[str]]:
     """``quantization.scope`` of NVIDIA's NVFP4 export of ``model_path`` (nvidia/<name>-NVFP4,
     the checkpoint InferenceX's FP4 scripts serve) from the config the package ships of it:
@@ -545,16 +547,13 @@ def package_nvfp4_scope(model_path: str) -> tuple[Optional[str], Optional[str]]:
     if pkg is None:
         return None, None
     name = f"nvidia/{model_path.split('/')[-1]}-NVFP4"
-    patterns: Optional[list] = None
-    for suffix in ("_hf_quant_config.json", "_config.json"):
-        path = pkg / "model_configs" / f"{name.replace('/', '--')}{suffix}"
-        if path.is_file():
-            cfg = json.loads(path.read_text())
-            q = cfg.get("quantization") or cfg.get("quantization_config") or {}
-            found = q.get("exclude_modules") or q.get("ignore")
-            if found is not None:
-                patterns = list(found)
-                break
+    # Its config.json's quantization_config (``ignore``), else ModelOpt's hf_quant_config.json.
+    q = checkpoint_quantization(name) or {}
+    patterns = q.get("ignore") or q.get("exclude_modules")
+    if patterns is None:
+        hf_quant = pkg / "model_configs" / f"{name.replace('/', '--')}_hf_quant_config.json"
+        if hf_quant.is_file():
+            patterns = (json.loads(hf_quant.read_text()).get("quantization") or {}).get("exclude_modules")
     if patterns is None:
         return None, None
     try:

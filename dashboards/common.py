@@ -263,7 +263,7 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
                   list(QUANT_SCOPES),
                   help="auto: NVFP4 MoE checkpoints keep attention BF16 (NVIDIA's exports), MXFP4 and "
                        "INT4 MoEs quantise the routed experts only, the rest every layer; "
-                       "mlp_and_o_proj: DeepSeek-R1-0528-FP4-V2, Kimi-K2.5-NVFP4; needs quantised weights")
+                       "mlp_and_o_proj: DeepSeek-R1-0528-FP4-V2; needs quantised weights")
             f.add("parallel.tensor_parallel_size", st.selectbox, "Tensor parallel (GPUs per replica)", [1, 2, 4, 8])
             f.add("parallel.pipeline_parallel_size", st.selectbox, "Pipeline parallel (stages)", [1, 2, 4, 8])
             f.add("parallel.num_replicas", st.number_input, "Replicas", min_value=1, max_value=64, value=1)

@@ -125,14 +125,12 @@ def weights_bytes_per_gpu(model: ModelSpec, prec: Precision, tp: int = 1, pp: in
                    + routed * prec.weight_bytes / (ep * etp))
         per_layer_total = layers * per_layer - max(0, layers - model.num_moe_layers) * lighter
         layers, per_layer = 1, per_layer_total
-    layers_total = layers * per_layer + unquantized_extra_bytes(model, prec, tp, pp)
-    layers, per_layer = 1, layers_total
     embed = model.embedding_params * prec.act_bytes / tp
     head_params = model.vocab_size * model.hidden_size if (
         model.tie_word_embeddings and pp > 1) else model.lm_head_params
     head = head_params * prec.act_bytes / tp + model.final_norm_params * prec.act_bytes
     extra = embed + head if pp == 1 else max(embed, head)
-    return layers * per_layer + extra
+    return layers * per_layer + unquantized_extra_bytes(model, prec, tp, pp) + extra
 
 
 def unquantized_extra_bytes(model: ModelSpec, prec: Precision, tp: int = 1, pp: int = 1) -> float:
@@ -148,10 +146,7 @@ def unquantized_extra_bytes(model: ModelSpec, prec: Precision, tp: int = 1, pp: 
         return 0.0
     h = model.hidden_size
     replicated = model.replicated_attention_params
-    if model.is_mla:
-        out_params = model.num_heads * model.v_head_dim * h
-    else:
-        out_params = model.q_size * h
+    out_params = model.attention_output_params
     in_params = model.attention_params - out_params
     params = 0.0
     if "attention_in" not in groups:
@@ -162,9 +157,8 @@ def unquantized_extra_bytes(model: ModelSpec, prec: Precision, tp: int = 1, pp: 
         params += model.linear_attention_layers * h * model.linear_value_size / tp
     if "dense_mlp" not in groups:
         params += model.num_dense_layers * model.dense_mlp_params / tp
-    if model.is_moe:
-        if "shared_experts" not in groups:
-            params += model.num_moe_layers * model.num_shared_experts * model.expert_params / tp
+    if "shared_experts" not in groups:  # 0 shared experts for a dense model
+        params += model.num_moe_layers * model.num_shared_experts * model.expert_params / tp
     router = model.num_moe_layers * model.router_params * (prec.act_bytes - prec.weight_bytes / tp)
     share = math.ceil(model.num_layers / pp) / model.num_layers
     return (params * per_param + router) * share

@@ -227,10 +227,9 @@ def resolved_scope(scope: str, weight_dtype: Optional[str], is_moe: bool) -> str
     """``quantization.scope`` with ``auto`` resolved for the format and model (``QUANT_SCOPES``)."""
     if scope != "auto":
         return scope
-    w = WEIGHT_ALIASES.get(str(weight_dtype or "").lower(), str(weight_dtype or "").lower())
-    if is_moe and w in EXPERTS_ONLY_WEIGHTS:
+    if experts_only(weight_dtype, is_moe):
         return "experts_only"
-    if is_moe and w == "nvfp4":
+    if is_moe and str(weight_dtype or "").lower() == "nvfp4":
         return "mlp_only"
     return "all"
 

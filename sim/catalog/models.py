@@ -343,13 +343,20 @@ class ModelSpec:
         K/V up projection from the latent, and the output projection."""
         h = self.hidden_size
         if not self.is_mla:
-            return h * self.qkv_size + self.q_size * h
+            return h * self.qkv_size + self.attention_output_params
         heads, rank = self.num_heads, self.kv_lora_rank
         q = (h * self.q_lora_rank + self.q_lora_rank * heads * self.head_dim
              if self.q_lora_rank else h * heads * self.head_dim)
         kv_down = h * (rank + self.qk_rope_head_dim)
         kv_up = rank * heads * (self.qk_nope_head_dim + self.v_head_dim)
-        return q + kv_down + kv_up + heads * self.v_head_dim * h + self.indexer_params
+        return q + kv_down + kv_up + self.attention_output_params + self.indexer_params
+
+    @property
+    def attention_output_params(self) -> int:
+        """Weights of one attention layer's output projection (MLA: every head's value width
+        back to the hidden size), the part a checkpoint may quantise apart from the rest."""
+        values = self.num_heads * self.v_head_dim if self.is_mla else self.q_size
+        return values * self.hidden_size
 
     @property
     def replicated_attention_params(self) -> int:

@@ -1453,14 +1453,13 @@ class OperatorTableCostModel(StepPricer):
         gdn = gp is not None and gd is not None
         padded = bool(self._pcg_sizes)
         self._scalar = _Lookups(self._eager_scalar, self._graph_scalar, self._dec.at, self._dec_win.at,
-                                self._pre.at,
-                                self._pre_win.at, self._head.at, gp.at if gdn else None, gd.at if gdn else None,
+                                self._pre.at, self._pre_win.at, self._head.at,
+                                gp.at if gdn else None, gd.at if gdn else None,
                                 self._pad_scalar if padded else _same)
         self._vector = _Lookups(self._eager_array, self._graph_array, self._dec.at_array,
-                                self._dec_win.at_array,
-                                self._pre.at_array, self._pre_win.at_array, self._head.at_array,
-                                gp.at_array if gdn else None, gd.at_array if gdn else None,
-                                self._pad_array if padded else _same)
+                                self._dec_win.at_array, self._pre.at_array, self._pre_win.at_array,
+                                self._head.at_array, gp.at_array if gdn else None,
+                                gd.at_array if gdn else None, self._pad_array if padded else _same)
 
     # -- the step price, written once -----------------------------------------------------------
     # Split in two so that a decode window re-evaluates only what its growing context changes

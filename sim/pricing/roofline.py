@@ -175,27 +175,27 @@ class RooflineCostModel(StepPricer):
         quantized = quantized_groups(p, m.is_moe)
         act_peak = h.flops(DTYPE_COMPUTE[p.dtype]) * e.gemm_compute
         expert_wb = p.weight_bytes if "experts" in quantized else float(ab)
-        wb = p.weight_bytes  # the op-name argument below decides per GEMM
 
-        def gemm(k: float, n: float, wbytes: float, op: str = "") -> _Gemm:
-            if op and not gemm_quantized(op, p, m.is_moe):
+        def gemm(k: float, n: float, op: str) -> _Gemm:
+            """GEMM ``op`` of (k, n) in the format where the scope quantises it, else 16-bit."""
+            if not gemm_quantized(op, p, m.is_moe):
                 return _Gemm(2 * k * n / act_peak, k * n * ab / gemm_bw, (k + n) * ab / gemm_bw)
-            return _Gemm(2 * k * n / peak, k * n * wbytes / gemm_bw, (k + n) * ab / gemm_bw)
+            return _Gemm(2 * k * n / peak, k * n * p.weight_bytes / gemm_bw, (k + n) * ab / gemm_bw)
 
         q_out = (2 if m.attn_output_gate else 1) * q  # Qwen3.5: the output gate beside q
         self._gemms = {
-            "qkv_proj": gemm(hd, q_out + 2 * kv, wb, "qkv_proj"),
-            "o_proj": gemm(q, hd, wb, "o_proj"),
-            "mlp_up": gemm(hd, m.mlp_in_size / tp, wb, "mlp_up"),
-            "mlp_down": gemm(ffn, hd, wb, "mlp_down"),
+            "qkv_proj": gemm(hd, q_out + 2 * kv, "qkv_proj"),
+            "o_proj": gemm(q, hd, "o_proj"),
+            "mlp_up": gemm(hd, m.mlp_in_size / tp, "mlp_up"),
+            "mlp_down": gemm(ffn, hd, "mlp_down"),
         }
         #: Layers each GEMM runs in (all of them, but for dense-first MoEs and their experts).
         self._gemm_layers = dict.fromkeys(self._gemms, m.num_layers)
         if m.is_hybrid_linear:
             # Gated DeltaNet layers' projections (q, k, v, z; b, a; out) in place of attention's.
-            self._gemms["gdn_in_proj"] = gemm(hd, m.linear_qkvz_size / tp, wb, "gdn_in_proj")
-            self._gemms["gdn_ba_proj"] = gemm(hd, 2 * m.linear_num_value_heads / tp, wb, "gdn_ba_proj")
-            self._gemms["gdn_out_proj"] = gemm(m.linear_value_size / tp, hd, wb, "gdn_out_proj")
+            self._gemms["gdn_in_proj"] = gemm(hd, m.linear_qkvz_size / tp, "gdn_in_proj")
+            self._gemms["gdn_ba_proj"] = gemm(hd, 2 * m.linear_num_value_heads / tp, "gdn_ba_proj")
+            self._gemms["gdn_out_proj"] = gemm(m.linear_value_size / tp, hd, "gdn_out_proj")
             for op in ("gdn_in_proj", "gdn_ba_proj", "gdn_out_proj"):
                 self._gemm_layers[op] = m.linear_attention_layers
             self._gemm_layers["qkv_proj"] = self._gemm_layers["o_proj"] = m.num_attention_layers
@@ -221,12 +221,12 @@ class RooflineCostModel(StepPricer):
             # into the query and output (the same weights and FLOPs per token), the output.
             heads = m.num_heads // tp
             del self._gemms["qkv_proj"], self._gemm_layers["qkv_proj"]
-            attn = {"q_proj": gemm(hd, heads * m.head_dim, wb, "q_proj")} if not m.q_lora_rank else {
-                "q_a_proj": gemm(hd, m.q_lora_rank, wb, "q_a_proj"),
-                "q_b_proj": gemm(m.q_lora_rank, heads * m.head_dim, wb, "q_b_proj")}
-            attn["kv_a_proj"] = gemm(hd, m.kv_lora_rank + m.qk_rope_head_dim, wb, "kv_a_proj")
-            attn["kv_b_proj"] = gemm(m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim), wb, "kv_b_proj")
-            attn["o_proj"] = gemm(heads * m.v_head_dim, hd, wb, "o_proj")
+            attn = {"q_proj": gemm(hd, heads * m.head_dim, "q_proj")} if not m.q_lora_rank else {
+                "q_a_proj": gemm(hd, m.q_lora_rank, "q_a_proj"),
+                "q_b_proj": gemm(m.q_lora_rank, heads * m.head_dim, "q_b_proj")}
+            attn["kv_a_proj"] = gemm(hd, m.kv_lora_rank + m.qk_rope_head_dim, "kv_a_proj")
+            attn["kv_b_proj"] = gemm(m.kv_lora_rank, heads * (m.qk_nope_head_dim + m.v_head_dim), "kv_b_proj")
+            attn["o_proj"] = gemm(heads * m.v_head_dim, hd, "o_proj")
             self._gemms.update(attn)
             self._gemm_layers.update(dict.fromkeys(attn, m.num_layers))
         #: A mixture of experts prices its MLP apart (``sim.pricing.experts``): the weights read
@@ -237,18 +237,18 @@ class RooflineCostModel(StepPricer):
             moe_layers = m.num_moe_layers
             if m.num_dense_layers:  # DeepSeek-V3's first layers: a dense MLP of their own width
                 dense = m.dense_intermediate_size / tp
-                self._gemms["mlp_up"] = gemm(hd, (2 if m.gated_mlp else 1) * dense, wb, "mlp_up")
-                self._gemms["mlp_down"] = gemm(dense, hd, wb, "mlp_down")
+                self._gemms["mlp_up"] = gemm(hd, (2 if m.gated_mlp else 1) * dense, "mlp_up")
+                self._gemms["mlp_down"] = gemm(dense, hd, "mlp_down")
                 self._gemm_layers["mlp_up"] = self._gemm_layers["mlp_down"] = m.num_dense_layers
             else:
                 del self._gemms["mlp_up"], self._gemms["mlp_down"]
                 del self._gemm_layers["mlp_up"], self._gemm_layers["mlp_down"]
             if m.num_shared_experts:  # every token's shared expert(s): a dense MLP per layer
                 shared = m.num_shared_experts
-                self._gemms["shared_up"] = gemm(hd, shared * up, wb, "shared_up")
-                self._gemms["shared_down"] = gemm(shared * ffn, hd, wb, "shared_down")
+                self._gemms["shared_up"] = gemm(hd, shared * up, "shared_up")
+                self._gemms["shared_down"] = gemm(shared * ffn, hd, "shared_down")
                 self._gemm_layers["shared_up"] = self._gemm_layers["shared_down"] = moe_layers
-            self._gemms["router"] = gemm(hd, m.num_experts, ab, "router")
+            self._gemms["router"] = gemm(hd, m.num_experts, "router")
             if m.router_fp32 and h.supports("fp32"):
                 # An fp32 gate (``ModelSpec.router_fp32``): an SGEMM on CUDA cores (TF32 is off
                 # for fp32 matmuls in PyTorch by default), fp32 weights, and the hidden states
