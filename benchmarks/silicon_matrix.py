@@ -91,7 +91,7 @@ from inferencex_sglang_flags import script_flags as sglang_script_flags  # noqa:
 from inferencex_sweeps import outside_sweep, spec_decode_run  # noqa: E402
 import inferencex_vllm_flags  # noqa: E402
 from inferencex_vllm_flags import script_flags as vllm_script_flags  # noqa: E402
-from silicon_sample import CSV_NAME, package_version, read_rows, silicon_csv  # noqa: E402,F401
+from silicon_sample import CSV_NAME, package_version, read_rows, same_means, silicon_csv  # noqa: E402,F401
 RESULTS = ROOT / "benchmarks" / "results"
 
 #: AIConfigurator's system folder -> kvplan's hardware slug.
@@ -327,15 +327,11 @@ def spec_decode_reason(row: Mapping) -> Optional[str]:
 #: The point's labels that make two rows one measurement point (``spec_decode_copies``).
 POINT_LABELS = ("backend", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
                 "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
-#: Two collections' copies of one measurement agree to the coarser file's rounding (2 decimals).
-COPY_TOLERANCE_MS = 0.011
-
-
 def same_measurement(a: Mapping, b: Mapping) -> bool:
-    """Whether two rows' measured means (TTFT and TPOT) agree to the files' rounding: one
-    measurement filed twice."""
-    return all(abs((_num(a, k) or 0.0) - (_num(b, k) or 0.0)) <= COPY_TOLERANCE_MS
-               for k in ("silicon_ttft_ms", "silicon_tpot_ms"))
+    """Whether two CSV rows are one measurement filed twice (``silicon_sample.same_means``)."""
+    def means(r: Mapping) -> tuple[float, float]:
+        return (_num(r, "silicon_ttft_ms") or 0.0, _num(r, "silicon_tpot_ms") or 0.0)
+    return same_means(means(a), means(b))
 
 
 def spec_decode_copies(rows: Sequence[Mapping]) -> dict[str, str]:
@@ -1326,10 +1322,6 @@ def mapping_coverage(rows: Sequence[Mapping], opts: Mapping) -> dict:
             "not_mapped": dict(reasons.most_common())}
 
 
-#: Relative difference under which two rows are one measurement copied (the files round differently).
-SAME_MEASUREMENT = 1e-6
-
-
 def repeat_spread(results: Sequence[dict]) -> dict:
     """How far the CSV agrees with itself: the points (GPU, model, precision, release, layout,
     lengths, clients) that two or more collections measured with different numbers, and the
@@ -1351,10 +1343,10 @@ def repeat_spread(results: Sequence[dict]) -> dict:
     for measured in groups.values():  # every measurement of the point: independent of row order
         if len({m[0] for m in measured}) < 2:
             continue
+        if all(same_means(m[1:], measured[0][1:]) for m in measured):
+            continue  # one measurement copied into several files (to the files' rounding)
         t = [m[1] for m in measured]
         q = [m[2] for m in measured]
-        if max(t) / min(t) - 1 < SAME_MEASUREMENT and max(q) / min(q) - 1 < SAME_MEASUREMENT:
-            continue  # one measurement copied into several files (to the float's last digits)
         ttft.append(max(t) / min(t) - 1)
         tpot.append(max(q) / min(q) - 1)
     return {"points": len(ttft),

@@ -36,11 +36,12 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
+if str(ROOT / "benchmarks") not in sys.path:
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # silicon_sample, beside this script
+
+from silicon_sample import same_means  # noqa: E402
+
 METRICS = ("ttft", "tpot")
-#: Relative difference (TTFT and TPOT both) under which two rows hold one measurement copied:
-#: the collections round differently, by up to 0.06% on the SGLang rows (55 such pairs there,
-#: the next closest 34% apart). Two closed-loop runs do not agree to 0.1% on both means.
-SAME_MEASUREMENT = 1e-3
 
 
 def point_key(row: Mapping) -> tuple:
@@ -78,10 +79,6 @@ def _measured(row: Mapping) -> tuple[float, float]:
     return float(row["silicon_ttft_ms"]), float(row["silicon_tpot_ms"])
 
 
-def _same(x: Sequence[float], y: Sequence[float]) -> bool:
-    return all(abs(p / q - 1) < SAME_MEASUREMENT for p, q in zip(x, y))
-
-
 def find_pairs(rows: Iterable[Mapping]) -> tuple[list[dict], list[dict]]:
     """(pairs, conflicts). Pairs: every two replayed rows of one point whose configs differ and
     whose measurements differ, each once (a measurement filed twice with one config is one row
@@ -99,7 +96,7 @@ def find_pairs(rows: Iterable[Mapping]) -> tuple[list[dict], list[dict]]:
         flat = {r["id"]: flatten(r["config"]) for r in members}
         distinct: list[Mapping] = []  # one row per (config, measurement)
         for r in sorted(members, key=lambda r: r["id"]):
-            if not any(flat[d["id"]] == flat[r["id"]] and _same(_measured(d), _measured(r)) for d in distinct):
+            if not any(flat[d["id"]] == flat[r["id"]] and same_means(_measured(d), _measured(r)) for d in distinct):
                 distinct.append(r)
         for a, b in combinations(distinct, 2):
             diff = setting_diff(flat[a["id"]], flat[b["id"]])
@@ -110,7 +107,7 @@ def find_pairs(rows: Iterable[Mapping]) -> tuple[list[dict], list[dict]]:
             for m in METRICS:
                 pair[f"measured_{m}_ratio"] = float(b[f"silicon_{m}_ms"]) / float(a[f"silicon_{m}_ms"])
                 pair[f"simulated_{m}_ratio"] = float(b[f"sim_{m}_ms"]) / float(a[f"sim_{m}_ms"])
-            (conflicts if _same(_measured(a), _measured(b)) else pairs).append(pair)
+            (conflicts if same_means(_measured(a), _measured(b)) else pairs).append(pair)
     return pairs, conflicts
 
 

@@ -12,7 +12,7 @@ import csv
 import sys
 from importlib import metadata
 from pathlib import Path
-from typing import Optional
+from typing import Optional, Sequence
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
@@ -21,6 +21,19 @@ if str(ROOT) not in sys.path:
 from sim.catalog.package_models import package_root  # noqa: E402
 
 CSV_NAME = "silicon_sample.csv"
+
+#: Two collections' copies of one measurement agree to the coarser file's rounding: some files
+#: write the means to 2 decimals, others to the float's last digit, so a copy is at most 0.005 ms
+#: off (0.011 allows for the float). Two runs never agree that closely on both means: the
+#: closest distinct runs in the CSV are 0.05 ms (0.08%) apart on TTFT.
+COPY_TOLERANCE_MS = 0.011
+
+
+def same_means(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether two rows' measured means (TTFT, TPOT) are one measurement filed twice: every
+    mean equal to the files' rounding. The one rule for "a copy" wherever rows are compared
+    (``silicon_matrix``'s copies and repeat spread, ``silicon_pairs``'s pairs)."""
+    return len(a) == len(b) and all(abs(float(x) - float(y)) <= COPY_TOLERANCE_MS for x, y in zip(a, b))
 
 
 def silicon_csv() -> Optional[Path]:

@@ -574,7 +574,7 @@ def test_repeat_spread_compares_collections_measuring_the_same_point():
                            "workload": {"input_len": {"mean": 1024}, "output_len": {"mean": 1024},
                                         "arrival": {"concurrency": clients}}}}
     rows = [result("dump", 74.0, 7.0), result("a.csv", 148.0, 7.7),          # a repeat: 100% / 10%
-            result("b.csv", 74.0, 7.0, clients=8), result("c.csv", 74.0 * (1 + 1e-9), 7.0, clients=8),  # a copy
+            result("b.csv", 74.0, 7.0, clients=8), result("c.csv", 74.0034, 7.0049, clients=8),  # a copy (2 decimals)
             result("dump", 50.0, 5.0, tp=4)]                                   # measured once
     rep = sm.repeat_spread(rows)
     assert rep["points"] == 1

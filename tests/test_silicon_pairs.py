@@ -89,3 +89,18 @@ def test_the_script_writes_its_report_and_says_a_bad_file_in_one_line(tmp_path, 
     assert sp.main(["--matrix", str(bad), "--out", str(tmp_path / "x")]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: ") and str(bad) in err and "\n" not in err
+
+
+def test_a_copy_is_equal_to_the_files_rounding_and_a_rerun_is_not():
+    """One rule for "the same measurement" (``silicon_sample.same_means``), used by the pairing,
+    the matrix's copies and its repeat spread: a mean written to 2 decimals in one file and to
+    the float's last digit in another is a copy; two runs 0.05 ms (0.08%) apart on TTFT are
+    two measurements (the CSV's closest such runs), so they pair."""
+    copy = [result("a", 1728.9347790225293, 48.2201591041891, 900.0, 40.0),
+            result("b", 1728.93, 48.22, 500.0, 40.0, engine=GRAPHS, source="b.csv")]
+    pairs, conflicts = sp.find_pairs(copy)
+    assert pairs == [] and [(c["a"], c["b"]) for c in conflicts] == [("a", "b")]
+    rerun = [result("a", 61.93078607539064, 8.365533667291494, 60.0, 8.0),
+             result("b", 61.98165394962416, 8.373296350709891, 60.0, 8.0, engine=GRAPHS, source="b.csv")]
+    pairs, conflicts = sp.find_pairs(rerun)
+    assert [(p["a"], p["b"]) for p in pairs] == [("a", "b")] and conflicts == []
