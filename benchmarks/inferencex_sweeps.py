@@ -279,9 +279,14 @@ def _covers(points: tuple[SweepPoint, ...], isl: int, osl: int, tp: int, ep: int
 #: ``v0.5.9-cu130-amd64`` (6a5dad463), never the MTP config's ``v0.5.9-cu130``, and TP 8 x EP 1 /
 #: TP 4 x EP 4 only. dsr1-fp8-b200: from 12ba0ae07 (2026-03-25) both configs ran
 #: ``v0.5.9-cu130`` at TP 8 x EP 1 (the base also TP 4 at 8k / 1k), the MTP config to 512
-#: clients, the base to 64 (4 at 8k / 1k on TP 8): only points the base did not run are told
-#: apart. Not listed: qwen3.5-fp8-b300 (image and layouts shared on the rows' dates), earlier
-#: spans whose images appear in no row.
+#: clients, the base to 64 (4 at 8k / 1k on TP 8): points the base did not run are the MTP
+#: config's; at the others the CSV holds twin rows of one label (both runs filed, 43 rows), and
+#: nothing says which twin is which, so both are skipped as either. Not listed: qwen3.5-fp8-b300:
+#: the MTP config (28752f613, 2026-04-16 23:06 UTC) and the base (c0f62a2ef, 2026-04-17 03:20)
+#: share image and layout, but the CSV's rows of those points are one run a point (the database
+#: dump's config_id 716, one workflow run, stamped 2026-04-17: the base's merge day, the MTP
+#: config's was 04-16), so they stay replayed as the base; earlier spans whose images appear in
+#: no row.
 SPEC_DECODE_RUNS: tuple[SpecDecodeRun, ...] = (
     SpecDecodeRun(
         "qwen3.5-fp8-b200-sglang", "qwen3.5-fp8-b200-sglang-mtp", "2026-03-20", "2026-04-29",
@@ -300,15 +305,35 @@ SPEC_DECODE_RUNS: tuple[SpecDecodeRun, ...] = (
 )
 
 
+#: How ``spec_decode_run`` begins its reason for a row either config may have measured.
+EITHER_CONFIG = "base or speculative decoding"
+
+
 def spec_decode_run(model_path: str, precision: str, system: str, backend: str, measured: Optional[str],
                     image: Optional[str], isl: int, osl: int, tp: int, ep: int, clients: int) -> Optional[str]:
-    """Why a row was measured by one of InferenceX's speculative-decoding configs (one line), or
-    None: on ``measured`` its MTP config ran this exact ``image`` at this point (ISL / OSL, TP x
-    EP, clients) and its base config did not (``SPEC_DECODE_RUNS``). Decided from the row's
-    labels, date and image alone."""
+    """Why a row was, or may have been, measured by one of InferenceX's speculative-decoding
+    configs (one line), or None. On ``measured`` its MTP config ran this exact ``image`` at this
+    point (ISL / OSL, TP x EP, clients) (``SPEC_DECODE_RUNS``): if its base config did not, the
+    row is the MTP run; if the base ran the same image at the same point that day too, the
+    reason begins with ``EITHER_CONFIG``: both runs are filed under the same labels (the CSV
+    holds twin rows for such points) and nothing in a row says which it is, so it has no one
+    deployment to replay. Decided from the row's labels, date and image alone."""
     key = config_key(model_path, precision, system, backend)
     if key is None or not measured or not image:
         return None
+    for run in SPEC_DECODE_RUNS:
+        if (run.base != key or not run.start <= measured <= run.end or image != run.image
+                or not _covers(run.points, isl, osl, tp, ep, clients)):
+            continue
+        where = f"{image} at {isl}/{osl}, TP {tp} x EP {ep}, {clients} clients on {measured} ({run.source}: {run.what})"
+        if _covers(run.base_points, isl, osl, tp, ep, clients):
+            return (f"{EITHER_CONFIG}: {run.base} and {run.mtp} both ran {where}, filed under the same "
+                    f"labels; the row does not say which run it is")
+        why = ("the base config never ran that image" if not run.base_points
+               else "the base config did not run that point")
+        return (f"speculative decoding: {run.mtp} ran {where}; {why}. The drafts' acceptance on the "
+                f"run is not recorded")
+    return None
     for run in SPEC_DECODE_RUNS:
         if (run.base != key or not run.start <= measured <= run.end or image != run.image
                 or not _covers(run.points, isl, osl, tp, ep, clients)

@@ -88,7 +88,7 @@ from sim.catalog.hardware import get_hardware  # noqa: E402
 from sim.config import parse_override  # noqa: E402
 from sim.errors import ConfigError, DoesNotFitError, KvplanError  # noqa: E402
 from inferencex_sglang_flags import script_flags as sglang_script_flags  # noqa: E402
-from inferencex_sweeps import outside_sweep, spec_decode_run  # noqa: E402
+from inferencex_sweeps import EITHER_CONFIG, outside_sweep, spec_decode_run  # noqa: E402
 import inferencex_vllm_flags  # noqa: E402
 from inferencex_vllm_flags import script_flags as vllm_script_flags  # noqa: E402
 from silicon_sample import CSV_NAME, package_version, read_rows, same_means, silicon_csv  # noqa: E402,F401
@@ -314,8 +314,8 @@ def image_of(row: Mapping) -> Optional[str]:
 
 
 def spec_decode_reason(row: Mapping) -> Optional[str]:
-    """Why ``row`` was measured with speculative decoding (``inferencex_sweeps.spec_decode_run``),
-    from its labels, date and image; None otherwise."""
+    """Why ``row`` was, or may have been, measured with speculative decoding
+    (``inferencex_sweeps.spec_decode_run``), from its labels, date and image; None otherwise."""
     ran, _ = relabel_squared_ep(row)
     tp, ep = _int(ran, "tp_size", 1), _int(ran, "moe_ep_size", 1) or 1
     clients = client_concurrency(row, _int(row, "attention_dp_size", 1) or 1)
@@ -327,6 +327,8 @@ def spec_decode_reason(row: Mapping) -> Optional[str]:
 #: The point's labels that make two rows one measurement point (``spec_decode_copies``).
 POINT_LABELS = ("backend", "backend_version", "model_path", "system", "precision", "mode", "isl", "osl",
                 "batch_size", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
+
+
 def same_measurement(a: Mapping, b: Mapping) -> bool:
     """Whether two CSV rows are one measurement filed twice (``silicon_sample.same_means``)."""
     def means(r: Mapping) -> tuple[float, float]:
@@ -1007,6 +1009,8 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
         if defect:  # the row's label is not what ran: nothing to replay it with
             raise RowNotExpressible("client defect: label not what ran", defect)
     spec = spec_decode_reason(row) or (spec_decode or {}).get(_text(row, "id"))
+    if spec and spec.startswith(EITHER_CONFIG):  # twin runs under one label: which is this?
+        raise RowNotExpressible("base or speculative-decoding run, not recorded which", spec)
     if spec:  # ran with drafts whose acceptance nobody recorded: no rate to replay them at
         raise RowNotExpressible("speculative decoding run, acceptance not recorded", spec)
     if clients > 256:

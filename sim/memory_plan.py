@@ -254,10 +254,10 @@ def sliding_window_kv(model: ModelSpec, block_size: int) -> tuple[int, float]:
     """A hybrid model's sliding-window layers, as the paged allocator holds them: (most tokens a
     request keeps there: vLLM keeps ``ceil((window - 1) / block) + 1`` blocks; pool slots a
     token, their KV bytes over the full-attention layers'). (0, 0.0) for other models."""
-    ls, lf = model.sliding_window_layers, model.num_full_attention_layers
-    if not ls:
+    ls, lf, window = model.sliding_window_layers, model.num_full_attention_layers, model.sliding_window
+    if not ls or window is None:  # ModelSpec gives every windowed model its window
         return 0, 0.0
-    blocks = -(-(model.sliding_window - 1) // block_size) + 1
+    blocks = -(-(window - 1) // block_size) + 1
     return blocks * block_size, ls / lf
 
 

@@ -805,7 +805,8 @@ def test_rows_of_inferencex_mtp_config_are_skipped_with_their_copies():
     assert point(other, quant=BLOCK_FP8, moe=True, spec_decode=found).config["engine"]["name"] == "sglang"
     # DeepSeek-R1 FP8 on B200 from 2026-03-25: both configs ran v0.5.9-cu130 at TP 8; the base
     # swept 4-64 clients at 1k / 1k and 4 at 8k / 1k on TP 8, the MTP config 4-512. Only the
-    # points the base did not run are told apart.
+    # points the base did not run are told apart; at the others the CSV files both runs under
+    # one label, so a row there has no one deployment and is skipped as such.
     def dsr1(isl: int, osl: int, n: int):
         return row(backend="sglang", backend_version="0.5.9", system="b200_sxm", isl=isl, osl=osl,
                    model_path="deepseek-ai/DeepSeek-R1-0528", tp_size=8, moe_tp_size=8, batch_size=n,
@@ -814,8 +815,13 @@ def test_rows_of_inferencex_mtp_config_are_skipped_with_their_copies():
 
     assert "did not run that point" in sm.spec_decode_reason(dsr1(8192, 1024, 16))
     assert "dsr1-fp8-b200-sglang-mtp" in sm.spec_decode_reason(dsr1(1024, 1024, 128))
-    assert sm.spec_decode_reason(dsr1(8192, 1024, 4)) is None
-    assert sm.spec_decode_reason(dsr1(1024, 1024, 64)) is None
+    for shared in (dsr1(8192, 1024, 4), dsr1(1024, 1024, 64)):
+        assert sm.spec_decode_reason(shared).startswith("base or speculative decoding: dsr1-fp8-b200-sglang and")
+        with pytest.raises(sm.RowNotExpressible) as info:
+            point(shared, quant=BLOCK_FP8, moe=True)
+        assert info.value.kind == "base or speculative-decoding run, not recorded which"
+    # The base's 8k / 1k at TP 4 was never the MTP config's layout: a base run, replayed.
+    assert sm.spec_decode_reason(dsr1(8192, 1024, 4) | {"tp_size": 4, "moe_tp_size": 4}) is None
 
 
 def test_an_undated_copy_of_a_dated_measurement_is_replayed_as_that_run():
@@ -828,8 +834,8 @@ def test_an_undated_copy_of_a_dated_measurement_is_replayed_as_that_run():
                       model_path="deepseek-ai/DeepSeek-R1-0528", tp_size=8, moe_tp_size=8, batch_size=16,
                       silicon_ttft_ms="402.4567", silicon_tpot_ms="13.1834",
                       silicon_data_source="source_file=2026-03-25.csv; silicon_concurrency=16; "
-                                          "measured=2026-03-25T20:00:00Z; image=lmsysorg/sglang:v0.5.9-cu130")
-        return row(**{**labels, **kw})
+                                          "measured=2026-03-24T20:00:00Z; image=lmsysorg/sglang:v0.5.9-cu130")
+        return row(**{**labels, **kw})  # the day before the MTP config shared the base's image
 
     original = dsr1(id="orig")
     copy = dsr1(id="copy", backend_version="nightly-dev", silicon_ttft_ms="402.46", silicon_tpot_ms="13.18",

@@ -888,14 +888,14 @@ def _from_llama4(name: str, cfg: dict) -> ModelSpec:
                          "!= 1, Maverick) is not modelled")
     layers = int(cfg["num_hidden_layers"])
     rope = cfg.get("no_rope_layers") or [int((i + 1) % 4 != 0) for i in range(layers)]
-    chunk = cfg.get("attention_chunk_size")
+    chunk = int(cfg.get("attention_chunk_size") or 0)
     local = sum(1 for r in rope[:layers] if r) if chunk else 0
     return ModelSpec(
         name=name, **_common_fields(cfg, max_positions=131072, rope_theta=500000.0),
         intermediate_size=int(cfg["intermediate_size"]),
         num_experts=int(cfg["num_local_experts"]), num_experts_per_tok=int(cfg["num_experts_per_tok"]),
         num_shared_experts=1,
-        sliding_window=int(chunk) if local else None, sliding_window_layers=local,
+        sliding_window=chunk if local else None, sliding_window_layers=local,
     )
 
 
