@@ -283,10 +283,14 @@ def _covers(points: tuple[SweepPoint, ...], isl: int, osl: int, tp: int, ep: int
 #: config's; at the others the CSV holds twin rows of one label (both runs filed, 43 rows), and
 #: nothing says which twin is which, so both are skipped as either. Not listed: qwen3.5-fp8-b300:
 #: the MTP config (28752f613, 2026-04-16 23:06 UTC) and the base (c0f62a2ef, 2026-04-17 03:20)
-#: share image and layout, but the CSV's rows of those points are one run a point (the database
-#: dump's config_id 716, one workflow run, stamped 2026-04-17: the base's merge day, the MTP
-#: config's was 04-16), so they stay replayed as the base; earlier spans whose images appear in
-#: no row.
+#: share image and layout, but the CSV's rows of those points are one run a point: the database
+#: dump's workflow run 747, stamped 2026-04-17. The dump's B300 runs 747, 748, 749 (Qwen3.5 FP8,
+#: DeepSeek-R1 FP4, FP8) and 765, 766 (Qwen3.5 FP4, BF16) follow the order in which the base
+#: configs were merged (#1048-#1050 on 04-17 03:20-05:57 UTC, #1072 and #1081 at 21:22 and 21:52),
+#: not the -mtp twins' (#1035 on 04-16, #1059 at 07:26, #1082 BF16 before #1083 FP4): they stay
+#: replayed as the bases. The other -mtp twins (GLM-5, Qwen3.5 BF16 / FP4 on B200, Qwen3.5 FP8 on
+#: H200 from 2026-04-06) start after every row of their base's points; earlier spans' images
+#: appear in no row.
 SPEC_DECODE_RUNS: tuple[SpecDecodeRun, ...] = (
     SpecDecodeRun(
         "qwen3.5-fp8-b200-sglang", "qwen3.5-fp8-b200-sglang-mtp", "2026-03-20", "2026-04-29",
