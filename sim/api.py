@@ -140,10 +140,10 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
         num_steps = len(steps["duration_s"])
     queries = sum(s.allocator.num_prefix_queries for s in schedulers)
     hits = sum(s.allocator.num_prefix_hits for s in schedulers)
-    slo_kw = dict(slo_ttft_ms=sc.slo.ttft_ms, slo_tpot_ms=sc.slo.tpot_ms,
-                  num_preemptions=sum(s.num_preemptions for s in schedulers),
-                  prefix_queries=queries, prefix_hits=hits,
-                  num_gpus=dep.num_gpus_per_replica * sc.parallel.num_replicas)
+    slo_kw: dict[str, Any] = dict(slo_ttft_ms=sc.slo.ttft_ms, slo_tpot_ms=sc.slo.tpot_ms,
+                                  num_preemptions=sum(s.num_preemptions for s in schedulers),
+                                  prefix_queries=queries, prefix_hits=hits,
+                                  num_gpus=dep.num_gpus_per_replica * sc.parallel.num_replicas)
     if not statistics:
         summary: dict = {}
     elif recorder is not None:
@@ -211,8 +211,9 @@ def in_flight_cap(groups: Sequence["ClientGroup"], num_requests: int) -> Optiona
     return None
 
 
-def new_simulation(sc: Scenario, dep: "Deployment", requests: list[Request], schedulers: list[Scheduler],
-                   samplers: Optional[list[AcceptanceSampler]], router: Router, *, progress: bool,
+def new_simulation(sc: Scenario, dep: "Deployment", requests: Sequence[Request],
+                   schedulers: list[Scheduler], samplers: Optional[list[AcceptanceSampler]],
+                   router: Router, *, progress: Optional[Callable[[int], None]],
                    fast_decode: bool, **hooks: Any) -> Simulation:
     """The event loop over ``schedulers`` priced by the deployment's cost model, with the
     scenario's speculative, async-scheduling and per-request settings; ``hooks`` are the

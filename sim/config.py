@@ -17,7 +17,7 @@ import copy
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # no stubs: types-PyYAML is no dependency
 
 from sim.catalog.dtypes import DTYPES, KV_DTYPES, WEIGHT_QUANT
 from sim.errors import ConfigError

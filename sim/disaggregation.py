@@ -17,7 +17,7 @@ priced by its own ``resolve_deployment``. docs/cluster.md has the model and its 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Sequence
+from typing import TYPE_CHECKING, Callable, Optional, Sequence
 
 import numpy as np
 import simpy
@@ -32,6 +32,10 @@ from sim.run_parts import (async_scheduling_of, build_workload, cost_model_summa
                            kv_page_tokens, replica_engines, resolve_deployment, router_options, scenario_summary,
                            session_links, streamed_interval, streamed_pricer)
 from sim.simulation import ApiServerQueue, Replica, StepLog
+
+if TYPE_CHECKING:
+    from sim.run_parts import Deployment
+    from sim.scenario import Scenario
 
 
 @dataclass
@@ -249,8 +253,8 @@ class PoolPlan:
     """One pool: its scenario (hardware, TP, replica count overridden), deployment and size."""
 
     name: str
-    scenario: object
-    deployment: object
+    scenario: Scenario
+    deployment: Deployment
     num_replicas: int
     gpus_per_replica: int
 

@@ -11,7 +11,7 @@ work is queued); if nothing ever waited, over all steps, and ``averaged_over`` s
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Optional, Sequence
+from typing import Optional, Sequence, cast
 
 import numpy as np
 
@@ -109,7 +109,8 @@ def request_latencies(requests: Sequence[Request], stream_interval: int = 1) -> 
     the first and the last token always go out at once."""
     done = [r for r in requests if r.state is RequestState.FINISHED and r.token_times]
     ttft = np.fromiter((r.token_times[0] - r.arrival_time for r in done), float, len(done))
-    e2el = np.fromiter((r.finish_time - r.arrival_time for r in done), float, len(done))
+    # cast: a finished request has its finish time (``Request.finish_time`` is None until then)
+    e2el = np.fromiter((cast(float, r.finish_time) - r.arrival_time for r in done), float, len(done))
     tpot = np.array([(r.finish_time - r.token_times[0]) / (r.num_output_tokens - 1)
                      for r in done if r.num_output_tokens > 1], dtype=float)
     return {"ttft": ttft, "tpot": tpot, "itl": pooled_itl(done, stream_interval), "e2el": e2el}
@@ -143,7 +144,7 @@ def overload(requests: Sequence[Request]) -> dict:
     return overload_of(
         len(reqs), reqs[0].arrival_time if reqs else 0.0, reqs[-1].arrival_time if reqs else 0.0,
         [r.token_times[0] - r.arrival_time for r in fin],
-        max((r.finish_time for r in fin), default=0.0), unfinished)
+        max((cast(float, r.finish_time) for r in fin), default=0.0), unfinished)
 
 
 def overload_of(num_requests: int, first_arrival: float, last_arrival: float,
@@ -176,14 +177,14 @@ def kv_breakdown(steps: dict[str, list]) -> dict:
     """Duration-weighted KV fractions over the steps with a waiting request (or all steps)."""
     dur = np.asarray(steps["duration_s"], dtype=float)
     if dur.size == 0:
-        out = {k: 0.0 for k in KV_FIELDS}
+        out: dict = {k: 0.0 for k in KV_FIELDS}
         out["fragmentation_of_used"] = out["token_states_of_used"] = 0.0
         out["averaged_over"] = "no steps"
         return out
     waiting = np.asarray(steps["num_waiting"]) > 0
     mask, over = (waiting, "steps with waiting requests") if waiting.any() else (np.ones_like(waiting), "all steps")
     cols = {k: np.asarray(steps[f"kv_{k}"], dtype=float)[mask] for k in KV_FIELDS}
-    total = sum(cols.values())
+    total = cast(np.ndarray, sum(cols.values()))  # an array: KV_FIELDS is not empty
     total[total == 0] = 1.0
     w = dur[mask]
     out = {k: float(np.sum(cols[k] / total * w) / w.sum()) for k in KV_FIELDS}
@@ -237,7 +238,7 @@ def totals_of(requests: Sequence[Request], slo_ttft_ms: Optional[float] = None,
         good = sum(meets_slo(r, slo_ttft_ms, slo_tpot_ms) for r in completed)
     return RunTotals(
         num_requests=len(requests), completed=len(completed), rejected=len(rejected),
-        start=start, end=max((r.finish_time for r in completed), default=start),
+        start=start, end=max((cast(float, r.finish_time) for r in completed), default=start),
         input_tokens=sum(r.prompt_len for r in completed),
         output_tokens=sum(r.num_output_tokens for r in completed),
         # consume: the arrays are this function's own
@@ -246,7 +247,7 @@ def totals_of(requests: Sequence[Request], slo_ttft_ms: Optional[float] = None,
         spec_proposed=sum(r.num_spec_proposed for r in completed),
         spec_accepted=sum(r.num_spec_accepted for r in completed),
         spec_request_steps=sum(r.num_spec_steps for r in completed),
-        reject_reasons=sorted({r.reject_reason for r in rejected}),
+        reject_reasons=sorted({cast(str, r.reject_reason) for r in rejected}),  # set on rejection
         overload=overload(requests))
 
 

@@ -93,8 +93,8 @@ class SimResult:
             w.writeheader()
             w.writerows(self.request_rows())
         with open(out / "steps.csv", "w", newline="") as fh:
-            w = csv.writer(fh)
+            writer = csv.writer(fh)
             names = list(self.steps)
-            w.writerow(names)
-            w.writerows(zip(*(self.steps[n] for n in names)))
+            writer.writerow(names)
+            writer.writerows(zip(*(self.steps[n] for n in names)))
         return out

@@ -13,7 +13,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Optional, Sequence, TypeGuard, Union, cast
 
 from sim import config as config_mod
 from sim.catalog.frontends import FrontEnd, get_frontend
@@ -160,7 +160,8 @@ def _make_cost_model(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[st
     warn: list[str] = []
     if cm.source == "profile" or (cm.source == "auto" and cm.profile is not None):
         try:
-            prof = load_profile(cm.profile)
+            # source 'profile' without a profile is refused when the scenario is built
+            prof = load_profile(cast(str, cm.profile))
         except ProfileError as exc:  # the message names the file and field
             raise ConfigError(f"cost_model.profile: {exc}") from None
         if prof.base is None:
@@ -313,12 +314,14 @@ def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swa
         memory = resolve_deployment(sc).memory
     offload = None
     if kv.offload_enabled:
-        offload = offload_tiers_of(sc, kv_bytes_per_token or memory.kv_bytes_per_token)
+        # ``memory`` is resolved above whenever ``kv_bytes_per_token`` is 0
+        offload = offload_tiers_of(sc, kv_bytes_per_token or cast("MemoryPlan", memory).kv_bytes_per_token)
     state_slots, max_states, block_size = 0, None, kv.block_size
     if model.is_hybrid_linear:
-        max_states = memory.max_state_requests
+        plan = cast("MemoryPlan", memory)  # resolved above for a hybrid model
+        max_states = plan.max_state_requests
         if max_states is None:  # vLLM: paged from the KV pool, in pages of one size
-            block_size, state_slots = vllm_hybrid_pages(model, memory, kv.block_size)
+            block_size, state_slots = vllm_hybrid_pages(model, plan, kv.block_size)
     try:
         allocator = make_allocator(
             kv.allocator, num_slots=num_slots, block_size=block_size,
@@ -425,7 +428,8 @@ def build_workload(scenario: Union[Scenario, dict], base_dir: Optional[Union[str
     from sim.workload import build_requests
 
     sc = as_scenario(scenario)
-    return build_requests(sc.workload, sc.seed, base_dir=base_dir)
+    # Not lazy: a list (a ``SessionRequests`` for conversations), never a ``RequestStream``.
+    return cast("list[Request]", build_requests(sc.workload, sc.seed, base_dir=base_dir))
 
 
 def as_scenario(config: Union[Scenario, dict, str, Path, None], overrides: Sequence[str] = (),
@@ -441,7 +445,7 @@ def as_scenario(config: Union[Scenario, dict, str, Path, None], overrides: Seque
     return config_mod.build_scenario(config, list(overrides), seed)
 
 
-def _is_built(config: Any) -> bool:
+def _is_built(config: Any) -> TypeGuard[dict]:
     return isinstance(config, dict) and set(config_mod.DEFAULTS) <= set(config)
 
 

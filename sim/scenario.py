@@ -898,7 +898,8 @@ def field_keys() -> list[str]:
         if not f.init or f.name == "workload":
             continue
         if f.name in _SECTIONS:
-            keys += [f"{f.name}.{g.name}" for g in fields(_SECTIONS[f.name])]
+            section: Any = _SECTIONS[f.name]  # a dataclass (``_Section`` itself is not one to mypy)
+            keys += [f"{f.name}.{g.name}" for g in fields(section)]
         else:
             keys.append(f.name)
     return keys

@@ -21,7 +21,7 @@ import csv
 import math
 from array import array
 from pathlib import Path
-from typing import IO, Any, Optional
+from typing import IO, Any, Optional, cast
 
 import numpy as np
 
@@ -132,7 +132,7 @@ class KVTotals:
         self.any_waiting |= bool(waiting.any())
         self.time_with_waiting += float(dur[waiting].sum())
         cols = [a[:, COL[f"kv_{k}"]] for k in KV_FIELDS]
-        total = sum(cols)
+        total = cast(np.ndarray, sum(cols))  # an array: KV_FIELDS is not empty
         total[total == 0] = 1.0
         used = total - cols[KV_FIELDS.index("free")]
         held = used > 0
@@ -220,14 +220,15 @@ class StreamRecorder:
         self.last_arrival = max(self.last_arrival, req.arrival_time)
         if req.state is RequestState.REJECTED:
             self.rejected += 1
-            self.reasons.add(req.reject_reason)
+            self.reasons.add(cast(str, req.reject_reason))  # set on rejection
             return
         if req.state is not RequestState.FINISHED:
             return
+        finish_time = cast(float, req.finish_time)  # set: the request finished
         self.completed += 1
         self.input_tokens += req.prompt_len
         self.output_tokens += req.num_output_tokens
-        self.last_finish = max(self.last_finish, req.finish_time)
+        self.last_finish = max(self.last_finish, finish_time)
         self.spec_proposed += req.num_spec_proposed
         self.spec_accepted += req.num_spec_accepted
         self.spec_request_steps += req.num_spec_steps
@@ -239,10 +240,10 @@ class StreamRecorder:
         i = int(req.request_id)
         self.index.append(i)
         self.ttft.append(times[0] - req.arrival_time)
-        self.e2el.append(req.finish_time - req.arrival_time)
+        self.e2el.append(finish_time - req.arrival_time)
         if req.num_output_tokens > 1:
             self.tpot_index.append(i)
-            self.tpot.append((req.finish_time - times[0]) / (req.num_output_tokens - 1))
+            self.tpot.append((finish_time - times[0]) / (req.num_output_tokens - 1))
         self.itl.add(chunk_times(times, self.stream_interval))
 
     def steps(self, rows: list[tuple]) -> None:

@@ -108,7 +108,7 @@ class StepPricer(ABC):
         return lambda c: price(shape.with_decode_context(c))
 
 
-P = TypeVar("P", bound=type)
+P = TypeVar("P", bound="type[StepPricer]")
 
 #: Pricer classes by ``kind``.
 PRICERS: dict[str, type[StepPricer]] = {}

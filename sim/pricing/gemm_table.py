@@ -73,9 +73,10 @@ class RowTable:
     def values(self, x: np.ndarray) -> np.ndarray:
         """``value`` over an array, element by element with the same float operations."""
         x = np.asarray(x, dtype=float)
-        i = np.clip(np.searchsorted(self._xs_arr, x, side="right") - 1, 0,  # type: ignore[attr-defined]
+        xs_arr: np.ndarray = self._xs_arr  # type: ignore[attr-defined]  # typed, for searchsorted
+        i = np.clip(np.searchsorted(xs_arr, x, side="right") - 1, 0,
                     len(self._xs) - 1)  # type: ignore[attr-defined]
-        out = self._ys_arr[i] + self._slopes_arr[i] * (x - self._xs_arr[i])  # type: ignore[attr-defined]
+        out = self._ys_arr[i] + self._slopes_arr[i] * (x - xs_arr[i])  # type: ignore[attr-defined]
         return np.where(x > 0, out, 0.0)
 
     def lookup(self, x: Any) -> Any:

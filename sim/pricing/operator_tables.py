@@ -37,7 +37,7 @@ import re
 from bisect import bisect_left, bisect_right
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
+from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union, cast
 
 import numpy as np
 
@@ -273,7 +273,8 @@ class _Curve:
     """Piecewise-linear y(x) through measured knots (exact there), extrapolated in proportion
     to x past the last knot. ``at`` (floats) and ``at_array`` give the same bits."""
 
-    def __init__(self, xs: Sequence[float], ys: Sequence[float]) -> None:
+    def __init__(self, xs: Union[Sequence[float], np.ndarray],
+                 ys: Union[Sequence[float], np.ndarray]) -> None:
         x = [float(v) for v in xs] + [float(xs[-1]) * _FAR]
         y = [float(v) for v in ys] + [float(ys[-1]) * _FAR]
         self.x, self.y = x, y
@@ -296,7 +297,8 @@ class _Grid:
     """Bilinear z(x, y) over a measured grid (exact at grid points), extrapolated in proportion
     past the last row/column. Cells hold ``A + B dx + C dy + D dx dy``."""
 
-    def __init__(self, xs: Sequence[float], ys: Sequence[float], z: np.ndarray) -> None:
+    def __init__(self, xs: Union[Sequence[float], np.ndarray],
+                 ys: Union[Sequence[float], np.ndarray], z: np.ndarray) -> None:
         xs = list(map(float, xs)) + [float(xs[-1]) * _FAR]
         ys = list(map(float, ys)) + [float(ys[-1]) * _FAR]
         z = np.asarray(z, dtype=float)
@@ -1196,7 +1198,7 @@ class OperatorTableCostModel(StepPricer):
 
     def _build_attention(self) -> None:
         kvd = "fp8" if self.precision.kv_bytes == 1 else "bfloat16"
-        self.window_prefill = None  # how the sliding-window layers' prefill is priced
+        self.window_prefill: Optional[str] = None  # how the sliding-window layers' prefill is priced
         if self.model.is_sparse_attention:
             # DeepSeek sparse attention (GLM-5, DeepSeek-V3.2): AIConfigurator's DSA module rows,
             # the whole attention block (q/kv projections, the lightning indexer and its top-k,
@@ -1334,7 +1336,9 @@ class OperatorTableCostModel(StepPricer):
             xs, ys, zs = [], [], []
             for k in sorted(set(sources[ks].tolist())):
                 bs, ls, z = cells(ks & (sources == k), "batch_size", "seq_len")
-                xs.append(bs), ys.append(ls), zs.append(z)
+                xs.append(bs)
+                ys.append(ls)
+                zs.append(z)
             if any(x.tolist() != xs[0].tolist() for x in xs) or any(y.tolist() != ys[0].tolist() for y in ys):
                 raise TablesNotCovering(f"{path}: the {name} kernels are measured on different grids")
             grids.append((xs[0], ys[0], _fill_monotone(np.fmin.reduce(zs), xs[0]) * 1e-3))  # s per layer
@@ -1370,8 +1374,8 @@ class OperatorTableCostModel(StepPricer):
             return np.zeros_like(elements, dtype=float)
         if not hasattr(self, "_ar_tables"):
             cdir = self.gpu_dir / "comm"
-            custom, _ = self._table("comm", "custom_allreduce_perf")
-            cc = read_columns(custom, ("backend", "num_gpus", "message_size", "latency"))
+            custom_file, _ = self._table("comm", "custom_allreduce_perf")
+            cc = read_columns(custom_file, ("backend", "num_gpus", "message_size", "latency"))
             nc = read_columns(latest_file(cdir / "nccl", "nccl_perf"),
                               ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency"))
             tabs = {}
@@ -1409,7 +1413,7 @@ class OperatorTableCostModel(StepPricer):
         kernels = ("input_norm", "post_attn_norm", "mlp_act", "qk_norm") + (
             () if self._rope_in_attention else ("rope",))
         ew = np.array([sum(r.elementwise_time(op, float(x)) for op in kernels)
-                       + r._elementwise["residual_add"] * float(x) for x in rows])
+                       + cast(float, r._elementwise["residual_add"]) * float(x) for x in rows])
         per_layer = gemm_ms * 1e-3 + ew + 2 * ar_ms * 1e-3
         if self.model.qk_norm_across_heads and self.tensor_parallel_size > 1:
             # MiniMax-M2's q/k norm: the per-token variance all-reduced over TP (two fp32 per
@@ -1420,7 +1424,8 @@ class OperatorTableCostModel(StepPricer):
 
     def _build_rows(self) -> None:
         ms = self._gemm_m
-        gemm = sum(self._gemm_ms.values())
+        # Never empty (every model has GEMMs), so an array, not ``sum``'s start value 0.
+        gemm = cast(np.ndarray, sum(self._gemm_ms.values()))
         self._eager = _Curve(ms, self._rows_part(ms, gemm, self._ar_eager))
         # Graph replays at each capture size (GEMM curve interpolated in m there).
         gcurve = _Curve(ms, gemm)
@@ -1450,16 +1455,18 @@ class OperatorTableCostModel(StepPricer):
         # The engine core's CPU per step is the release's (V1), not the roofline's V0 figure.
         self._cpu_step, self._cpu_seq = self.engine.cpu_step_s, self.engine.cpu_per_seq_s
         gp, gd = self._gdn_pre, self._gdn_dec
-        gdn = gp is not None and gd is not None
+        gdn_at: tuple[Optional[Callable], Optional[Callable]] = (None, None)
+        gdn_at_array: tuple[Optional[Callable], Optional[Callable]] = (None, None)
+        if gp is not None and gd is not None:
+            gdn_at, gdn_at_array = (gp.at, gd.at), (gp.at_array, gd.at_array)
         padded = bool(self._pcg_sizes)
         self._scalar = _Lookups(self._eager_scalar, self._graph_scalar, self._dec.at, self._dec_win.at,
-                                self._pre.at, self._pre_win.at, self._head.at,
-                                gp.at if gdn else None, gd.at if gdn else None,
+                                self._pre.at, self._pre_win.at, self._head.at, *gdn_at,
                                 self._pad_scalar if padded else _same)
         self._vector = _Lookups(self._eager_array, self._graph_array, self._dec.at_array,
                                 self._dec_win.at_array, self._pre.at_array, self._pre_win.at_array,
-                                self._head.at_array, gp.at_array if gdn else None,
-                                gd.at_array if gdn else None, self._pad_array if padded else _same)
+                                self._head.at_array, *gdn_at_array,
+                                self._pad_array if padded else _same)
 
     # -- the step price, written once -----------------------------------------------------------
     # Split in two so that a decode window re-evaluates only what its growing context changes

@@ -21,7 +21,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping, Optional, Union
+from typing import Any, Callable, Mapping, Optional, Union, cast
 
 import numpy as np
 
@@ -462,7 +462,7 @@ class RooflineCostModel(StepPricer):
         # Linear part: a + b * T.
         ew = [v for v in self._elementwise.values() if v is not None]
         n_ew_kernels = len(ew) + 1  # residual_add runs twice
-        b = layers * (sum(ew) + self._elementwise["residual_add"])
+        b = layers * (sum(ew) + cast(float, self._elementwise["residual_add"]))  # never None
         a = layers * n_ew_kernels * ew_lat
         b += self._embed_per_row + self._final_norm_per_row
         a += 2 * ew_lat

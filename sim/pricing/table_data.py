@@ -140,7 +140,7 @@ def _folder_yaml(f: Path, what: str) -> dict:
     ({} when absent); ``TableError`` naming the file when it cannot be read."""
     if not f.is_file():
         return {}
-    import yaml
+    import yaml  # type: ignore[import-untyped]  # no stubs: types-PyYAML is no dependency
 
     try:
         data = yaml.safe_load(f.read_text()) or {}
@@ -311,7 +311,7 @@ def latest_file(op_dir: Path, table: str) -> Path:
 @lru_cache(maxsize=64)
 def _read(path: str, columns: tuple[str, ...], mtime: float) -> dict[str, np.ndarray]:
     try:
-        import pyarrow.parquet as pq
+        import pyarrow.parquet as pq  # type: ignore[import-untyped]  # pyarrow ships no type information
     except ImportError:  # pragma: no cover - pyarrow is a core dependency
         raise ConfigError("cost_model.source operator_tables needs pyarrow "
                           "(pip install pyarrow)") from None

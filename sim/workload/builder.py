@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Mapping, Optional, Union
+from typing import Any, Mapping, Optional, Union, cast
 
 import numpy as np
 
@@ -203,7 +203,8 @@ def _arrival_times(
         # ones finish (``sim.workload.clients``), and sets each arrival_time to its send time.
         return np.zeros(n)
     if process == "trace":
-        if not timed:
+        times = trace.timestamps if trace is not None else None  # None exactly when not timed
+        if times is None:
             what = (
                 f"{trace.path} is an untimed length table" if trace else f"no {KEY}.trace is given"
             )
@@ -213,7 +214,7 @@ def _arrival_times(
             )
         try:
             return arrivals.trace_arrivals(
-                trace.timestamps[:n], rate=a.rate, time_scale=a.time_scale or 1.0
+                times[:n], rate=a.rate, time_scale=a.time_scale or 1.0
             )
         except ValueError as exc:
             raise ConfigError(f"{key}.rate: {exc}") from None
@@ -223,7 +224,8 @@ def _arrival_times(
         )
     if process == "constant":
         return arrivals.constant_arrivals(n, a.rate)
-    cv = 1.0 if process == "poisson" else a.cv
+    # gamma: its cv is required when the config is read (``workload.config``)
+    cv = 1.0 if process == "poisson" else cast(float, a.cv)
     return arrivals.gamma_arrivals(n, a.rate, cv, rng)
 
 
@@ -261,14 +263,16 @@ def _dist(s: Optional[LengthSpec], key: str, role: str, zero_output: str) -> Len
         raise ConfigError(
             f"{key}.dist: required when no {KEY}.trace is given (one of {', '.join(DISTS)})"
         )
+    # The keys each dist needs (fixed: mean; uniform: max; lognormal: mean, cv; table: path)
+    # are required when the config is read (``workload.config._length``).
     if s.dist == "fixed":
-        value = max(1, int(round(s.mean)))
+        value = max(1, int(round(cast(float, s.mean))))
         return Fixed(value=value, min=s.min, max=s.max)
     if s.dist == "uniform":
-        return Uniform(low=s.min, high=s.max, min=s.min, max=s.max)
+        return Uniform(low=s.min, high=cast(int, s.max), min=s.min, max=s.max)
     if s.dist == "lognormal":
-        return Lognormal(mean=s.mean, cv=s.cv, min=s.min, max=s.max)
-    table = _load(s.path, f"{key}.path", zero_output)
+        return Lognormal(mean=cast(float, s.mean), cv=cast(float, s.cv), min=s.min, max=s.max)
+    table = _load(cast(Path, s.path), f"{key}.path", zero_output)
     column = s.column or (table.input_column if role == "input_len" else table.output_column)
     try:
         values = table.int_column(column)

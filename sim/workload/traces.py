@@ -318,7 +318,7 @@ def _read_csv(path: str, fmt: str, zero_output: str) -> Trace:
                 )
             inputs.append(_positive_int(row[i_in], in_col, path, line))
             outputs.append(max(1, _positive_int(row[i_out], out_col, path, line, allow_zero)))
-            if timeline is not None:
+            if timeline is not None and i_time is not None:  # both set or both None
                 timeline.add(_parse_time(row[i_time], time_col, path, line), line)
             lines.append(line)
             rows.append(row)
