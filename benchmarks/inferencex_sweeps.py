@@ -338,14 +338,3 @@ def spec_decode_run(model_path: str, precision: str, system: str, backend: str, 
         return (f"speculative decoding: {run.mtp} ran {where}; {why}. The drafts' acceptance on the "
                 f"run is not recorded")
     return None
-    for run in SPEC_DECODE_RUNS:
-        if (run.base != key or not run.start <= measured <= run.end or image != run.image
-                or not _covers(run.points, isl, osl, tp, ep, clients)
-                or _covers(run.base_points, isl, osl, tp, ep, clients)):
-            continue
-        why = ("the base config never ran that image" if not run.base_points
-               else "the base config did not run that point")
-        return (f"speculative decoding: {run.mtp} ran {image} at {isl}/{osl}, TP {tp} x EP {ep}, "
-                f"{clients} clients on {measured} ({run.source}: {run.what}); {why}. The drafts' "
-                f"acceptance on the run is not recorded")
-    return None
