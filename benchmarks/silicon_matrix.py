@@ -63,6 +63,7 @@ generator flags (what-ifs).
 from __future__ import annotations
 
 import argparse
+import copy
 import functools
 import json
 import math
@@ -485,14 +486,22 @@ def _modelled_release(engine: str, text: str) -> str:
 
 def checkpoint_quantization(model_path: str) -> Optional[dict]:
     """The ``quantization_config`` of the package's config.json for ``model_path`` (also under
-    ``text_config``), or None (no config shipped, or an unquantised checkpoint)."""
+    ``text_config``), or None (no config shipped, or an unquantised checkpoint). A copy of what
+    ``_config_quantization`` read once per file: callers may keep or change it."""
     pkg = package_root()
     if pkg is None:
         return None
-    path = pkg / "model_configs" / f"{model_path.replace('/', '--')}_config.json"
-    if not path.is_file():
+    q = _config_quantization(str(pkg / "model_configs" / f"{model_path.replace('/', '--')}_config.json"))
+    return copy.deepcopy(q) if q is not None else None
+
+
+@functools.lru_cache(maxsize=None)
+def _config_quantization(path: str) -> Optional[dict]:
+    """The ``quantization_config`` of one config.json, read once (a matrix run asks for it
+    for every row of a model); shared, so ``checkpoint_quantization`` hands out copies."""
+    if not Path(path).is_file():
         return None
-    cfg = json.loads(path.read_text())
+    cfg = json.loads(Path(path).read_text())
     q = cfg.get("quantization_config") or (cfg.get("text_config") or {}).get("quantization_config")
     return q if isinstance(q, dict) else None
 
