@@ -15,7 +15,7 @@ import copy
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, Union, cast
 
 import numpy as np
 
@@ -244,8 +244,9 @@ def arm_arrays(result: SimResult, slo: dict) -> dict:
     """Per-request arrays in request-id order (NaN where a latency is undefined)."""
     reqs = sorted(result.requests, key=lambda r: _id_key(r.request_id))
     done = np.array([r.state is RequestState.FINISHED and bool(r.token_times) for r in reqs])
-    ttft = np.array([r.ttft * 1000 if d else np.nan for r, d in zip(reqs, done)], dtype=float)
-    e2el = np.array([r.e2el * 1000 if d else np.nan for r, d in zip(reqs, done)], dtype=float)
+    # A finished request with tokens has a TTFT and an E2E latency.
+    ttft = np.array([cast(float, r.ttft) * 1000 if d else np.nan for r, d in zip(reqs, done)], dtype=float)
+    e2el = np.array([cast(float, r.e2el) * 1000 if d else np.nan for r, d in zip(reqs, done)], dtype=float)
     tpot = np.array([(r.tpot * 1000 if r.tpot is not None else np.nan) if d else np.nan
                      for r, d in zip(reqs, done)], dtype=float)
     out_tok = np.array([r.num_output_tokens if d else 0 for r, d in zip(reqs, done)], dtype=float)

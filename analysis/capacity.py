@@ -41,7 +41,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional, Sequence, Union
+from typing import Any, Callable, Iterator, Optional, Sequence, Union, cast
 
 from sim import config as config_mod
 from analysis.fleet import FLEET_MODES, MAX_REPLICAS, FleetResult, Unit, size_fleet, unit_of
@@ -621,10 +621,10 @@ def _size(ev: _Evaluator, plan_: _SeedPlan, searches: list[SeedSearch], rel_tol:
 
 def _narrow_all(ev: _Evaluator, searches: list[SeedSearch], tol: float) -> list[SeedSearch]:
     """Every complete bracket narrowed to ``tol``; each seed's first bisection starts at once."""
-    open_ = [s for s in searches if s.low and s.high and not s.note]
+    open_ = [s for s in searches if s.low and s.high and not s.note]  # both bounds set
     for s in open_:
-        ev.prefetch(math.sqrt(s.low * s.high), s.seed)
-    return [_narrow(ev, s.seed, s.low, s.high, tol) if s in open_ else s for s in searches]
+        ev.prefetch(math.sqrt(cast(float, s.low) * cast(float, s.high)), s.seed)
+    return [_narrow(ev, s.seed, cast(float, s.low), cast(float, s.high), tol) if s in open_ else s for s in searches]
 
 
 def _more_seeds(n: int, spread: float, mean: float, target: float, confidence: float, most: int) -> int:
@@ -675,7 +675,7 @@ def _spreads(searches: Sequence[SeedSearch]) -> tuple[float, float]:
 def _t_quantile(df: int, confidence: float) -> float:
     # scipy.special's Student-t inverse is what scipy.stats.t.ppf calls (scipy.stats costs 0.4 s
     # to import, most of a capacity search's start-up).
-    from scipy.special import stdtrit
+    from scipy.special import stdtrit  # type: ignore[import-untyped]  # no stubs: scipy-stubs is no dependency
 
     return float(stdtrit(df, 0.5 + confidence / 2))
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union, cast
 
 from sim import config as config_mod
 from analysis.capacity import _t_quantile
@@ -92,12 +92,12 @@ def clients_run(base: dict, overrides: Sequence[str], slo: SLO, clients: int, re
                        stream_interval=res.stream_interval)
     ok, bad = slo.check(m)
     done = [r for r in res.requests if r.finish_time is not None]
-    span = (max(r.finish_time for r in done) - min(r.arrival_time for r in res.requests)) if done else 0.0
+    span = (max(cast(float, r.finish_time) for r in done) - min(r.arrival_time for r in res.requests)) if done else 0.0
     m["request_throughput"] = len(done) / span if span > 0 else 0.0
     m["output_throughput"] = sum(r.num_output_tokens for r in done) / span if span > 0 else 0.0
     # Time-averaged requests in flight, send to last token, over the whole run: under the
     # clients while the last requests drain.
-    m["achieved_concurrency"] = (sum(r.finish_time - r.arrival_time for r in done) / span) if span > 0 else 0.0
+    m["achieved_concurrency"] = (sum(cast(float, r.finish_time) - r.arrival_time for r in done) / span) if span > 0 else 0.0
     if keep_scenario:
         m["scenario"] = res.summary.get("scenario") or {}
     return ok, bad, m
@@ -366,6 +366,6 @@ def _check(seeds: int, start: Optional[int], cap: int, target: Optional[int], bu
                                ("requests_per_client", per_client, 1)):
         if not isinstance(value, int) or isinstance(value, bool) or value < least:
             raise ConfigError(f"{name}: expected a whole number >= {least}, got {value!r}")
-    for name, value in (("--start-clients", start), ("--target-clients", target)):
-        if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-            raise ConfigError(f"{name}: expected a whole number of clients >= 1, got {value!r}")
+    for name, clients in (("--start-clients", start), ("--target-clients", target)):
+        if clients is not None and (not isinstance(clients, int) or isinstance(clients, bool) or clients < 1):
+            raise ConfigError(f"{name}: expected a whole number of clients >= 1, got {clients!r}")

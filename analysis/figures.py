@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from typing import Optional
 
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+import plotly.graph_objects as go  # type: ignore[import-untyped]  # plotly ships no type information
+from plotly.subplots import make_subplots  # type: ignore[import-untyped]  # plotly ships no type information
 
 from analysis.formatting import format_diff, format_relative, with_unit
 from sim.summary_table import latency_unit

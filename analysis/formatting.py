@@ -21,7 +21,7 @@ The rules:
 from __future__ import annotations
 
 import math
-from typing import Optional
+from typing import Optional, cast
 
 MISSING = "-"
 SIG_DIGITS = 3
@@ -45,7 +45,7 @@ def format_number(value: Optional[float], sig: int = SIG_DIGITS, *, signed: bool
     """
     if _missing(value):
         return MISSING
-    value = float(value)
+    value = float(cast(float, value))  # not missing: a number
     if math.isinf(value):
         return ("+" if signed and value > 0 else "") + ("inf" if value > 0 else "-inf")
     if value == 0:
@@ -97,7 +97,7 @@ def format_relative(rel: Optional[float]) -> str:
     significant digits: +8.29%, -14.9%, +1,670%."""
     if _missing(rel):
         return MISSING
-    text = format_number(rel * 100, signed=True, max_decimals=2, round_integers=True)
+    text = format_number(cast(float, rel) * 100, signed=True, max_decimals=2, round_integers=True)  # not missing
     return f"{text}%"
 
 
@@ -106,15 +106,16 @@ def format_interval(low: Optional[float], high: Optional[float], unit: Optional[
     if _missing(low) or _missing(high):
         return MISSING
     if unit == FRACTION:
-        return (f"[{format_number(low * 100, signed=True, max_decimals=2)}, "
-                f"{format_number(high * 100, signed=True, max_decimals=2)}] pp")
+        low_pp, high_pp = cast(float, low) * 100, cast(float, high) * 100  # not missing
+        return (f"[{format_number(low_pp, signed=True, max_decimals=2)}, "
+                f"{format_number(high_pp, signed=True, max_decimals=2)}] pp")
     return f"[{format_number(low, signed=True)}, {format_number(high, signed=True)}]"
 
 
 def _percent(value: Optional[float], decimals: int) -> str:
     if _missing(value):
         return MISSING
-    text = f"{value * 100:,.{decimals}f}"
+    text = f"{cast(float, value) * 100:,.{decimals}f}"  # not missing
     return (text.lstrip("-") if _is_zero(text) else text) + "%"
 
 

@@ -35,7 +35,8 @@ import math
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence, Union, cast
 
 from sim import config as config_mod
 from analysis.capacity import RunSizing, find_capacity, worker_pool
@@ -345,7 +346,8 @@ def bound(row: Row, base: dict, slo: SLO, target: Optional[float], prices: Mappi
                       f"bound {slo.ttft_ms:g} ms")
         return
     if concurrency is None:
-        floor_replicas = max(1, math.ceil(target / row.bound_rate - 1e-9))
+        # without clients the target rate is given; the ceiling was set above
+        floor_replicas = max(1, math.ceil(cast(float, target) / cast(float, row.bound_rate) - 1e-9))
     else:
         # Clients one replica can hold: its batch limit, its KV pool at the mean request's
         # length, and (with a TPOT bound) the largest batch whose decode step alone stays under it.
@@ -463,7 +465,7 @@ class PlanResult:
         front = [r for r, m in zip(pts, mask) if m]
         return [{"label": r.candidate.label(), "output_tokens_per_s_per_gpu": r.output_tokens_per_s_per_gpu,
                  "tokens_per_s_per_user": r.tokens_per_s_per_user, "status": r.status}
-                for r in sorted(front, key=lambda r: r.output_tokens_per_s_per_gpu)]
+                for r in sorted(front, key=lambda r: cast(float, r.output_tokens_per_s_per_gpu))]  # set: see pts
 
     def headline(self) -> str:
         b = self.best
@@ -476,7 +478,7 @@ class PlanResult:
         return (f"Cheapest deployment for {self.load_text} inside {self.slo}: {b.candidate.label()}, "
                 f"{b.replicas} replica{'s' if b.replicas != 1 else ''} x {b.gpus_per_replica} GPU = {b.gpus} GPUs, "
                 f"${b.usd_per_hour:.2f}/hour, ${_num(b.usd_per_million_output_tokens)} per million output "
-                f"tokens (steps priced by {b.pricing['source']}). {tried}.")
+                f"tokens (steps priced by {cast(dict, b.pricing)['source']}). {tried}.")  # priced when bounded
 
     def closest_misses(self, n: int = 5) -> list[Row]:
         simulated = [r for r in self.rows if r.status in ("screened", "planned")]
@@ -495,7 +497,7 @@ class PlanResult:
                 "config": self.base_config, "notes": self.notes}
 
 
-def plan(config: Union[dict, str, None], slo: SLO, target_rate: Optional[float] = None, *,
+def plan(config: Union[dict, str, Path, None], slo: SLO, target_rate: Optional[float] = None, *,
          concurrency: Optional[int] = None,
          hardware: Optional[Sequence[str]] = None, max_gpus: Optional[int] = None,
          prices: Union[None, dict, Sequence[str]] = None, search: Union[None, Mapping[str, list], Sequence[str]] = None,
@@ -550,14 +552,15 @@ def plan(config: Union[dict, str, None], slo: SLO, target_rate: Optional[float] 
         for start in range(0, len(live), SCREEN_BATCH):
             todo = []
             for r in live[start:start + SCREEN_BATCH]:
-                if r.cost_floor >= best_estimate:  # at best a tie with what is already screened
+                if cast(float, r.cost_floor) >= best_estimate:  # at best a tie with what is already screened
                     r.status, r.reason = "pruned", (f"cost floor ${r.cost_floor:.2f}/h is not under the cheapest "
                                                    f"screened estimate ${best_estimate:.2f}/h")
                 else:
                     todo.append(r)
             if concurrency is None:
-                args = [("rate", base, r.candidate.overrides, slo, _start(r.bound_rate), base_dir, screen_s)
-                        for r in todo]
+                # a bounded row has its ceiling
+                args: list[tuple] = [("rate", base, r.candidate.overrides, slo, _start(cast(float, r.bound_rate)),
+                                      base_dir, screen_s) for r in todo]
             else:
                 args = [("clients", base, r.candidate.overrides, slo, min(concurrency, r.max_clients or concurrency),
                          base_dir) for r in todo]
@@ -567,7 +570,7 @@ def plan(config: Union[dict, str, None], slo: SLO, target_rate: Optional[float] 
                 if "error" in out:
                     r.status, r.reason = "infeasible", out["error"]
                 elif concurrency is None:
-                    _apply_screen(r, out, target_rate)
+                    _apply_screen(r, out, cast(float, target_rate))  # set without clients
                 else:
                     _apply_client_screen(r, out, concurrency)
                 screened += 1
@@ -581,7 +584,7 @@ def plan(config: Union[dict, str, None], slo: SLO, target_rate: Optional[float] 
     for k, r in enumerate(finalists):
         # Branch and bound on the estimates: the next can only win if it is estimated cheaper
         # than the best planned cost (an estimate equal to it can at best tie).
-        if r.estimate_usd_per_hour >= best_cost:
+        if cast(float, r.estimate_usd_per_hour) >= best_cost:  # set: see finalists
             break
         if concurrency is None:
             res = find_capacity(base, slo, target_rate=target_rate, overrides=r.candidate.overrides,
@@ -655,8 +658,9 @@ def _full_clients(r: Row, base: dict, slo: SLO, concurrency: int, base_dir, seed
         if all(ok for ok, _, _ in runs):
             m = runs[0][2]
             r.status, r.meets_slo, r.replicas = "planned", True, n
-            r.gpus = n * r.gpus_per_replica
-            r.usd_per_hour = r.gpus * r.usd_per_gpu_hour
+            # a screened row knows its replica's GPUs and their price
+            r.gpus = n * cast(int, r.gpus_per_replica)
+            r.usd_per_hour = r.gpus * cast(float, r.usd_per_gpu_hour)
             r.planning_rate = sum(x[2]["request_throughput"] for x in runs) / len(runs)
             r.goodput_per_gpu = r.planning_rate / r.gpus
             out_tok = sum(x[2]["output_throughput"] for x in runs) / len(runs)

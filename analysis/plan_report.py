@@ -88,7 +88,7 @@ def frontier_figure(rec: dict) -> Any:
     """Output tok/s per GPU against tok/s per user: every simulated candidate, the frontier
     drawn through (None without plotly). The report and the dashboard's Plan page draw it."""
     try:
-        import plotly.graph_objects as go
+        import plotly.graph_objects as go  # type: ignore[import-untyped]  # plotly ships no type information
     except ImportError:
         return None
     pts = [r for r in rec["rows"] if r.get("output_tokens_per_s_per_gpu") and r.get("tokens_per_s_per_user")]

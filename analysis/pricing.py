@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Iterable, Optional, Union
+from typing import Any, Iterable, Optional, Union, cast
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # no stubs: types-PyYAML is no dependency
 
 from sim.catalog.hardware import get_hardware, list_hardware
 from sim.errors import ConfigError
@@ -55,15 +55,15 @@ def usd_per_million_output_tokens(output_tokens_per_s_per_gpu: float, usd_gpu_ho
     return usd_gpu_hour / (output_tokens_per_s_per_gpu * 3600.0) * 1e6
 
 
-def _items(spec: PriceSpec) -> list[tuple[str, object]]:
+def _items(spec: PriceSpec) -> list[tuple[str, Any]]:  # prices as given: price_table checks them
     if spec is None:
         return []
     if isinstance(spec, dict):
         return list(spec.items())
     if isinstance(spec, (str, Path)) and "=" not in str(spec):
         return list(_load(Path(spec)).items())
-    out = []
-    for item in [spec] if isinstance(spec, str) else spec:
+    out: list[tuple[str, Any]] = []
+    for item in [spec] if isinstance(spec, str) else cast(Iterable[str], spec):  # strings from here on
         if "=" not in item and Path(item).suffix in (".yaml", ".yml", ".json"):
             out.extend(_load(Path(item)).items())
             continue

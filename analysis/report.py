@@ -15,7 +15,7 @@ import html
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union, cast
 
 from analysis.formatting import (display_unit, format_diff, format_interval, format_relative,
                                      format_value)
@@ -151,7 +151,7 @@ def scenario_section(cfg: dict, rates_searched: bool = False, clients_searched: 
     alloc_text = (f"paged, block {kv.get('block_size')}" + (", prefix caching" if kv.get("prefix_caching") else "")
                   if alloc == "paged" else f"contiguous, reserve {kv.get('reserve')}")
     arrival = wl.get("arrival", {})
-    rows = [
+    rows: list[list[Any]] = [  # table cells, as Section.tables holds them
         ["model / hardware", f"{cfg.get('model')} on {cfg.get('hardware')} ({cfg.get('dtype')})"],
         ["parallelism", f"TP {par.get('tensor_parallel_size')} x PP {par.get('pipeline_parallel_size')}, "
                         f"{par.get('num_replicas')} replica(s), router {par.get('router')}"],
@@ -188,7 +188,8 @@ def _searched_workload_rows(wl: dict) -> list[list[str]]:
         return [["workload", f"trace {wl['trace']}, {count}"],
                 ["arrivals", "trace timing, rescaled to the rates set by the search"]]
     arrival = wl.get("arrival") or {}
-    process = {"poisson": "Poisson", None: "Poisson"}.get(arrival.get("process"), arrival.get("process"))
+    # A str: no process (None) reads as Poisson.
+    process = cast(str, {"poisson": "Poisson", None: "Poisson"}.get(arrival.get("process"), arrival.get("process")))
     if arrival.get("cv") is not None:
         process += f", cv {arrival['cv']:g}"
     lengths = _workload_text(wl).split("; ", 1)[-1]   # "input ...; output ...", without the count
@@ -692,7 +693,7 @@ def write_report(records: Sequence[dict], out: Union[str, Path], title: str = "k
 def _plotly_file() -> tuple[str, str]:
     """(file name, text) of the plotly.js a local-mode report loads beside it; the version in
     the name keeps reports drawn for different releases apart in one folder."""
-    from plotly.offline import get_plotlyjs, get_plotlyjs_version
+    from plotly.offline import get_plotlyjs, get_plotlyjs_version  # type: ignore[import-untyped]  # no stubs
 
     return f"plotly-{get_plotlyjs_version()}.min.js", get_plotlyjs()
 

@@ -24,7 +24,7 @@ def mean_interval(values: Sequence[float], confidence: float = 0.95) -> tuple[fl
         return m, m, m
     # scipy.special's Student-t inverse is what scipy.stats.t.ppf calls; importing scipy.stats
     # costs 0.4 s, most of a capacity search's start-up.
-    from scipy.special import stdtrit
+    from scipy.special import stdtrit  # type: ignore[import-untyped]  # no stubs: scipy-stubs is no dependency
 
     half = float(stdtrit(x.size - 1, 0.5 + confidence / 2) * x.std(ddof=1) / math.sqrt(x.size))
     return m, m - half, m + half

@@ -22,9 +22,9 @@ import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional, Sequence, Union
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # no stubs: types-PyYAML is no dependency
 
 from sim import config as config_mod
 from analysis.pareto import pareto_mask
@@ -211,7 +211,7 @@ def _run_ray(base: dict, jobs: list[Job], base_dir, workers: int, address: Optio
         raise ConfigError("--backend ray: ray is not installed (pip install 'kvplan[ray]')") from None
     started = not ray.is_initialized()
     if started:
-        kwargs = dict(include_dashboard=False, ignore_reinit_error=True, log_to_driver=False,
+        kwargs: dict[str, Any] = dict(include_dashboard=False, ignore_reinit_error=True, log_to_driver=False,
                       configure_logging=False)
         if address:
             ray.init(address=address, **kwargs)
@@ -281,7 +281,8 @@ def _notes(rows: list[dict], slo: Optional[SLO]) -> list[str]:
             notes.append(f"no configuration meets the SLO ({slo})")
     loads = {r.get("offered_rate") for r in rows if r["error"] is None}
     if len(loads) > 1:
-        notes.append(f"points at different offered loads ({', '.join(f'{x:g}' for x in sorted(loads) if x is not None)} "
+        rates = sorted(x for x in loads if x is not None)  # closed-loop points offer no rate
+        notes.append(f"points at different offered loads ({', '.join(f'{x:g}' for x in rates)} "
                      f"req/s) are compared only with points at the same load")
     return notes
 

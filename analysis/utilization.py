@@ -23,7 +23,7 @@ traffic), which is how MFU is conventionally defined: useful model work over pea
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence
+from typing import Mapping, Optional, Sequence, Union
 
 import numpy as np
 
@@ -116,7 +116,7 @@ def model_for_run(scenario: Mapping, config: Optional[Mapping] = None) -> Option
         return None
 
 
-def step_work(steps: Mapping[str, Sequence], um: UtilizationModel) -> tuple[np.ndarray, np.ndarray]:
+def step_work(steps: Mapping[str, Union[Sequence, np.ndarray]], um: UtilizationModel) -> tuple[np.ndarray, np.ndarray]:
     """Per step: (FLOPs, bytes) on one GPU."""
     tokens = (np.asarray(steps["num_prefill_tokens"], dtype=float)
               + np.asarray(steps["num_decode_seqs"], dtype=float)

@@ -11,10 +11,10 @@ import csv
 import json
 import math
 from pathlib import Path
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional, Sequence, TypeVar, Union
 
 import numpy as np
-import yaml
+import yaml  # type: ignore[import-untyped]  # no stubs: types-PyYAML is no dependency
 
 from analysis.capacity import with_rate
 from analysis.steady import run_length, window_metrics
@@ -26,12 +26,13 @@ LATENCIES = ("ttft_ms", "tpot_ms", "itl_ms", "e2el_ms")
 KV_PARTS = ("token_states", "internal_fragmentation", "external_fragmentation", "reserved", "free")
 QUEUE_PARTS = ("batch_size", "num_running", "num_waiting")
 WORK_COLUMNS = ("num_prefill_tokens", "num_decode_seqs", "num_spec_tokens", "decode_context_tokens")
+_Parsed = TypeVar("_Parsed")  # what a run file parses to
 
 
 def simulation_record(result: SimResult, *, label: str = "", max_points: int = 400,
                       replica: int = 0) -> dict:
     """``{"kind": "simulation", label, config, summary, latencies, timeline}``."""
-    lat = {"ttft_ms": [], "tpot_ms": [], "e2el_ms": []}
+    lat: dict[str, list[float]] = {"ttft_ms": [], "tpot_ms": [], "e2el_ms": []}
     for r in result.requests:
         if r.ttft is not None and r.e2el is not None:
             lat["ttft_ms"].append(r.ttft * 1000)
@@ -143,7 +144,7 @@ def rate_curve(config: dict, rates: Sequence[float], *, duration_s: float = 60.0
     return points
 
 
-def _run_file(path: Path, parse: Callable[[str], object]) -> object:
+def _run_file(path: Path, parse: Callable[[str], _Parsed]) -> _Parsed:
     """One file of a run folder, parsed; any problem is one ``ConfigError`` naming it."""
     try:
         return parse(path.read_text(encoding="utf-8"))
@@ -184,7 +185,7 @@ def load_run_dir(path: Union[str, Path], max_points: int = 400) -> dict:
     if (d / "steps.csv").is_file():
         rows = _run_file(d / "steps.csv", lambda text: list(csv.reader(text.splitlines())))
         names = rows[0] if rows else []
-        columns = list(zip(*rows[1:])) or [[] for _ in names]
+        columns: list[Sequence[str]] = list(zip(*rows[1:])) or [[] for _ in names]
         steps = {n: [_run_float(x, d / "steps.csv", n) for x in col] for n, col in zip(names, columns)}
     scenario = summary.get("scenario", {})
     um = model_for_run(scenario, config) if config else None

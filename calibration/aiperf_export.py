@@ -46,7 +46,7 @@ Malformed input is a one-line ``RealRunError`` naming the file and field.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
 import numpy as np
 
@@ -98,7 +98,8 @@ def read_aiperf_export(path: Path, data: dict) -> RealRun:
         if asked is not None:
             completed = float(asked)
         else:  # a measurement window: replay a steady stretch of it
-            completed = float(10 * concurrency) if rate is None else max(10.0, round(rate * 60))
+            # concurrency is set when rate is not (checked above)
+            completed = float(10 * cast(int, concurrency)) if rate is None else max(10.0, round(rate * 60))
             notes.append(f"request count not recorded (a measurement window): {completed:.0f} requests replayed")
     n = int(round(completed + failed))
     if n < 1:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Iterable, Optional, Sequence, Union
 
 import numpy as np
-from scipy.optimize import nnls
+from scipy.optimize import nnls  # type: ignore[import-untyped]  # no stubs: scipy-stubs is no dependency
 
 from calibration.json_lines import json_objects
 from sim.errors import KvplanError, TraceFormatError, file_error

@@ -186,7 +186,7 @@ def profile_engine(model: Optional[str], grid: Grid, dtype: str = "auto", device
     loaded = load_model(args.model, args.torch_dtype(dev), dev, seed=args.seed)
     rng = np.random.default_rng(seed)
     cases = grid.cases()
-    engines: dict[int, Any] = {}
+    engines: dict[tuple[int, int], Any] = {}  # (token budget, speculative tokens) -> engine
     parts: list[Samples] = []
     records: list[dict] = []
     warmup_steps = 0

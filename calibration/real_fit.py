@@ -24,7 +24,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, Optional, Sequence, cast
 
 import numpy as np
 
@@ -159,7 +159,7 @@ def robust_loss(r: np.ndarray) -> float:
 def _loss_at(preds: np.ndarray, real: np.ndarray, shifted: np.ndarray) -> tuple[float, float]:
     """(loss, overhead) at the best overhead for these predictions (at overhead 0): the loss is
     convex in the overhead, so a bounded 1-D search from the least-squares value finds it."""
-    from scipy.optimize import minimize_scalar
+    from scipy.optimize import minimize_scalar  # type: ignore[import-untyped]  # no stubs: scipy-stubs is no dependency
 
     if not np.all(np.isfinite(preds)):
         return math.inf, 0.0
@@ -364,8 +364,9 @@ def calibrate_real(paths: Sequence[Path], *, hardware: Optional[str] = None, see
                      "tensor_parallel_size": cfg["parallel"]["tensor_parallel_size"]})
     if not usable:
         raise RealFitError(f"--real: no run kvplan can simulate: {skipped[0]}" if skipped else "--real: no runs")
-    for msg in skipped if on_skip is not None else ():
-        on_skip(msg)
+    if on_skip is not None:
+        for msg in skipped:
+            on_skip(msg)
     names = [r.name for r in usable]
     if len(set(names)) != len(names):
         dup = next(n for n in names if names.count(n) > 1)
@@ -389,7 +390,8 @@ def calibrate_real(paths: Sequence[Path], *, hardware: Optional[str] = None, see
             real = {m: st.real.get(m) for m in FIT_METRICS}
             if not st.scored or not all(v is not None and math.isfinite(v) and v > 0 for v in real.values()):
                 continue
-            obs.append(StageObs(run.name, models_of[run.name], st.index, st.stage.rate, real))
+            obs.append(StageObs(run.name, models_of[run.name], st.index, st.stage.rate,
+                                cast(dict[str, float], real)))  # all set: checked above
     if not obs:
         raise RealFitError("--real: every stage was overloaded for real (or lacks TTFT/E2E means and "
                            "p90s): nothing to fit latency to")

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Optional, Union
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # no stubs: types-PyYAML is no dependency
 
 from calibration.run_manifest import ServerFacts, perf_dir, server_facts
 from sim.errors import KvplanError
@@ -521,12 +521,12 @@ def read_vllm_bench(path: Path, data: Optional[dict] = None) -> RealRun:
         output_lens = [max(1, int(round(mean_out)))] * n
         notes.append(f"no per-request lengths (--save-detailed): every request {prompt_lens[0]} in, "
                      f"{output_lens[0]} out (the run's means)")
-    mean_out = sum(output_lens) / len(output_lens) if output_lens else None
+    mean_output = sum(output_lens) / len(output_lens) if output_lens else None
     tpot = _ms(d, "mean_tpot_ms", path)
     measured = MeasuredStage(index=0, sent=n, completed=completed, failures=failed, e2el_ms=e2e, ttft_ms=ttft,
-                             tpot_ms=tpot if tpot is not None else _tpot(e2e, ttft, mean_out),
+                             tpot_ms=tpot if tpot is not None else _tpot(e2e, ttft, mean_output),
                              request_throughput=_opt_num(d.get("request_throughput")),
-                             output_len=mean_out,
+                             output_len=mean_output,
                              prompt_len=sum(prompt_lens) / len(prompt_lens) if prompt_lens else None)
     server = {k: d[k] for k in SERVER_KEYS if isinstance(d.get(k), (int, float)) and not isinstance(d.get(k), bool)}
     for k in SERVER_KEYS:
@@ -600,7 +600,8 @@ def read_guidellm(path: Path, data: Optional[dict] = None) -> RealRun:
     if not isinstance(benches, list) or not benches:
         raise RealRunError(f"{path}: benchmarks: expected a non-empty list")
     notes: list[str] = []
-    stages, measured, prompt_lens, output_lens = [], [], [], []
+    stages, prompt_lens, output_lens = [], [], []
+    measured: list[MeasuredStage] = []
     for i, b in enumerate(benches):
         where = f"benchmarks[{i}]"
         if not isinstance(b, dict):

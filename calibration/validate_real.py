@@ -24,7 +24,7 @@ import re
 import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional, Sequence, cast
 
 import numpy as np
 
@@ -180,7 +180,7 @@ def base_checkpoint(name: str) -> Optional[tuple[str, str]]:
 def _find_model_config(run: RealRun) -> Optional[tuple[dict, Path]]:
     import json
 
-    name = run.model.rstrip("/").split("/")[-1]
+    name = cast(str, run.model).rstrip("/").split("/")[-1]  # the caller checked it is named
     for parent in list(run.path.resolve().parents)[:4]:
         f = parent / "model_configs" / name / "config.json"
         if f.is_file():
@@ -411,7 +411,8 @@ def _stage_prediction(reqs: list, measured: MeasuredStage, stage: Stage) -> tupl
         out[f"{s}_ttft_ms"] = float(f(ttft))
     n_out = float(np.mean([r.num_output_tokens for r in fin]))
     if n_out > 1:
-        out["mean_tpot_ms"] = (out["mean_e2el_ms"] - out["mean_ttft_ms"]) / (n_out - 1)
+        # both set in the loop above
+        out["mean_tpot_ms"] = (cast(float, out["mean_e2el_ms"]) - cast(float, out["mean_ttft_ms"])) / (n_out - 1)
     start = min(r.arrival_time for r in reqs)
     end = max(r.finish_time for r in fin)
     out["request_throughput"] = len(fin) / max(end - start, 1e-9)
@@ -430,10 +431,14 @@ def _shorten(s: Stage, seconds: float) -> Stage:
 
 def _lengths_for(run: RealRun, stages: list[Stage]) -> tuple[list[int], list[int]]:
     """Per-request lengths of the (possibly shortened) stages, from the run's lists."""
-    ins, outs, pos = [], [], 0
+    ins: list[int] = []
+    outs: list[int] = []
+    pos = 0
+    # Without a prompt pool or shared prefix, a RealRun carries per-request lengths.
+    prompt_lens, output_lens = cast(list[int], run.prompt_lens), cast(list[int], run.output_lens)
     for full, st in zip(run.stages, stages):
-        ins += run.prompt_lens[pos:pos + st.num_requests]
-        outs += run.output_lens[pos:pos + st.num_requests]
+        ins += prompt_lens[pos:pos + st.num_requests]
+        outs += output_lens[pos:pos + st.num_requests]
         pos += full.num_requests
     return ins, outs
 

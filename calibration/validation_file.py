@@ -114,7 +114,7 @@ def _num(v: Any, where: str) -> float:
 def _samples(raw: Any, name: str) -> dict:
     if not isinstance(raw, dict):
         raise ValidationFileError(f"{name}: samples: expected an object of metric -> {{real, predicted}}")
-    out = {}
+    out: dict[str, dict[str, list[float]]] = {}
     for metric, pair in raw.items():
         if not isinstance(pair, dict):
             raise ValidationFileError(f"{name}: samples.{metric}: expected {{real: [...], predicted: [...]}}")

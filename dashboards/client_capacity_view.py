@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]  # no stubs: pandas-stubs is no dependency
 import streamlit as st
 
 from analysis.client_capacity import ClientCapacityResult, find_client_capacity

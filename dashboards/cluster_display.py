@@ -11,9 +11,9 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-import pandas as pd
-import plotly.graph_objects as go
-from plotly.subplots import make_subplots
+import pandas as pd  # type: ignore[import-untyped]  # no stubs: pandas-stubs is no dependency
+import plotly.graph_objects as go  # type: ignore[import-untyped]  # plotly ships no type information
+from plotly.subplots import make_subplots  # type: ignore[import-untyped]  # plotly ships no type information
 
 from analysis.figures import format_ms, log_ms_axis
 from analysis.formatting import FRACTION, MISSING, format_number, format_value

@@ -14,7 +14,7 @@ import re
 import threading
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional, cast
 
 import streamlit as st
 
@@ -160,7 +160,8 @@ def known_error_text(known: Any, source: str) -> str:
         step = known.get("step_vs_real")
         whole = _latency_errors(step) if isinstance(step, dict) else ""
         if whole:
-            runs = f" ({step['runs']})" if step.get("runs") else ""
+            got = cast(dict, step)  # whole is set only for a dict
+            runs = f" ({got['runs']})" if got.get("runs") else ""
             text += f" Whole step against real runs{runs}: mean error {whole}."
         else:
             text += f" Whole step against real runs: not measured on {gpu} yet."
@@ -206,10 +207,11 @@ def describe_cost_model(f: Fields, cfg: dict) -> bool:
     is left to the page, which shows it where it always has."""
     from sim.api import resolve_deployment
 
+    note: Any = f.cost_note  # set: callers describe only under a cost_model_field
     try:
         dep = resolve_deployment(cfg)
     except KvplanError as exc:
-        f.cost_note.empty()
+        note.empty()
         if _is_cost_model_error(exc):
             f.error(str(exc), COST_KEY)
             return False
@@ -222,7 +224,7 @@ def describe_cost_model(f: Fields, cfg: dict) -> bool:
         lines.append("auto fell back to the roofline" + (f": {why}" if why else "") + ".")
     lines.append(known_error_text(pricer.known_error(), source))
     lines += [f"Warning: {w}" for w in pricer.warnings()]
-    with f.cost_note.container():
+    with note.container():
         for line in lines:
             st.caption(line)
     return True
@@ -431,7 +433,8 @@ def parse_numbers(text: str, what: str) -> list[float]:
 
 class _LRU:
     def __init__(self, size: int) -> None:
-        self.size, self.data, self.lock = size, OrderedDict(), threading.Lock()
+        self.size, self.lock = size, threading.Lock()
+        self.data: OrderedDict[str, Any] = OrderedDict()  # key -> result, least recently used first
 
     def get(self, key: str) -> Any:
         with self.lock:

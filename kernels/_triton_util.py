@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Callable
 
 import torch
-import triton
+import triton  # type: ignore[import-untyped]  # triton ships no type information
 
 from kernels.interpreter import interpreter_ready
 
@@ -20,7 +20,7 @@ INTERPRETED = interpreter_ready()
 def jit(fn: Callable):
     """``@triton.jit`` in the mode of triton's own library (interpreted on CPU test processes)."""
     if INTERPRETED:
-        from triton.runtime.interpreter import InterpretedFunction
+        from triton.runtime.interpreter import InterpretedFunction  # type: ignore[import-untyped]  # no stubs
         return InterpretedFunction(fn)
     return triton.jit(fn)
 

@@ -20,7 +20,7 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, TypeVar
 
 import torch
 
@@ -89,7 +89,7 @@ class Plan:
 def timer(device: torch.device) -> Callable[[Callable[[], object]], float]:
     """Median milliseconds of a call: triton's do_bench (flushes L2) on CUDA, wall clock on CPU."""
     if device.type == "cuda":
-        from triton.testing import do_bench
+        from triton.testing import do_bench  # type: ignore[import-untyped]  # no stubs
         return lambda fn: float(do_bench(fn, warmup=25, rep=100, return_mode="median"))
 
     def wall(fn: Callable[[], object]) -> float:  # one call: the interpreter is slow and not the point
@@ -136,7 +136,11 @@ def max_error(out: torch.Tensor, ref: torch.Tensor, dtype: torch.dtype) -> tuple
     return float(diff.max()), ok
 
 
-def fastest(measure: Callable, launch: Callable, configs: list) -> tuple[float, object]:
+_Config = TypeVar("_Config")
+
+
+def fastest(measure: Callable, launch: Callable[[_Config], Callable[[], object]],
+            configs: list[_Config]) -> tuple[float, _Config]:
     """(ms, config) of the fastest config; configs that fail to compile (e.g. out of shared
     memory during a sweep) are skipped, unless none is left."""
     timed, errors = [], []
@@ -220,7 +224,7 @@ def bench_prefill(shape: Shape, prompt_len: int, num_seqs: int, q_len: int, devi
     context = prompt_len - q_len
     pairs = num_seqs * (q_len * context + q_len * (q_len + 1) // 2)
     flops = 4 * pairs * shape.num_heads * shape.head_dim
-    row = {
+    row: dict[str, Any] = {  # a JSON report row: values of several types
         "prompt_len": prompt_len, "q_len": q_len, "num_seqs": num_seqs, "config": asdict(config),
         "triton_ms": ms, "tflops": flops / (ms * 1e-3) / 1e12,
         "max_abs_err_vs_reference": err, "correct": ok, "sdpa_ms": None, "ratio_vs_sdpa": None,
@@ -248,7 +252,7 @@ def sweep_configs(kind: str, sweep: bool) -> list | None:
 
 def run(shape: Shape, plan: Plan, device: torch.device, log: Callable[[str], None] = print) -> dict:
     """Run every case that fits in memory; return the report (also printed line by line)."""
-    import triton
+    import triton  # type: ignore[import-untyped]  # no stubs
 
     name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu (Triton interpreter; timings meaningless)"
     peak = peak_bandwidth(name) if device.type == "cuda" else None

@@ -20,7 +20,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -36,7 +36,7 @@ class Launch:
     """One kernel launch as the host wrapper issued it: which kernel, arguments, launch options."""
 
     label: str
-    fn: object
+    fn: Any  # a triton JITFunction (triton ships no type information)
     args: tuple
     kwargs: dict
 
@@ -69,9 +69,9 @@ def record(label: str, call: Callable[[], object]) -> list[Launch]:
 
 def compile_launch(launch: Launch, arch: int):
     """Lower one recorded launch to a cubin for ``sm_<arch>``, specialising like the runtime does."""
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    import triton  # type: ignore[import-untyped]  # no stubs
+    from triton.backends.compiler import GPUTarget  # type: ignore[import-untyped]  # no stubs
+    from triton.compiler import ASTSource  # type: ignore[import-untyped]  # no stubs
 
     fn = launch.fn
     kwargs = dict(launch.kwargs)

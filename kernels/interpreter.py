@@ -19,8 +19,8 @@ def interpreter_ready() -> bool:
     """True when triton is importable and its library was decorated for the interpreter."""
     if importlib.util.find_spec("triton") is None:
         return False
-    import triton.language as tl
-    from triton.runtime.interpreter import InterpretedFunction
+    import triton.language as tl  # type: ignore[import-untyped]  # triton ships no type information
+    from triton.runtime.interpreter import InterpretedFunction  # type: ignore[import-untyped]  # no stubs
     return isinstance(tl.cdiv, InterpretedFunction)
 
 

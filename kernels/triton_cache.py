@@ -7,7 +7,7 @@ a pure bandwidth op, so its only job is to skip padding slots (negative) without
 from __future__ import annotations
 
 import torch
-import triton.language as tl
+import triton.language as tl  # type: ignore[import-untyped]  # triton ships no type information
 
 from kernels._triton_util import jit, pow2
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import triton.language as tl
+import triton.language as tl  # type: ignore[import-untyped]  # triton ships no type information
 
 from kernels._triton_util import dot_precision, dot_upcast, jit, pow2
 from kernels.triton_tiles import load_kv_tile, online_softmax_step

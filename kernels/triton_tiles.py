@@ -5,7 +5,7 @@ identical (prefill with one query per sequence *is* decode).
 
 from __future__ import annotations
 
-import triton.language as tl
+import triton.language as tl  # type: ignore[import-untyped]  # triton ships no type information
 
 from kernels._triton_util import jit
 

@@ -107,14 +107,14 @@ class HostSwapSpace:
             self._copies[rid] = host.pin_memory() if self._pin else host
             moved += len(blocks)
         for rid, blocks in swap_in.items():
-            host = self._copies.pop(rid, None)
-            if host is None:
+            saved = self._copies.pop(rid, None)
+            if saved is None:
                 raise RuntimeError(f"request {rid}: swapped in, but no host copy of its KV exists")
-            if len(blocks) > host.shape[2]:
-                raise RuntimeError(f"request {rid}: {len(blocks)} blocks to restore, {host.shape[2]} saved")
+            if len(blocks) > saved.shape[2]:
+                raise RuntimeError(f"request {rid}: {len(blocks)} blocks to restore, {saved.shape[2]} saved")
             index = torch.tensor(blocks, dtype=torch.long, device=self.cache.data.device)
-            self.cache.data.index_copy_(2, index, host[:, :, :len(blocks)].to(self.cache.data.device,
-                                                                            non_blocking=self._pin))
+            self.cache.data.index_copy_(2, index, saved[:, :, :len(blocks)].to(self.cache.data.device,
+                                                                             non_blocking=self._pin))
             moved += len(blocks)
         return moved
 

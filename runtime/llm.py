@@ -75,7 +75,7 @@ class LLM:
         return self._run(list(requests), online=True, use_tqdm=use_tqdm)
 
     def _run(self, requests: list[TimedRequest], online: bool, use_tqdm: bool = False) -> list[RequestOutput]:
-        from tqdm import tqdm
+        from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs: types-tqdm is no dependency
 
         engine = self.engine
         bar = tqdm(total=len(requests), desc="requests", unit="req", disable=not use_tqdm, leave=False)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import itertools
 import time
 from dataclasses import dataclass
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence, Union, cast
 
 import torch
 
@@ -353,7 +353,7 @@ class LLMEngine:
             rid = req.request_id
             if rid not in self._live or req.is_finished:
                 continue
-            drafts = self.proposer.propose(req.all_token_ids())
+            drafts = cast(NgramProposer, self.proposer).propose(req.all_token_ids())  # called only when set
             self._drafts[rid] = drafts
             self.spec_draft_counts[len(drafts)] += 1
             req.num_draft_tokens = len(drafts)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Iterable
+from typing import Iterable, cast
 
 import torch
 import torch.nn.functional as F
@@ -62,6 +62,8 @@ def rope_inv_freq(cfg: ModelConfig) -> torch.Tensor:
 
 class RotaryEmbedding(nn.Module):
     """cos/sin for the step's positions, computed once per forward and shared by all layers."""
+
+    inv_freq: torch.Tensor  # a registered buffer: nn.Module's attribute lookup types it loosely
 
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
@@ -216,14 +218,16 @@ class LlamaForCausalLM(nn.Module):
                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]], meta: AttentionMetadata) -> torch.Tensor:
         """Final hidden states ``[num_tokens, hidden]`` (norm applied); logits are computed
         only for the rows that sample, by ``compute_logits``."""
-        h = self.model.embed_tokens(input_ids)
+        # self.model is a bare nn.Module holding submodules by name: mypy sees them as Tensor | Module.
+        h = cast(nn.Embedding, self.model.embed_tokens)(input_ids)
         cos, sin = self.rotary(positions, h.dtype)
-        for layer, kv in zip(self.model.layers, kv_caches):
+        for layer, kv in zip(cast(nn.ModuleList, self.model.layers), kv_caches):
             h = layer(h, cos, sin, kv, meta)
-        return self.model.norm(h)
+        return cast(RMSNorm, self.model.norm)(h)
 
     def compute_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        weight = self.model.embed_tokens.weight if self.config.tie_word_embeddings else self.lm_head.weight
+        embed = cast(nn.Embedding, self.model.embed_tokens)  # see forward
+        weight = embed.weight if self.config.tie_word_embeddings else self.lm_head.weight
         return F.linear(hidden, weight).float()
 
     # --- weights ----------------------------------------------------------------------------
@@ -257,8 +261,8 @@ class LlamaForCausalLM(nn.Module):
                 if target not in params:
                     raise KeyError(f"checkpoint tensor {name!r} has no place in the model")
                 _copy(params[target].data, tensor, name)
-                n = params[target].shape[0] * (2 if "gate_up" in target else 1)
-                loaded.update((target, s) for s in range(n))
+                slices = params[target].shape[0] * (2 if "gate_up" in target else 1)
+                loaded.update((target, s) for s in range(slices))
                 continue
             target, shard = name, -1
             for hf, (fused, idx) in _PACKED.items():
@@ -273,22 +277,22 @@ class LlamaForCausalLM(nn.Module):
             else:
                 _copy(self._shard(param, target, shard), tensor, name)
             loaded.add((target, shard))
-        needed = set()
+        needed: set[tuple[str, int]] = set()
         for n, p in params.items():
-            fused = ".qkv_proj." in n or ".gate_up_proj." in n
+            packed = ".qkv_proj." in n or ".gate_up_proj." in n
             if n.endswith(".experts_gate_up"):
                 needed.update((n, s) for s in range(2 * p.shape[0]))
             elif n.endswith(".experts_down"):
                 needed.update((n, s) for s in range(p.shape[0]))
             else:
-                needed.update((n, i) for i in (range(3 if ".qkv_proj." in n else 2) if fused else [-1]))
+                needed.update((n, i) for i in (range(3 if ".qkv_proj." in n else 2) if packed else [-1]))
         missing = sorted(needed - loaded)
         if missing:
             raise KeyError(f"checkpoint lacks {len(missing)} tensors, e.g. {missing[0]}")
 
     def _shard(self, param: nn.Parameter, name: str, shard: int) -> torch.Tensor:
         if ".qkv_proj." in name:
-            attn = self.model.layers[0].self_attn
+            attn = cast(DecoderLayer, cast(nn.ModuleList, self.model.layers)[0]).self_attn
             sizes = [attn.q_size, attn.kv_size, attn.kv_size]
         else:
             sizes = [self.config.intermediate_size] * 2

@@ -3,7 +3,7 @@ intervals and a verdict that says when a difference is not significant."""
 
 from __future__ import annotations
 
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]  # no stubs: pandas-stubs is no dependency
 import streamlit as st
 
 from dashboards import common

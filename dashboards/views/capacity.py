@@ -4,13 +4,15 @@ the replicas, GPUs and dollars a target rate then needs."""
 from __future__ import annotations
 
 import copy
+from typing import cast
 
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]  # no stubs: pandas-stubs is no dependency
 import streamlit as st
 
 from dashboards import common
 from analysis import figures
 from analysis.capacity import NO_RATE, CapacityResult, RunSizing, find_capacity, plan, rate_text
+from analysis.slo import SLO
 
 st.title("Capacity")
 st.caption("A bracketed search over request rate, one bracket per seed, each run long enough to "
@@ -83,7 +85,8 @@ def _search(progress: common.Progress):
     def hook(ev, n):
         progress(min(n / expected, 0.99), f"simulation {n} ({ev.stage}): {ev.rate:.3g} req/s, "
                  f"seed {ev.seed}, {'met' if ev.passed else 'missed'} the SLO")
-    return find_capacity(cfg, slo, seeds=int(seeds), rel_tol=tol, on_evaluation=hook,
+    # slo is set: the page stops without it
+    return find_capacity(cfg, cast(SLO, slo), seeds=int(seeds), rel_tol=tol, on_evaluation=hook,
                          sizing=RunSizing(duration_s=duration, confirm_s=confirm),
                          ci_target=ci_target, max_seeds=int(max_seeds))
 

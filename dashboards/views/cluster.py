@@ -186,7 +186,7 @@ def routing_settings(f: common.Fields) -> None:
                 f.add(f"parallel.{key}", st.number_input, label, **kw)
 
 
-def routing_tab(shared: common.Fields, is_open: bool) -> None:
+def routing_tab(shared: common.Fields, is_open: Optional[bool]) -> None:
     """Every router on the same requests; the knobs always drawn, the runs only when open."""
     st.markdown("**Which router, on how many replicas?** Every router serves the same requests; "
                 "prefix caching is on.")
@@ -247,7 +247,7 @@ def routing_results(rows: list[dict], pick: str, cfg: dict) -> None:
 
 # ---------------------------------------------------------------- KV offload
 
-def offload_tab(shared: common.Fields, is_open: bool) -> None:
+def offload_tab(shared: common.Fields, is_open: Optional[bool]) -> None:
     """GPU only against the tiers added one at a time, on prefixes that outgrow the GPU pool."""
     st.markdown("**What do CPU and SSD tiers under the GPU prefix cache buy?** One replica, prefix "
                 "caching on; blocks evicted from the GPU move down the tiers and are loaded back on a hit.")
@@ -323,7 +323,7 @@ def offload_results(rows: list[dict], cfg: dict) -> None:
 
 # ---------------------------------------------------------------- prefill/decode
 
-def pd_tab(shared: common.Fields, is_open: bool) -> None:
+def pd_tab(shared: common.Fields, is_open: Optional[bool]) -> None:
     """Collocated against the prefill/decode split on the same GPUs, then goodput against rate."""
     st.markdown("**Should prompts and decodes run on separate GPUs?** The same GPUs as collocated "
                 "replicas or as a prefill pool and a decode pool joined by a link.")
@@ -472,22 +472,22 @@ def policy_fields(f: common.Fields) -> tuple[dict, dict]:
         initial = f.add("initial_replicas", st.number_input, "Replicas at midnight", min_value=0, max_value=256,
                         value=0, config_key=False, help="serving at t=0; 0: the fewest replicas")
     with st.expander("Decision timing, model load, price, router"):
-        cols = st.columns(4)
-        with cols[0]:
+        more = st.columns(4)
+        with more[0]:
             interval = f.add("interval_s", st.number_input, "Decision interval (s)", min_value=1.0, max_value=3600.0,
                              value=15.0, step=5.0, config_key=False)
             cooldown = f.add("scale_down_stabilization_s", st.number_input, "Scale-down cool-down (s)", min_value=0.0,
                              max_value=86400.0, value=60.0, step=30.0, config_key=False)
-        with cols[1]:
+        with more[1]:
             tol = f.add("tolerance", st.number_input, "Tolerance", min_value=0.0, max_value=10.0, value=0.1, step=0.05,
                         config_key=False)
             f.add("parallel.router", st.selectbox, "Router", list(ROUTERS), index=list(ROUTERS).index("least_outstanding"))
-        with cols[2]:
+        with more[2]:
             load = f.add("load_bandwidth", st.number_input, "Weights load (GB/s per GPU)", min_value=0.01, max_value=1000.0,
                   value=2.0, step=0.5, config_key=False)
             startup = f.add("startup_s", st.number_input, "Start-up besides weights (s)", min_value=0.0, max_value=3600.0,
                   value=30.0, step=10.0, config_key=False)
-        with cols[3]:
+        with more[3]:
             fixed = f.add("fixed", st.number_input, "Fixed fleet (0 = autoscaled peak)", min_value=0, max_value=256, value=0,
                   config_key=False)
             price = f.add("price", st.number_input, "$ per GPU-hour (0 = catalog)", min_value=0.0, max_value=1000.0, value=0.0,
@@ -511,7 +511,7 @@ def check_policy(f: common.Fields, policy: dict, initial: int) -> bool:
     return ok
 
 
-def autoscale_tab(shared: common.Fields, is_open: bool) -> None:
+def autoscale_tab(shared: common.Fields, is_open: Optional[bool]) -> None:
     """The day on an autoscaled fleet and on a fixed one sized for its peak."""
     st.markdown("**How many replicas over a day, and what does autoscaling save?** HPA's rule on a "
                 "per-replica target, against a fixed fleet sized for the peak, on the same requests.")

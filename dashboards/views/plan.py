@@ -12,9 +12,9 @@ its "Other settings" box) and the app switches page.
 from __future__ import annotations
 
 import json
-from typing import Any, Optional
+from typing import Any, Optional, cast
 
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]  # no stubs: pandas-stubs is no dependency
 import streamlit as st
 
 from dashboards import common
@@ -92,7 +92,7 @@ pd_text = field(advanced, "pd", st.text_input, "Also try P/D groups", value="",
 slo: Optional[SLO] = common.slo_field(f, slo_text)
 if not gpus:
     f.error("GPUs: choose at least one", "gpus")
-prices = [p.strip() for p in prices_text.split(",") if p.strip()]
+prices: Optional[list[str]] = [p.strip() for p in prices_text.split(",") if p.strip()]
 try:
     price_table(prices)
 except common.KvplanError as exc:
@@ -120,11 +120,12 @@ def _plan(progress: common.Progress) -> dict:
         lo, hi, words = STAGES.get(stage, (0.0, 1.0, stage))
         text = f"{words}: {done}/{total} candidates, {total - done} left"
         cost = best and (best.get("usd_per_hour") or best.get("estimate_usd_per_hour"))
-        if cost:
-            text += f"; best so far {best['label']}, ${cost:,.2f}/hour"
+        if cost:  # so there is a best
+            text += f"; best so far {cast(dict, best)['label']}, ${cost:,.2f}/hour"
         progress(lo + (hi - lo) * done / max(total, 1), text)
 
-    return plan(cfg, slo, None if clients else target, concurrency=int(clients) or None, hardware=gpus,
+    # cfg and slo are set: the page stops without them
+    return plan(cast(dict, cfg), cast(SLO, slo), None if clients else target, concurrency=int(clients) or None, hardware=gpus,
                 max_gpus=max_gpus or None, prices=prices, search=search, workers=int(workers), on_progress=hook,
                 screen_s=QUICK_SCREEN_S if quick else 30.0, full_search=QUICK_FULL if quick else None).to_dict()
 
@@ -184,8 +185,9 @@ def open_in_what_if(row: dict) -> None:
     else:
         rate = target / max(1, row.get("replicas") or 1)
         state[WHAT_IF_PREFIX + "workload.arrival.rate"] = min(10000.0, max(0.01, float(f"{rate:.3g}")))
-    state[WHAT_IF_PREFIX + "slo.ttft_ms"] = float(slo.ttft_ms or 0.0)
-    state[WHAT_IF_PREFIX + "slo.tpot_ms"] = float(slo.tpot_ms or 0.0)
+    bounds = cast(SLO, slo)  # set: rows to open exist only after a plan
+    state[WHAT_IF_PREFIX + "slo.ttft_ms"] = float(bounds.ttft_ms or 0.0)
+    state[WHAT_IF_PREFIX + "slo.tpot_ms"] = float(bounds.tpot_ms or 0.0)
     typed = (state.get("pl.overrides") or "").rstrip()
     state[WHAT_IF_PREFIX + "overrides"] = "\n".join(filter(None, [typed] + extra))
     st.switch_page(WHAT_IF_PAGE)
@@ -194,8 +196,9 @@ def open_in_what_if(row: dict) -> None:
 def _field_takes(key: str, value: Any) -> bool:
     """Whether the sidebar's field for ``key`` can show ``value`` (its select boxes have a fixed
     list of options; see common.scenario_fields)."""
-    options = {"parallel.tensor_parallel_size": [1, 2, 4, 8], "parallel.pipeline_parallel_size": [1, 2, 4, 8],
-               "hardware": [h.name for h in list_hardware()]}
+    options: dict[str, list[Any]] = {
+        "parallel.tensor_parallel_size": [1, 2, 4, 8], "parallel.pipeline_parallel_size": [1, 2, 4, 8],
+        "hardware": [h.name for h in list_hardware()]}
     return value in options.get(key, [value])
 
 

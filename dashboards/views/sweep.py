@@ -4,8 +4,9 @@
 from __future__ import annotations
 
 import os
+from typing import cast
 
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]  # no stubs: pandas-stubs is no dependency
 import streamlit as st
 
 from dashboards import common
@@ -57,8 +58,8 @@ if cfg is None or grid is None or slo_text is None:
 sim_slo = slo if slo is not None and slo.attainment is not None else None
 params = {"cfg": cfg, "grid": grid, "seeds": seeds, "slo": sim_slo.to_dict() if sim_slo else None}
 try:
-    sims = common.cached("sweep", params, lambda p: run_sweep(
-        cfg, grid, seeds=int(seeds), workers=int(workers), slo=sim_slo,
+    sims = common.cached("sweep", params, lambda p: run_sweep(  # grid is set: the page stops without it
+        cfg, cast(dict[str, list], grid), seeds=int(seeds), workers=int(workers), slo=sim_slo,
         on_done=lambda d, t: p(d / t, f"sweep: {d}/{t} simulations")), "sweep")
 except common.KvplanError as exc:
     f.error(str(exc), "grid")

@@ -3,7 +3,7 @@ validation.json (format in docs/dashboard.md)."""
 
 from __future__ import annotations
 
-import pandas as pd
+import pandas as pd  # type: ignore[import-untyped]  # no stubs: pandas-stubs is no dependency
 import streamlit as st
 
 from dashboards import common

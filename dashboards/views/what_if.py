@@ -8,7 +8,9 @@ so the tiles and the first plots are on screen while the curve is still simulati
 
 from __future__ import annotations
 
-import pandas as pd
+from typing import Optional, cast
+
+import pandas as pd  # type: ignore[import-untyped]  # no stubs: pandas-stubs is no dependency
 import streamlit as st
 
 from dashboards import common
@@ -31,7 +33,7 @@ with c2:
     curve_s = f.add("curve.duration", st.number_input, "Curve run length (s of arrivals)",
                     min_value=5.0, max_value=600.0, value=30.0, step=5.0, config_key=False)
 try:
-    rates = common.parse_numbers(rates_text, "rates")
+    rates: Optional[list[float]] = common.parse_numbers(rates_text, "rates")
 except ValueError as exc:
     f.error(str(exc), "curve.rates")
     rates = None
@@ -42,7 +44,7 @@ if cfg is None:
 
 
 def _run(progress: common.Progress) -> dict:
-    total = cfg["workload"]["num_requests"]
+    total = cast(dict, cfg)["workload"]["num_requests"]  # set: the page stops without it
     done = [0]
 
     def tick(n: int) -> None:
@@ -145,7 +147,8 @@ with tabs[4]:  # last: one simulation per rate, while everything above is alread
         params = {"cfg": cfg, "rates": rates, "duration": curve_s}
 
         def _curve(progress: common.Progress) -> list:
-            return rate_curve(cfg, rates, duration_s=curve_s,
+            # both set: the page stops without cfg, and this tab draws only with rates
+            return rate_curve(cast(dict, cfg), cast(list[float], rates), duration_s=curve_s,
                               on_done=lambda d, t: progress(d / t, f"rate-latency curve: {d}/{t} rates"))
 
         try:

@@ -11,7 +11,7 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.console import Console
@@ -70,10 +70,10 @@ def calibrate(
         raise ConfigError(f"--block-size must be >= 1, got {block_size}")
     if trace:
         samples = Samples.concat([samples_from_records(read_trace(p), warmup_steps) for p in trace])
-        meta = dict(model=model or "unknown", model_spec=model, catalog_model=None,
-                    device="cpu" if device == "auto" else device,
-                    hardware=hardware or cpu_name(), dtype=dtype, block_size=block_size,
-                    num_threads=threads)
+        meta: dict[str, Any] = dict(model=model or "unknown", model_spec=model, catalog_model=None,
+                                    device="cpu" if device == "auto" else device,
+                                    hardware=hardware or cpu_name(), dtype=dtype, block_size=block_size,
+                                    num_threads=threads)  # Profile's keyword arguments
         source = {"kind": "trace", "files": [str(p) for p in trace], "warmup_steps": warmup_steps}
         tables = None  # a trace has steps, not the model's GEMMs
     else:

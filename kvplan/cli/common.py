@@ -68,7 +68,7 @@ def progress_bar(total: Optional[int], desc: str, unit: str, enabled: bool):
     """
     if not enabled:
         return None
-    from tqdm import tqdm
+    from tqdm import tqdm  # type: ignore[import-untyped]  # no stubs: types-tqdm is no dependency
 
     return tqdm(total=total or None, desc=desc, unit=unit, leave=False, file=sys.stderr,
                 disable=not sys.stderr.isatty())

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import NoReturn, Optional
+from typing import Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -130,7 +130,7 @@ def main(argv: Optional[list[str]] = None) -> None:
         sys.exit(rc)
 
 
-def _click_errors() -> tuple[type, ...]:
+def _click_errors() -> tuple[type[Any], ...]:
     """click's exception base class, wherever this typer keeps it (newer typers vendor click as
     ``typer._click``; older ones use click itself)."""
     found = []
