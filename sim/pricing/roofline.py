@@ -178,9 +178,8 @@ class RooflineCostModel(StepPricer):
 
         def gemm(k: float, n: float, op: str) -> _Gemm:
             """GEMM ``op`` of (k, n) in the format where the scope quantises it, else 16-bit."""
-            if not gemm_quantized(op, p, m.is_moe):
-                return _Gemm(2 * k * n / act_peak, k * n * ab / gemm_bw, (k + n) * ab / gemm_bw)
-            return _Gemm(2 * k * n / peak, k * n * p.weight_bytes / gemm_bw, (k + n) * ab / gemm_bw)
+            rate, wbytes = (peak, p.weight_bytes) if gemm_quantized(op, p, m.is_moe) else (act_peak, ab)
+            return _Gemm(2 * k * n / rate, k * n * wbytes / gemm_bw, (k + n) * ab / gemm_bw)
 
         q_out = (2 if m.attn_output_gate else 1) * q  # Qwen3.5: the output gate beside q
         self._gemms = {
