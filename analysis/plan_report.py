@@ -69,7 +69,7 @@ def _pricing(r: dict) -> str:
 def known_error_words(known: Any) -> str:
     """The pricer's known error in a few words: the measured tables' interpolation error on the
     GPU (GEMM / decode attention), and against real runs where there are some; a profile's
-    held-out error."""
+    held-out error; the roofline's operator error range where its constants were fitted."""
     if not isinstance(known, dict):
         return str(known)
     parts = []
@@ -81,6 +81,11 @@ def known_error_words(known: Any) -> str:
         parts.append(f"real runs E2E {100 * real['mean_e2el_mape']:.0f}% TTFT {100 * real.get('mean_ttft_mape', 0):.0f}%")
     if isinstance(known.get("heldout_mape"), (int, float)):
         parts.append(f"held out {100 * known['heldout_mape']:.0f}%")
+    ops = known.get("operator_mape_pct")
+    if isinstance(ops, dict) and ops:  # the roofline's constants against measured operators
+        borrowed = "" if "note" not in known else ", another GPU's"
+        parts.append(f"operators {min(ops.values()):.0f}-{max(ops.values()):.0f}% on "
+                     f"{known.get('measured_on', '?')}{borrowed}")
     return "; ".join(parts) or "see the JSON"
 
 

@@ -538,9 +538,13 @@ def cost_model_provenance(cfg: dict) -> str:
     prov = getattr(model, "provenance", None)
     if prov:
         return "Cost model: " + (", ".join(f"{k} {v}" for k, v in prov.items()) if isinstance(prov, dict) else str(prov))
-    return (f"Cost model: {type(model).__name__}, a roofline over the hardware catalog "
+    from sim.pricing.efficiency import efficiency_source
+
+    base = getattr(model, "base", model)  # the roofline under a host floor (StepFloor)
+    return (f"Cost model: {type(base).__name__}, a roofline over the hardware catalog "
             f"({cfg.get('hardware')}: datasheet peak FLOP/s and HBM bandwidth) and the model catalog "
-            f"({cfg.get('model')}), with kernel efficiencies fitted to Vidur's A100 operator timings. "
+            f"({cfg.get('model')}), with kernel efficiencies fitted to "
+            f"{efficiency_source(str(cfg.get('hardware')))}. "
             f"Its measured per-operator error is tabulated in docs/cost_model.md; no calibration "
             f"profile of this hardware was used.")
 

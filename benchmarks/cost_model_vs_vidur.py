@@ -246,30 +246,40 @@ FIT_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
 )
 
 
-def fit(measurements: list[Measurement], start: Efficiency = A100_EFFICIENCY) -> Efficiency:
-    """Least squares on log(predicted / measured) with a robust (soft L1) loss, one group of
-    constants at a time. Logs weigh a 2 us kernel and a 16 ms one alike, which is what a
-    percentage error table asks for."""
+def fit_group(eff: Efficiency, names: tuple[str, ...],
+              log_ratios: Callable[[Efficiency], np.ndarray]) -> Efficiency:
+    """``eff`` with the constants ``names`` refitted: least squares on ``log_ratios(trial)``
+    (log of predicted / measured per row) with a robust (soft L1) loss. Logs weigh a 2 us
+    kernel and a 16 ms one alike, which is what a percentage error table asks for. Shared with
+    ``benchmarks/roofline_vs_tables.py``, which fits other GPUs' constants to their tables."""
     from scipy.optimize import least_squares
 
+    def residuals(x: np.ndarray) -> np.ndarray:
+        return log_ratios(replace(eff, **{n: float(np.exp(v)) for n, v in zip(names, x)}))
+
+    # Fractions of a peak cannot exceed 1; latencies stay between 0.1 us and 1 ms (a start at
+    # 0, a term A100 does not have, begins at that floor).
+    hi = np.array([np.log(1e-3) if n.endswith("_s") else 0.0 for n in names])
+    lo = hi + np.log(1e-4)
+    x0 = np.log(np.maximum([getattr(eff, n) for n in names], np.exp(lo)))
+    sol = least_squares(residuals, np.clip(x0, lo + 1e-9, hi - 1e-9), bounds=(lo, hi),
+                        loss="soft_l1", f_scale=0.1)
+    return replace(eff, **{n: float(np.exp(v)) for n, v in zip(names, sol.x)})
+
+
+def fit(measurements: list[Measurement], start: Efficiency = A100_EFFICIENCY) -> Efficiency:
+    """The constants fitted to Vidur's rows one group at a time (``FIT_GROUPS``; later groups
+    keep the constants fitted before them fixed)."""
     eff = start
     for names, ops in FIT_GROUPS:
         rows = [m for m in measurements if m.op in ops]
         meas = np.array([m.seconds for m in rows])
 
-        def residuals(x: np.ndarray, names=names, rows=rows, meas=meas) -> np.ndarray:
-            trial = replace(eff, **{n: float(np.exp(v)) for n, v in zip(names, x)})
+        def log_ratios(trial: Efficiency, rows=rows, meas=meas) -> np.ndarray:
             models = _Models(trial)
-            pred = np.array([predict(m, models) for m in rows])
-            return np.log(pred / meas)
+            return np.log(np.array([predict(m, models) for m in rows]) / meas)
 
-        x0 = np.log([getattr(eff, n) for n in names])
-        # Fractions of a peak cannot exceed 1; latencies stay between 0.1 us and 1 ms.
-        hi = np.array([np.log(1e-3) if n.endswith("_s") else 0.0 for n in names])
-        lo = hi + np.log(1e-4)
-        sol = least_squares(residuals, np.clip(x0, lo + 1e-9, hi - 1e-9), bounds=(lo, hi),
-                            loss="soft_l1", f_scale=0.1)
-        eff = replace(eff, **{n: float(np.exp(v)) for n, v in zip(names, sol.x)})
+        eff = fit_group(eff, names, log_ratios)
     return eff
 
 

@@ -85,7 +85,7 @@ def price_all(engine_version: str) -> list[dict]:
                 out.append(row)
                 continue
             kw = dict(dtype="bfloat16", tensor_parallel_size=tp, weight_dtype=weights)
-            roof = make_pricer("roofline", model, hw, **kw)
+            roof = make_pricer("roofline", model, hw, engine=engine, **kw)
             try:
                 tab = make_pricer("operator_tables", model, hw, engine=engine, **kw)
             except KvplanError as exc:

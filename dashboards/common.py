@@ -145,8 +145,8 @@ def known_error_text(known: Any, source: str) -> str:
     """A pricer's ``known_error()`` in one or two readable sentences."""
     if not known:
         if source == "roofline":
-            return ("Known error: no per-GPU figure; its error against measured A100 operator "
-                    "timings is in docs/cost_model.md.")
+            return ("Known error: none for constants given by hand; the fitted ones' operator "
+                    "error is in docs/cost_model.md.")
         return "Known error: not recorded; `kvplan validate` measures it against real runs."
     if not isinstance(known, dict):
         return f"Known error: {known}"
@@ -166,6 +166,13 @@ def known_error_text(known: Any, source: str) -> str:
         else:
             text += f" Whole step against real runs: not measured on {gpu} yet."
         return text
+    if "operator_mape_pct" in known:  # the roofline's constants against measured operators
+        where = known.get("measured_on", "?")
+        ops = ", ".join(f"{name.replace('_', ' ')} {_pct(v)}" for name, v in known["operator_mape_pct"].items()
+                        if _pct(v))
+        text = (f"Known error: the roofline's operators against {where}'s measured timings, MAPE "
+                f"{ops} (docs/cost_model.md).")
+        return text + (f" {known['note'][0].upper()}{known['note'][1:]}." if known.get("note") else "")
     if "heldout_mape" in known:  # a profile fitted to real runs
         held = known.get("held_out_by", "model")
         text = (f"Known error: {_pct(known['heldout_mape'], True)} mean, "

@@ -226,16 +226,16 @@ def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], ki
     common = dict(dtype=sc.dtype, tensor_parallel_size=par.tensor_parallel_size,
                   pipeline_parallel_size=par.pipeline_parallel_size,
                   kv_cache_dtype=kv.dtype, weight_dtype=weight_dtype,
-                  quant_scope=sc.quantization.scope)
+                  quant_scope=sc.quantization.scope,
+                  speculative=sc.speculative.num_tokens > 0,
+                  # An explicit scheduler.async_scheduling prices the CPU's per-step work as
+                  # overlapped (true) or added (false); auto: the release's default.
+                  async_scheduling=(None if sc.scheduler.async_scheduling == "auto"
+                                    else bool(sc.scheduler.async_scheduling)))
     if kind == "operator_tables":
         return make_pricer("operator_tables", model, sc.hardware, tables=sc.cost_model.tables,
                            max_num_seqs=sc.max_num_seqs, engine=sc.engine.release,
-                           speculative=sc.speculative.num_tokens > 0,
                            moe_routing=sc.cost_model.moe_routing,
-                           # An explicit scheduler.async_scheduling prices the CPU's per-step
-                           # work as overlapped (true) or added (false); auto: the release's default.
-                           async_scheduling=(None if sc.scheduler.async_scheduling == "auto"
-                                             else bool(sc.scheduler.async_scheduling)),
                            expert_parallel_size=par.expert_shards,
                            expert_tensor_parallel_size=par.expert_tensor_shards,
                            data_parallel_size=par.data_parallel_size, table_engine=table_engine,
@@ -246,16 +246,29 @@ def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], ki
                            cuda_graphs=not eager,
                            cudagraph_mode=None if sc.engine.cudagraph_mode == "auto" else sc.engine.cudagraph_mode,
                            **_extend_graphs(sc, model), **common)
-    roofline = make_pricer("roofline", model, sc.hardware,
+    roofline = make_pricer("roofline", model, sc.hardware, engine=sc.engine.release,
                            expert_parallel_size=par.expert_shards,
                            expert_tensor_parallel_size=par.expert_tensor_shards,
                            data_parallel_size=par.data_parallel_size, **common)
-    if not eager:
-        return roofline
     from sim.pricing.adjusted import EagerHostFloor
-    from sim.pricing.operator_tables import eager_host_seconds
+    from sim.pricing.operator_tables import EAGER_HOST_S_PER_LAYER, eager_host_seconds
 
-    return EagerHostFloor(roofline, eager_host_seconds(model, par.tensor_parallel_size))
+    if eager:
+        return EagerHostFloor(roofline, eager_host_seconds(model, par.tensor_parallel_size))
+    # vLLM with graphs for mixed steps (FULL_AND_PIECEWISE, PIECEWISE, FULL): a step above the
+    # largest capture size runs the compiled model outside graphs, no faster than the host
+    # issues it, as the operator-table pricer prices it. SGLang's graph rules (decode-only
+    # graphs, piecewise extends) are the table pricer's alone for now.
+    mode = sc.engine.release.cudagraph_mode if sc.engine.cudagraph_mode == "auto" else sc.engine.cudagraph_mode
+    if sc.engine.name != "vllm" or mode not in ("FULL_AND_PIECEWISE", "PIECEWISE", "FULL"):
+        return roofline
+    from sim.catalog.hardware import get_hardware
+
+    sizes = sc.engine.release.capture_sizes(sc.max_num_seqs, get_hardware(sc.hardware),
+                                            par.tensor_parallel_size, sc.engine.max_cudagraph_capture_size)
+    if not sizes:
+        return roofline
+    return EagerHostFloor(roofline, model.num_layers * EAGER_HOST_S_PER_LAYER, above_rows=sizes[-1])
 
 
 def eager_forwards(sc: Scenario) -> bool:
@@ -513,14 +526,14 @@ def streamed_interval(dep: Deployment) -> int:
 
 
 def async_scheduling_of(sc: Scenario, dep: Deployment) -> bool:
-    """Whether steps are scheduled one ahead (vLLM V1's async scheduling). ``auto``: only when
-    the steps are priced as a vLLM server's (operator tables); the roofline keeps the
-    synchronous loop it has always had, and a calibration profile prices kvplan's own engine,
-    which is synchronous."""
+    """Whether steps are scheduled one ahead (vLLM V1's async scheduling). ``auto``: the
+    release's default when the steps are priced as a serving engine's (operator tables, or the
+    roofline, which prices the release's CPU overlap the same way); a calibration profile alone
+    prices kvplan's own engine, which is synchronous."""
     value = sc.scheduler.async_scheduling
-    if value == "auto":  # a real-run profile over the tables prices a vLLM server's steps too
-        return ("operator_tables" in (dep.cost_model_source, dep.cost_model_base)
-                and sc.engine.release.async_default(sc.speculative.num_tokens > 0))
+    if value == "auto":  # a real-run profile over either base prices a server's steps too
+        engine_priced = {"operator_tables", "roofline"} & {dep.cost_model_source, dep.cost_model_base}
+        return bool(engine_priced) and sc.engine.release.async_default(sc.speculative.num_tokens > 0)
     return bool(value)
 
 

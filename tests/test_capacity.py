@@ -189,7 +189,8 @@ def test_the_answer_does_not_depend_on_the_worker_processes():
     one = search("ttft_p99_ms=1000,tpot_p99_ms=60", workers=1, **kw).to_dict()
     two = search("ttft_p99_ms=1000,tpot_p99_ms=60", workers=2, **kw).to_dict()
     assert one == two
-    assert one["num_simulations"] == len(one["evaluations"]) >= 6
+    # A passing run too short to be steady is repeated longer: one evaluation, two simulations.
+    assert one["num_simulations"] >= len(one["evaluations"]) >= 6
     assert {e["stage"] for e in one["evaluations"]} == {"search", "confirm"}
 
 

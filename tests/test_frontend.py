@@ -72,10 +72,12 @@ def test_a_burst_passes_the_api_server_one_at_a_time():
 
 def test_each_replica_has_its_own_api_server():
     """The same burst of eight over four replicas: four API servers, so they reach the
-    schedulers two deep (10 ms, then 20 ms), not eight deep as through one server."""
+    schedulers two deep (10 ms, then 20 ms), not eight deep as through one server. (The
+    synchronous loop: scheduled one step ahead, a request arriving mid-step would wait a step more.)"""
     reqs = [Request(f"r{i}", 0.0, 100, 4) for i in range(8)]
     res = simulate(None, overrides=["engine.frontend_request_ms=10", "engine.frontend_tokenize_us=0",
-                                    "cost_model.source=roofline", "parallel.num_replicas=4"], requests=reqs)
+                                    "cost_model.source=roofline", "parallel.num_replicas=4",
+                                    "scheduler.async_scheduling=false"], requests=reqs)
     firsts = sorted(r.first_scheduled_time for r in res.requests)
     assert all(t >= 0.010 - 1e-12 for t in firsts[:4]) and all(t >= 0.020 - 1e-12 for t in firsts[4:])
     assert firsts[-1] < 0.030

@@ -359,11 +359,16 @@ def test_async_scheduling_delays_a_new_request_by_one_step():
 
 
 def test_async_scheduling_auto_follows_the_pricer(tmp_path):
-    """auto: on for a vLLM server's step prices (operator tables), off for the roofline."""
+    """auto: the release's default wherever a serving engine's steps are priced (operator
+    tables or the roofline: vLLM 0.14 on schedules one step ahead), off for older releases."""
     from sim.api import simulate
 
     r = simulate(None, overrides=["workload.num_requests=5"], seed=0)
     assert r.summary["cost_model"]["source"] == "roofline"
+    assert r.summary["scenario"]["async_scheduling"] is True
+    r = simulate(None, overrides=["workload.num_requests=5", "engine.version=0.12.0"], seed=0)
+    assert r.summary["scenario"]["async_scheduling"] is False
+    r = simulate(None, overrides=["workload.num_requests=5", "scheduler.async_scheduling=false"], seed=0)
     assert r.summary["scenario"]["async_scheduling"] is False
     r = simulate(None, overrides=["workload.num_requests=5", "scheduler.async_scheduling=true"], seed=0)
     assert r.summary["scenario"]["async_scheduling"] is True

@@ -103,9 +103,9 @@ class EngineRelease:
       waits for unless scheduling is asynchronous. Every modelled release runs vLLM's V1 engine
       core (persistent batch, outputs processed in the API server's process): the V1 loop's gap
       between two decode steps was measured at 5-6 ms with 256 sequences (Llama-2-7B, TP1;
-      vllm-project/vllm#10634, the baseline of #11133), so 0.5 ms + 20 us per sequence. The
-      roofline keeps Vidur's V0 constants (1 ms + 40 us per sequence, ``A100_EFFICIENCY``),
-      which doubled the serial CPU term of a 0.11-0.13 release's 64-sequence step. SGLang's
+      vllm-project/vllm#10634, the baseline of #11133), so 0.5 ms + 20 us per sequence. Both
+      pricers take them (the roofline, built without an engine, keeps Vidur's V0 constants,
+      1 ms + 40 us per sequence, from its ``Efficiency``). SGLang's
       Python scheduler loop is taken as the same (no per-sequence measurement of it found);
       with its overlap scheduler on it is hidden behind the GPU in most steps.
     """

@@ -2,8 +2,8 @@
 
 Sources, each registered under a kind for ``make_pricer``:
 
-- ``roofline`` (``RooflineCostModel``): datasheet peaks x fitted efficiencies; any GPU, model,
-  dtype and parallelism (``docs/cost_model.md``).
+- ``roofline`` (``RooflineCostModel``): datasheet peaks x efficiencies fitted per GPU
+  (``sim.pricing.efficiency``); any GPU, model, dtype and parallelism (``docs/cost_model.md``).
 - ``operator_tables`` (``OperatorTableCostModel``): kernel timings measured under vLLM on
   A100, H100, H200 and L40S (AIConfigurator's tables), composed into a step with vLLM V1's
   CUDA graphs, launch gaps and async scheduling; the default where tables are found.

@@ -162,22 +162,31 @@ class EagerHostFloor(StepFloor):
     layer) for a step that runs anything. For a pricer with no notion of CUDA graphs (the
     roofline) under vLLM's ``--enforce-eager`` or SGLang's ``--disable-cuda-graph``: the GPU
     cannot run ahead of a host that launches every op itself; the operator-table pricer
-    applies the same floor inside its own formula."""
+    applies the same floor inside its own formula. With CUDA graphs on, vLLM runs a step above
+    its largest capture size through its compiled code, launched by the host as it goes:
+    ``above_rows`` (the roofline under vLLM's default graph modes)."""
 
     kind = "eager_host_floor"
     wait_key = "eager_host_wait"
 
-    def __init__(self, base: StepPricer, host_s: float) -> None:
+    def __init__(self, base: StepPricer, host_s: float, above_rows: int = 0) -> None:
+        """``above_rows`` > 0: only steps of more GEMM rows than that pay the floor (vLLM's
+        steps above its largest CUDA-graph capture size, which run its compiled code eagerly)."""
         super().__init__(base)
         self.host_s = float(host_s)
+        self.above_rows = int(above_rows)
 
     def floor(self, shape: Any) -> Any:
         # The step's GEMM rows (``StepShape.num_tokens``, spelled out for columns too).
         rows = shape.num_prefill_tokens + shape.num_decode_seqs + shape.num_spec_tokens + shape.num_padding_tokens
-        return self.host_s * (rows > 0)
+        return self.host_s * (rows > self.above_rows)
 
     def because(self) -> str:
+        if self.above_rows:
+            return (f"steps above {self.above_rows} tokens outside CUDA graphs: no faster than "
+                    f"the host issues them ({self.host_s * 1e3:.3g} ms)")
         return f"every forward eager: no faster than the host issues it ({self.host_s * 1e3:.3g} ms)"
 
     def __repr__(self) -> str:
-        return f"EagerHostFloor({self.base!r}, {self.host_s * 1e3:g} ms)"
+        above = f", above {self.above_rows} rows" if self.above_rows else ""
+        return f"EagerHostFloor({self.base!r}, {self.host_s * 1e3:g} ms{above})"

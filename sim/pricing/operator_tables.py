@@ -52,6 +52,7 @@ from sim.policies.step import StepShape
 from sim.pricing.base import Max, ShapeColumns, StepPricer, register_pricer
 from sim.pricing.experts import uniform_over_balanced
 from sim.pricing.features import sampled_rows
+from sim.pricing.efficiency import A100_EFFICIENCY
 from sim.pricing.roofline import QK_VARIANCE_BYTES, RooflineCostModel
 from sim.pricing.table_data import (
     GPU_ARCH, GPU_TABLE_DIRS, MISSING_TABLES_NOTE, TableError, default_tables_root, gpu_dir,
@@ -534,10 +535,12 @@ class OperatorTableCostModel(StepPricer):
         if pp > 1:
             raise TablesNotCovering("cost_model.source operator_tables: pipeline parallelism "
                                     "is not measured in the tables (use the roofline)")
-        # Datasheet-side terms (norms, rotary, sampling...) and precision come from the roofline.
+        # Datasheet-side terms (norms, rotary, sampling...) and precision come from the roofline,
+        # with A100's constants: the per-GPU fits (``GPU_EFFICIENCY``) come from the kernels
+        # these tables time, not from the ones the roofline prices here.
         self._roof = RooflineCostModel(m, h, dtype=dtype, tensor_parallel_size=tp,
                                        kv_cache_dtype=kv_cache_dtype, weight_dtype=weight_dtype,
-                                       quant_scope=quant_scope)
+                                       quant_scope=quant_scope, efficiency=A100_EFFICIENCY)
         self.precision = p = self._roof.precision
         if p.dtype == "float32":
             raise TablesNotCovering("cost_model.source operator_tables: tables are measured "

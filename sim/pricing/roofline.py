@@ -3,9 +3,10 @@
 Why a roofline: it needs only public numbers (datasheet peaks, model shapes), so it prices any
 GPU x model x dtype x parallelism a user asks about, and each term is a physical quantity a
 serving engineer can check. What real kernels achieve is a fraction of the peaks; those
-fractions and the fixed latencies are the few constants of ``Efficiency``, fitted once to real
-A100 operator timings (Vidur's profiles; ``benchmarks/cost_model_vs_vidur.py`` refits them
-and prints the error per operator family, ``docs/cost_model.md`` explains every formula).
+fractions and the fixed latencies are the few constants of ``Efficiency``, fitted per GPU
+(``sim.pricing.efficiency``): to real A100 operator timings (Vidur's profiles;
+``benchmarks/cost_model_vs_vidur.py``) and to each newer GPU's measured operator tables
+(``benchmarks/roofline_vs_tables.py``); ``docs/cost_model.md`` explains every formula.
 
 Every operator costs ``max(FLOPs / (peak x eff), bytes / (bandwidth x eff)) + latency``.
 ``price`` is on the simulator's hot path, so ``__init__`` folds everything that depends only
@@ -25,71 +26,23 @@ from typing import Any, Callable, Mapping, Optional, Union, cast
 
 import numpy as np
 
-from sim.catalog.dtypes import (DTYPE_COMPUTE, gemm_quantized, quantized_groups, resolve_precision,
-                                scope_note)
+from sim.catalog.dtypes import (DTYPE_COMPUTE, Precision, gemm_quantized, quantized_groups,
+                                resolve_precision, scope_note)
+from sim.catalog.engines import EngineRelease
 from sim.catalog.hardware import HardwareSpec, get_hardware
 from sim.catalog.models import ModelSpec, get_model
 from sim.memory_plan import check_parallel, kv_bytes_per_token, kv_heads_per_gpu
 from sim.policies.step import StepShape
 from sim.pricing.base import Max, ShapeColumns, StepPricer, register_pricer
 from sim.pricing.experts import ExpertLayer
+from sim.pricing.efficiency import (A100_EFFICIENCY, Efficiency, efficiency_error,  # noqa: F401 (re-exported)
+                                    efficiency_for, efficiency_source)
 from sim.pricing.features import sampled_rows
 
 
 #: Tokens per chunk of the chunked delta rule (FLA's ``chunk_gated_delta_rule``).
 GDN_CHUNK = 64
 
-
-@dataclass(frozen=True)
-class Efficiency:
-    """The fitted constants: fractions of datasheet peaks real kernels reach, and the fixed
-    latencies small kernels and collectives cannot go below.
-
-    Defaults are ``A100_EFFICIENCY`` (fitted by ``benchmarks/cost_model_vs_vidur.py --fit``
-    to Vidur's A100-80GB kernel timings); on other GPUs they are an assumption: the same
-    fractions of that GPU's own peaks (see docs/cost_model.md).
-    """
-
-    gemm_compute: float          # dense GEMM FLOP/s / peak (cuBLAS, large shapes)
-    memory: float                # streaming bytes/s / peak HBM bandwidth: GEMM weights,
-                                 # decode attention KV, residual adds, copies
-    gemm_latency_s: float        # floor of one GEMM kernel: launch, ramp-up, tail wave
-    norm_memory: float           # RMSNorm/LayerNorm (row reductions) bytes/s / peak
-    elementwise_memory: float    # math-heavy pointwise kernels: rope, SiLU*mul, softmax
-    elementwise_latency_s: float # floor of one bandwidth-bound kernel
-    attn_prefill_compute: float  # FlashAttention prefill FLOP/s / peak (causal pairs)
-    attention_latency_s: float   # floor of one attention call (kernel + reshapes)
-    allreduce_bandwidth: float   # NCCL ring bus bandwidth / link bandwidth per direction
-    allreduce_latency_s: float   # fixed cost of one NCCL all-reduce (launch + sync)
-    p2p_bandwidth: float         # NCCL send/recv bytes/s / link bandwidth per direction
-    p2p_latency_s: float         # fixed cost of one NCCL send/recv
-    pcie_efficiency: float       # host<->device copy bytes/s / PCIe per direction
-    cpu_step_s: float            # engine CPU time per step: schedule, prepare, sample
-    cpu_per_seq_s: float         # ... plus this per sequence in the batch
-
-
-# Fitted to Vidur's A100 profiles (see benchmarks/cost_model_vs_vidur.py --fit, rounded).
-# PCIe: Azure's ND A100 v4 benchmark measures 26.3 GB/s host-to-device on Gen4 x16 (0.82).
-# CPU: Vidur's cpu_overheads.csv for vLLM on A100 with Llama-2-7B, TP1 (schedule + prepare
-# inputs + sampler): ~1.0 ms per step + ~0.04 ms per sequence; output processing, which
-# newer engines overlap with the GPU, is left out.
-A100_EFFICIENCY = Efficiency(
-    gemm_compute=0.70,
-    memory=0.76,
-    gemm_latency_s=8.5e-6,
-    norm_memory=0.38,
-    elementwise_memory=0.48,
-    elementwise_latency_s=2.0e-6,
-    attn_prefill_compute=0.26,
-    attention_latency_s=16e-6,
-    allreduce_bandwidth=0.56,
-    allreduce_latency_s=47e-6,
-    p2p_bandwidth=0.96,
-    p2p_latency_s=14e-6,
-    pcie_efficiency=0.82,
-    cpu_step_s=1.0e-3,
-    cpu_per_seq_s=0.04e-3,
-)
 
 BREAKDOWN_KEYS: tuple[str, ...] = (
     "qkv_proj", "attn_prefill", "attn_decode", "o_proj", "mlp", "norms_elementwise",
@@ -108,23 +61,62 @@ LAYER_ELEMENTWISE: tuple[str, ...] = (
 @dataclass(frozen=True)
 class _Gemm:
     """One GEMM on one GPU: seconds per row of compute, fixed weight-read seconds, seconds
-    per row of activation traffic."""
+    per row of activation traffic; and the kernel before it that quantises its input (a GEMM
+    on FP8/INT8/FP4 tensor cores with dynamic activation scales: vLLM's ``scaled_fp8_quant``),
+    seconds per row and fixed, 0 for a 16-bit GEMM."""
 
     compute_per_row: float
     weight_s: float
     memory_per_row: float
+    quant_per_row: float = 0.0
+    quant_s: float = 0.0
 
     def time(self, rows: float, latency: float) -> float:
         if rows <= 0:
             return 0.0
-        return max(self.compute_per_row * rows,
-                   self.weight_s + self.memory_per_row * rows) + latency
+        return self.seconds(rows, latency)
+
+    def seconds(self, rows: Any, latency: float, mx: Max = max) -> Any:
+        """``time`` for rows > 0, on floats (``mx=max``) or arrays (``np.maximum``)."""
+        return (mx(self.compute_per_row * rows, self.weight_s + self.memory_per_row * rows)
+                + self.quant_per_row * rows + self.quant_s + latency)
 
     @property
     def breakpoint(self) -> float:
         """Rows at which the GEMM turns compute-bound."""
         slope = self.compute_per_row - self.memory_per_row
         return self.weight_s / slope if slope > 0 else math.inf
+
+
+def gemm_terms(k: Any, n: Any, rate: float, weight_bytes: float, act_bytes: float,
+               bandwidth: float, quant_s: float = 0.0) -> _Gemm:
+    """A GEMM of ``k`` inputs x ``n`` outputs at ``rate`` FLOP/s and ``bandwidth`` bytes/s:
+    2kn FLOPs a row, the k x n weights read once, each row's input and output read and written.
+    ``quant_s`` > 0: its input is quantised to one byte an element first (a kernel of that fixed
+    cost reading the 16-bit row and writing the quantised one). Floats or arrays:
+    ``benchmarks/roofline_vs_tables.py`` prices table rows with it."""
+    quant_per_row = k * (act_bytes + 1) / bandwidth if quant_s > 0 else 0.0
+    return _Gemm(2 * k * n / rate, k * n * weight_bytes / bandwidth, (k + n) * act_bytes / bandwidth,
+                 quant_per_row, quant_s)
+
+
+def _own_rate(precision: Precision) -> bool:
+    """Whether the weight format's GEMMs run on its own tensor cores (FP8, INT8, FP4), not
+    dequantised into 16-bit ones (W4A16, FP8 on Ampere)."""
+    return precision.compute != DTYPE_COMPUTE[precision.dtype]
+
+
+def quantized_gemm_rate(hw: HardwareSpec, precision: Precision, e: Efficiency) -> float:
+    """FLOP/s of a GEMM in the weight format: on its own tensor-core rate at
+    ``quantized_gemm_compute`` of that peak, else in 16-bit at ``gemm_compute``."""
+    own = _own_rate(precision)
+    return hw.flops(precision.compute) * (e.quantized_gemm_compute if own else e.gemm_compute)
+
+
+def quantization_seconds(precision: Precision, e: Efficiency) -> float:
+    """Fixed seconds of the activation-quantisation kernel before each GEMM that runs on the
+    weight format's own tensor-core rate (``quantized_gemm_latency_s``); 0 for others."""
+    return e.quantized_gemm_latency_s if _own_rate(precision) else 0.0
 
 
 @register_pricer
@@ -142,26 +134,40 @@ class RooflineCostModel(StepPricer):
                  dtype: str = "float16", tensor_parallel_size: int = 1,
                  pipeline_parallel_size: int = 1, kv_cache_dtype: str = "auto",
                  weight_dtype: Optional[str] = None,
-                 efficiency: Efficiency = A100_EFFICIENCY,
+                 efficiency: Optional[Efficiency] = None,
                  expert_parallel_size: int = 1, data_parallel_size: int = 1,
                  expert_tensor_parallel_size: Optional[int] = None,
-                 quant_scope: str = "auto") -> None:
+                 quant_scope: str = "auto", engine: Optional[EngineRelease] = None,
+                 speculative: bool = False, async_scheduling: Optional[bool] = None) -> None:
         """``quant_scope``: which linear layers the weight format covers (``quantization.scope``).
         ``expert_parallel_size`` > 1: a MoE's experts spread whole over that many groups of
         ``expert_tensor_parallel_size`` GPUs (default ``tp x dp / ep``: 1, pure EP; more, SGLang's
         MoE TP x EP, each expert split over its group), each GPU's tokens (and those of the other
         ``data_parallel_size - 1`` attention ranks, taken as loaded alike) sent to their experts
-        and back by all-to-all."""
+        and back by all-to-all. ``efficiency``: the fitted constants, by default this GPU's
+        (``sim.pricing.efficiency.efficiency_for``). ``engine``: the serving release, whose
+        engine-core CPU time per step (``EngineRelease.cpu_step_s``, ``cpu_per_seq_s``) and
+        asynchronous scheduling (``async_scheduling``, None: the release's default with or
+        without ``speculative`` decoding) the step pays, as the operator-table pricer does;
+        without one, ``efficiency``'s CPU constants (Vidur's, vLLM V0) add to every step."""
         self.model = m = get_model(model)
         self.hardware = h = get_hardware(hw)
         self.tensor_parallel_size = tp = tensor_parallel_size
         self.pipeline_parallel_size = pp = pipeline_parallel_size
         check_parallel(m, tp, pp)
         self.precision = p = resolve_precision(h, dtype, weight_dtype, kv_cache_dtype, quant_scope)
-        self.efficiency = e = efficiency
+        self.efficiency = e = efficiency if efficiency is not None else efficiency_for(h)
+        #: The engine core's CPU seconds per step and per sequence, and whether they overlap
+        #: the GPU's work (a step then lasts the longer of the two) or add to it.
+        self.engine = engine
+        self._cpu_step, self._cpu_seq = ((engine.cpu_step_s, engine.cpu_per_seq_s) if engine is not None
+                                         else (e.cpu_step_s, e.cpu_per_seq_s))
+        if async_scheduling is None:
+            async_scheduling = engine.async_default(speculative) if engine is not None else False
+        self.async_scheduling = async_scheduling
 
         ab, hd = p.act_bytes, m.hidden_size
-        peak = h.flops(p.compute) * e.gemm_compute
+        peak = quantized_gemm_rate(h, p, e)
         bw = h.memory_bandwidth
         gemm_bw = bw * e.memory
         q = m.q_size // tp
@@ -176,10 +182,13 @@ class RooflineCostModel(StepPricer):
         act_peak = h.flops(DTYPE_COMPUTE[p.dtype]) * e.gemm_compute
         expert_wb = p.weight_bytes if "experts" in quantized else float(ab)
 
+        quant_s = quantization_seconds(p, e)
+
         def gemm(k: float, n: float, op: str) -> _Gemm:
             """GEMM ``op`` of (k, n) in the format where the scope quantises it, else 16-bit."""
-            rate, wbytes = (peak, p.weight_bytes) if gemm_quantized(op, p, m.is_moe) else (act_peak, ab)
-            return _Gemm(2 * k * n / rate, k * n * wbytes / gemm_bw, (k + n) * ab / gemm_bw)
+            if gemm_quantized(op, p, m.is_moe):
+                return gemm_terms(k, n, peak, p.weight_bytes, ab, gemm_bw, quant_s)
+            return gemm_terms(k, n, act_peak, ab, ab, gemm_bw)
 
         q_out = (2 if m.attn_output_gate else 1) * q  # Qwen3.5: the output gate beside q
         self._gemms = {
@@ -258,12 +267,15 @@ class RooflineCostModel(StepPricer):
                                               (hd * (ab + 8) + m.num_experts * 4) / gemm_bw)
             self._gemm_layers["router"] = moe_layers
             ep, dp = expert_parallel_size, data_parallel_size
+            # Up and down GEMMs, each after its quantisation kernel where the experts run on the
+            # format's own rate (its fixed part: the per-row bytes are left in the experts' traffic).
+            expert_latency = 2 * (e.gemm_latency_s + (quant_s if "experts" in quantized else 0.0))
             if ep <= 1 and dp <= 1:
                 self._experts = ExpertLayer(
                     compute_per_row=2 * k_top * hd * (up + ffn) / peak,
                     weight_per_expert=hd * (up + ffn) * expert_wb / gemm_bw,
                     memory_per_row=k_top * (2 * hd + up + ffn) * ab / gemm_bw,
-                    latency=2 * e.gemm_latency_s, num_experts=m.num_experts, top_k=k_top)
+                    latency=expert_latency, num_experts=m.num_experts, top_k=k_top)
             else:
                 # Whole experts, E / ep of them in this GPU's group, each split over the etp
                 # GPUs of the group (DP without EP: one group, every expert over all tp x dp
@@ -276,7 +288,7 @@ class RooflineCostModel(StepPricer):
                     compute_per_row=2 * k_top * hd * (up_all + ffn_all) / peak * per,
                     weight_per_expert=hd * (up_all + ffn_all) * expert_wb / gemm_bw,
                     memory_per_row=k_top * (2 * hd + up_all + ffn_all) * ab / gemm_bw * per,
-                    latency=2 * e.gemm_latency_s, num_experts=m.num_experts, top_k=k_top,
+                    latency=expert_latency, num_experts=m.num_experts, top_k=k_top,
                     global_rows=dp, local_share=1.0 / ep)
                 # Dispatch and combine: under EP each token's hidden state to its k experts
                 # and back, (ep - 1) / ep of them on other GPUs; without EP the other dp - 1
@@ -293,8 +305,7 @@ class RooflineCostModel(StepPricer):
         # LM head: 16-bit weights, 16-bit compute, vocab-parallel over tp.
         head_peak = h.flops(DTYPE_COMPUTE[p.dtype]) * e.gemm_compute
         vocab = m.vocab_size / tp
-        self._lm_head = _Gemm(2 * hd * vocab / head_peak, hd * vocab * ab / gemm_bw,
-                              (hd + vocab) * ab / gemm_bw)
+        self._lm_head = gemm_terms(hd, vocab, head_peak, ab, ab, gemm_bw)
         # Sampling reads fp32 logits of the full vocabulary and writes probabilities.
         self._sample_per_row = m.vocab_size * 4 * 2 / (bw * e.elementwise_memory)
         self._head_latency = e.gemm_latency_s + e.elementwise_latency_s
@@ -446,8 +457,8 @@ class RooflineCostModel(StepPricer):
         return self.efficiency.p2p_latency_s + self._p2p_per_byte * nbytes
 
     def overhead_time(self, batch_size: int) -> float:
-        e = self.efficiency
-        return e.cpu_step_s + e.cpu_per_seq_s * batch_size
+        """The engine core's CPU seconds for a step of ``batch_size`` sequences."""
+        return self._cpu_step + self._cpu_seq * batch_size
 
     # -- the fast path --------------------------------------------------------------------
     def _build_row_function(self) -> None:
@@ -488,6 +499,9 @@ class RooflineCostModel(StepPricer):
         groups = sorted(set(counts.values()), reverse=True)
         for c in groups:
             a += c * sum(1 for n in counts if counts[n] == c) * e.gemm_latency_s
+        # Activation quantisation before quantised GEMMs, compute- or memory-bound alike.
+        a += sum(counts[n] * g.quant_s for n, g in self._gemms.items())
+        b += sum(counts[n] * g.quant_per_row for n, g in self._gemms.items())
 
         order = sorted(self._gemms, key=lambda n: self._gemms[n].breakpoint)
         gemms = [self._gemms[n] for n in order]
@@ -525,7 +539,6 @@ class RooflineCostModel(StepPricer):
         ``mx=max``) or a ``ShapeColumns`` (``self._rows_time_array``, ``np.maximum``). The sum
         runs in one fixed order; terms that do not apply add an exact 0.0. ``parts``, when
         given, receives the attention, LM head and swap terms (for ``breakdown``)."""
-        e = self.efficiency
         layers = self.model.num_attention_layers
         prefill_tokens, decode, spec = s.num_prefill_tokens, s.num_decode_seqs, s.num_spec_tokens
         rows = prefill_tokens + decode + spec + s.num_padding_tokens
@@ -577,8 +590,11 @@ class RooflineCostModel(StepPricer):
             experts = self.model.num_moe_layers * self._experts.time(rows, mx)
             if parts is not None:
                 parts["experts"] = experts
-        return busy * (rows_time(rows) + experts + prefill + attn_decode + head + swap
-                       + e.cpu_step_s + e.cpu_per_seq_s * (s.num_prefill_seqs + decode))
+        gpu = rows_time(rows) + experts + prefill + attn_decode + head + swap
+        cpu = self._cpu_step + self._cpu_seq * (s.num_prefill_seqs + decode)
+        if self.async_scheduling:
+            return busy * mx(gpu, cpu)
+        return busy * (gpu + cpu)
 
     def price(self, shape: StepShape) -> float:
         """Seconds for one step of ``shape``, CPU overhead included (0 for an empty step)."""
@@ -633,17 +649,33 @@ class RooflineCostModel(StepPricer):
                 row_bytes)
             if self._dispatch:
                 out["ep_all_to_all"] = m.num_moe_layers * (self._a2a_fixed + self._a2a_per_row * rows)
-        out["overhead"] = self.overhead_time(s.batch_size)
+        cpu = self.overhead_time(s.batch_size)
+        # Asynchronous scheduling hides the CPU's time under the GPU's: only what is longer shows.
+        out["overhead"] = max(cpu - sum(out.values()), 0.0) if self.async_scheduling else cpu
         return out
+
+    def known_error(self) -> Optional[dict]:
+        """The operator error of this GPU's constants where they are its own (``GPU_EFFICIENCY``
+        or A100's), None for constants given by the caller."""
+        if self.efficiency is not efficiency_for(self.hardware):
+            return None
+        return efficiency_error(self.hardware)
 
     def describe(self) -> str:
         p = self.precision
         ep = (f", dp={self.data_parallel_size}, ep={self.expert_parallel_size}"
               if self.expert_parallel_size > 1 or self.data_parallel_size > 1 else "")
         scope = scope_note(p, self._gemms, self.model.is_moe)
+        fitted = (efficiency_source(self.hardware) if self.efficiency is efficiency_for(self.hardware)
+                  else "given")
+        cpu = ""
+        if self.engine is not None:
+            cpu = (f", {self.engine.label}'s CPU per step "
+                   f"{'overlapped' if self.async_scheduling else 'serial'}")
         return (f"roofline ({self.model.name} on {self.hardware.name}, {p.dtype}, "
                 f"weights {p.weight_dtype}{f' ({scope})' if scope else ''}, kv {p.kv_cache_dtype}, "
-                f"tp={self.tensor_parallel_size}, pp={self.pipeline_parallel_size}{ep})")
+                f"tp={self.tensor_parallel_size}, pp={self.pipeline_parallel_size}{ep}; "
+                f"efficiencies: {fitted}{cpu})")
 
     def __repr__(self) -> str:
         p = self.precision

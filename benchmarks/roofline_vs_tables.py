@@ -1,0 +1,280 @@
+"""How far is the roofline from each GPU's measured operator tables, and which efficiencies do
+those tables give it? The roofline prices wherever ``aiconfigurator-core`` (the tables) is not
+installed, so its constants per GPU are fitted here, once, and written into
+``sim/pricing/efficiency.py`` (``GPU_EFFICIENCY``).
+
+    .venv/bin/python benchmarks/roofline_vs_tables.py           # error table, shipped constants
+    .venv/bin/python benchmarks/roofline_vs_tables.py --fit     # refit; print them as Python
+    .venv/bin/python benchmarks/roofline_vs_tables.py --gpu h100-sxm --efficiency a100
+
+Rows read per GPU (the vLLM folders ``sim.pricing.table_data`` picks for 0.15.1; 0.24.0 on every
+GPU but A100):
+
+- ``gemm``: bf16 ``torch.nn.functional.linear`` GEMMs (cuBLAS) with n, k >= 512 (a layer's
+  shard; the 32-256 wide rows are launch-bound shapes no layer has). Fitted: ``gemm_compute``,
+  ``memory`` (weight streaming), ``gemm_latency_s``.
+- ``gemm_fp8``: per-tensor FP8 (vLLM's CUTLASS scaled-mm, its activation quantisation
+  included), same shapes. Fitted: ``quantized_gemm_compute`` and ``quantized_gemm_latency_s``
+  (the quantisation kernel's fixed part; its bytes and the weights' as bf16's fraction).
+- ``attn_decode`` / ``attn_prefill``: FlashAttention rows (the kernel measured most, no window,
+  bf16 KV cache), KV length ``step + 1`` for decode, ``isl`` new tokens from an empty cache for
+  prefill. Fitted together: ``attn_prefill_compute``, ``attention_latency_s`` (decode's bytes
+  stream at the GEMMs' ``memory`` fraction, as in the Vidur fit).
+- ``tp_allreduce``: what vLLM runs: its custom all-reduce (graph rows) up to its 8 MiB buffer,
+  NCCL's all-reduce (half) above, on 2, 4 and 8 GPUs. Fitted: ``allreduce_bandwidth``,
+  ``allreduce_latency_s``.
+
+Each group is fitted as ``benchmarks/cost_model_vs_vidur.py`` fits A100's (``fit_group``: log
+ratios, soft L1, groups in order). These are kernel timings, not serving runs: the end-to-end
+checks (``sim_vs_real_vllm.py --source roofline``, the silicon matrix) are never fitted to.
+Errors: APE = |roofline - measured| / measured per row; bias = median(roofline / measured) - 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Callable, Optional
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "benchmarks"))  # cost_model_vs_vidur, beside this script
+
+from cost_model_vs_vidur import fit_group  # noqa: E402
+from sim.catalog.dtypes import resolve_precision  # noqa: E402
+from sim.catalog.hardware import get_hardware  # noqa: E402
+from sim.catalog.models import get_model  # noqa: E402
+from sim.pricing.efficiency import A100_EFFICIENCY, GPU_EFFICIENCY, Efficiency, efficiency_for  # noqa: E402
+from sim.pricing.operator_tables import CUSTOM_ALLREDUCE_MAX_BYTES, attention_rows  # noqa: E402
+from sim.pricing.roofline import (RooflineCostModel, gemm_terms, quantization_seconds,  # noqa: E402
+                                  quantized_gemm_rate)  # noqa: E402
+from sim.pricing.table_data import (GPU_TABLE_DIRS, TARGET_VLLM, default_tables_root,  # noqa: E402
+                                    latest_file, read_columns, read_columns_present, table_file)
+
+#: Fitted GPUs: every GPU with tables but A100, whose constants come from Vidur's profiles.
+FIT_GPUS = tuple(g for g in GPU_TABLE_DIRS if g != "a100-80gb")
+#: The smallest GEMM width fitted: a layer's shard (Llama-3.1-8B's k/v at TP8 is 512 wide).
+MIN_GEMM_DIM = 512
+#: Tensor-parallel sizes whose all-reduce rows are fitted.
+TP_SIZES = (2, 4, 8)
+#: A dense model whose shapes carry the attention and all-reduce rows (only the head counts and
+#: widths of a row, set per row, matter to the terms priced).
+CARRIER = "llama-3.1-8b"
+
+FIT_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
+    (("gemm_compute", "memory", "gemm_latency_s"), ("gemm",)),
+    (("quantized_gemm_compute", "quantized_gemm_latency_s"), ("gemm_fp8",)),
+    (("attn_prefill_compute", "attention_latency_s"), ("attn_prefill", "attn_decode")),
+    (("allreduce_bandwidth", "allreduce_latency_s"), ("tp_allreduce",)),
+)
+FAMILIES = ("gemm", "gemm_fp8", "attn_decode", "attn_prefill", "tp_allreduce")
+
+
+@dataclass
+class Rows:
+    """One family's measured rows on one GPU: the row columns it is priced from, and seconds."""
+
+    family: str
+    columns: dict[str, np.ndarray]
+    seconds: np.ndarray
+
+
+def _gemm_rows(gpu_dir: Path, dtype: str, family: str) -> Optional[Rows]:
+    path, _ = table_file(gpu_dir / "gemm" / "vllm", "gemm_perf", TARGET_VLLM)
+    c = read_columns(path, ("gemm_dtype", "m", "n", "k", "latency"))
+    sel = (c["gemm_dtype"] == dtype) & (c["n"] >= MIN_GEMM_DIM) & (c["k"] >= MIN_GEMM_DIM)
+    if not sel.any():
+        return None
+    return Rows(family, {x: c[x][sel].astype(float) for x in ("m", "n", "k")},
+                c["latency"][sel].astype(float) * 1e-3)
+
+
+def _attention_rows(gpu_dir: Path, table: str, family: str) -> Optional[Rows]:
+    path, _ = table_file(gpu_dir / "attention" / "vllm", table, TARGET_VLLM)
+    c = read_columns_present(path, ("batch_size", "isl", "step", "num_heads", "num_key_value_heads",
+                                    "head_dim", "kv_cache_dtype", "latency"),
+                             ("window_size", "kernel_source"))
+    sel = (c["kv_cache_dtype"] == "bfloat16") & attention_rows(c, 0)
+    if not sel.any():
+        return None
+    cols = {x: c[x][sel].astype(float) for x in ("batch_size", "isl", "step", "num_heads",
+                                                 "num_key_value_heads", "head_dim")}
+    return Rows(family, cols, c["latency"][sel].astype(float) * 1e-3)
+
+
+def _allreduce_rows(gpu_dir: Path) -> Optional[Rows]:
+    """vLLM's all-reduce as it runs: custom (graph) up to 8 MiB, NCCL above (bf16 elements)."""
+    comm = gpu_dir / "comm"
+    try:
+        custom, _ = table_file(comm / "vllm", "custom_allreduce_perf", TARGET_VLLM)
+        nccl = latest_file(comm / "nccl", "nccl_perf")
+    except Exception:  # a GPU without one of the two tables keeps A100's constants
+        return None
+    cc = read_columns(custom, ("backend", "num_gpus", "message_size", "latency"))
+    nc = read_columns(nccl, ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency"))
+    tp, nbytes, sec = [], [], []
+    for n in TP_SIZES:
+        s = (cc["backend"] == "vllm_graph") & (cc["num_gpus"] == n) & (cc["message_size"] * 2 <= CUSTOM_ALLREDUCE_MAX_BYTES)
+        t = ((nc["op_name"] == "all_reduce") & (nc["nccl_dtype"] == "half") & (nc["num_gpus"] == n)
+             & (nc["message_size"] * 2 > CUSTOM_ALLREDUCE_MAX_BYTES))
+        for c, sel in ((cc, s), (nc, t)):
+            tp += [n] * int(sel.sum())
+            nbytes += list(c["message_size"][sel].astype(float) * 2)
+            sec += list(c["latency"][sel].astype(float) * 1e-3)
+    if not sec:
+        return None
+    return Rows("tp_allreduce", {"tp": np.array(tp, float), "bytes": np.array(nbytes)}, np.array(sec))
+
+
+def load_rows(hardware: str, root: Optional[Path] = None) -> dict[str, Rows]:
+    """Every family's rows on ``hardware`` (a catalog name with tables)."""
+    root = root or default_tables_root()
+    if root is None:
+        raise SystemExit("no operator tables: pip install aiconfigurator-core (make install does)")
+    gpu_dir = root / GPU_TABLE_DIRS[hardware]
+    found = {
+        "gemm": _gemm_rows(gpu_dir, "bfloat16", "gemm"),
+        "gemm_fp8": _gemm_rows(gpu_dir, "fp8", "gemm_fp8"),
+        "attn_decode": _attention_rows(gpu_dir, "generation_attention_perf", "attn_decode"),
+        "attn_prefill": _attention_rows(gpu_dir, "context_attention_perf", "attn_prefill"),
+        "tp_allreduce": _allreduce_rows(gpu_dir),
+    }
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def _carrier(hardware: str, eff: Efficiency, heads: float, kv_heads: float, head_dim: float,
+             tp: int = 1) -> RooflineCostModel:
+    model = dataclasses.replace(get_model(CARRIER), num_heads=int(heads), num_kv_heads=int(kv_heads),
+                                head_dim=int(head_dim), name=f"{CARRIER}-h{heads:g}-kv{kv_heads:g}-d{head_dim:g}")
+    return RooflineCostModel(model, hardware, "bf16", tensor_parallel_size=tp, efficiency=eff)
+
+
+def predict(hardware: str, rows: Rows, eff: Efficiency) -> np.ndarray:
+    """The roofline's seconds for each row (the pricer's own terms: ``gemm_terms``,
+    ``attn_decode_time``, ``attn_prefill_time``, ``allreduce_time``)."""
+    c, out = rows.columns, np.zeros_like(rows.seconds)
+    if rows.family in ("gemm", "gemm_fp8"):
+        h = get_hardware(hardware)
+        p = resolve_precision(h, "bf16", "fp8" if rows.family == "gemm_fp8" else None)
+        g = gemm_terms(c["k"], c["n"], quantized_gemm_rate(h, p, eff), p.weight_bytes,
+                       p.act_bytes, h.memory_bandwidth * eff.memory, quantization_seconds(p, eff))
+        return g.seconds(c["m"], eff.gemm_latency_s, np.maximum)
+    if rows.family == "tp_allreduce":
+        for n in np.unique(c["tp"]):
+            sel = c["tp"] == n
+            r = _carrier(hardware, eff, 32, 8, 128, int(n))
+            out[sel] = [r.allreduce_time(b) for b in c["bytes"][sel]]
+        return out
+    keys = np.stack([c["num_heads"], c["num_key_value_heads"], c["head_dim"]], axis=1)
+    for key in np.unique(keys, axis=0):
+        sel = np.all(keys == key, axis=1)
+        r = _carrier(hardware, eff, *key)
+        b = c["batch_size"][sel]
+        if rows.family == "attn_decode":
+            out[sel] = r.attn_decode_time(b, b * (c["step"][sel] + 1), 0, np.maximum)
+        else:
+            s = c["isl"][sel]
+            out[sel] = r.attn_prefill_time(b * s, b * s * (s + 1) / 2, 0, np.maximum)
+    return out
+
+
+def fit(hardware: str, data: dict[str, Rows], start: Efficiency = A100_EFFICIENCY) -> Efficiency:
+    """``start`` with each group of ``FIT_GROUPS`` refitted to ``hardware``'s rows, in order; a
+    group without rows keeps ``start``'s constants."""
+    eff = start
+    for names, families in FIT_GROUPS:
+        parts = [data[f] for f in families if f in data]
+        if not parts:
+            continue
+
+        def log_ratios(trial: Efficiency, parts: list[Rows] = parts) -> np.ndarray:
+            return np.concatenate([np.log(predict(hardware, r, trial) / r.seconds) for r in parts])
+
+        eff = fit_group(eff, names, log_ratios)
+    return eff
+
+
+def errors(hardware: str, data: dict[str, Rows], eff: Efficiency) -> list[dict]:
+    """One row per family: rows, MAPE, median and p90 APE, median bias (%)."""
+    out = []
+    for fam in FAMILIES:
+        if fam not in data:
+            continue
+        r = data[fam]
+        ratio = predict(hardware, r, eff) / r.seconds
+        ape = np.abs(ratio - 1) * 100
+        out.append({"gpu": hardware, "family": fam, "rows": int(ratio.size),
+                    "mape": round(float(ape.mean()), 1), "median_ape": round(float(np.median(ape)), 1),
+                    "p90_ape": round(float(np.percentile(ape, 90)), 1),
+                    "bias": round(float(np.median(ratio - 1) * 100), 1)})
+    return out
+
+
+FITTED = tuple(n for names, _ in FIT_GROUPS for n in names)
+#: Significant figures the constants are written with.
+DIGITS = 3
+
+
+def rounded(eff: Efficiency) -> Efficiency:
+    return dataclasses.replace(eff, **{n: float(f"{getattr(eff, n):.{DIGITS}g}") for n in FITTED})
+
+
+def as_python(hardware: str, eff: Efficiency) -> str:
+    args = ", ".join(f"{n}={getattr(eff, n):.{DIGITS}g}" for n in FITTED)
+    return f'    "{hardware}": replace(A100_EFFICIENCY, {args}),'
+
+
+def _table(rows: list[dict]) -> str:
+    lines = ["| GPU | family | rows | MAPE % | median APE % | p90 APE % | median bias % | A100 constants: MAPE % / bias % |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['gpu']} | {r['family']} | {r['rows']} | {r['mape']:.1f} | {r['median_ape']:.1f} | "
+                     f"{r['p90_ape']:.1f} | {r['bias']:+.1f} | {r['a100_mape']:.1f} / {r['a100_bias']:+.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--gpu", action="append", choices=FIT_GPUS, help="GPU(s) to compare (default: all)")
+    ap.add_argument("--fit", action="store_true", help="refit the constants and print them as Python")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "roofline_vs_tables.json",
+                    help="JSON written (and a .md beside it) unless --fit (default: %(default)s)")
+    args = ap.parse_args(argv)
+    gpus = args.gpu or list(FIT_GPUS)
+    table: list[dict] = []
+    lines = []
+    for gpu in gpus:
+        data = load_rows(gpu)
+        eff = rounded(fit(gpu, data)) if args.fit else efficiency_for(gpu)
+        if args.fit:
+            lines.append(as_python(gpu, eff))
+        base = {r["family"]: r for r in errors(gpu, data, A100_EFFICIENCY)}
+        for r in errors(gpu, data, eff):
+            r["a100_mape"], r["a100_bias"] = base[r["family"]]["mape"], base[r["family"]]["bias"]
+            table.append(r)
+        print(f"{gpu}: {sum(r.seconds.size for r in data.values())} rows", file=sys.stderr)
+    print(_table(table))
+    if args.fit:
+        print("\nGPU_EFFICIENCY entries (sim/pricing/efficiency.py):")
+        print("\n".join(lines))
+        return 0
+    shipped = {g: {f.name: getattr(efficiency_for(g), f.name) for f in fields(Efficiency)
+                   if f.name in FITTED} for g in gpus if g in GPU_EFFICIENCY}
+    args.out.write_text(json.dumps({"constants": shipped, "errors": table}, indent=1) + "\n")
+    args.out.with_suffix(".md").write_text(
+        "Roofline against the measured operator tables (aiconfigurator-core), per GPU and "
+        "operator family, with the shipped constants (`sim/pricing/efficiency.py`) and, in the "
+        "last column, with A100's. `.venv/bin/python benchmarks/roofline_vs_tables.py`\n\n"
+        + _table(table) + "\n")
+    print(f"\nwrote {args.out} and {args.out.with_suffix('.md').name}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

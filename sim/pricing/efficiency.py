@@ -1,0 +1,191 @@
+"""The roofline's efficiency constants, per GPU: what fraction of a datasheet peak real kernels
+reach, and the fixed latencies small kernels and collectives cannot go below.
+
+Why per GPU: a fraction fitted on one GPU does not carry to the next generation. A100's
+constants (fitted to Vidur's A100 kernel timings) priced an H100 decode step of Llama-2-7B at
+12.3 ms where the measured operator tables give 8.8 ms, and H100 Llama-2-7B TPOT 70% too slow
+on the shared vLLM runs. So each GPU with measured operator tables (NVIDIA AIConfigurator's,
+the ``aiconfigurator-core`` package) gets the constants its own GEMM, attention and all-reduce
+rows give, fitted once by ``benchmarks/roofline_vs_tables.py --fit`` and written here: the
+roofline is what prices where that package is not installed, so the numbers must live in the
+code. Kernels the tables do not time (norms, rotary, activations, send/recv, PCIe copies) and
+the engine's CPU time keep A100's fractions, as ratios of each GPU's own peaks.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Union
+
+from sim.catalog.hardware import HardwareSpec
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The fitted constants: fractions of datasheet peaks real kernels reach, and the fixed
+    latencies small kernels and collectives cannot go below.
+
+    ``A100_EFFICIENCY`` is fitted to Vidur's A100-80GB kernel timings
+    (``benchmarks/cost_model_vs_vidur.py --fit``); ``GPU_EFFICIENCY`` holds the GPUs whose
+    GEMM, attention and all-reduce constants are fitted to their own measured tables
+    (``benchmarks/roofline_vs_tables.py --fit``). ``efficiency_for`` picks one per GPU.
+    """
+
+    gemm_compute: float          # dense GEMM FLOP/s / peak (cuBLAS, large shapes)
+    quantized_gemm_compute: float  # ... for a GEMM on the weight format's own tensor-core rate
+                                 # (FP8, INT8, FP4)
+    quantized_gemm_latency_s: float  # the kernel quantising such a GEMM's input (fixed part)
+    memory: float                # streaming bytes/s / peak HBM bandwidth: GEMM weights,
+                                 # decode attention KV, residual adds, copies
+    gemm_latency_s: float        # floor of one GEMM kernel: launch, ramp-up, tail wave
+    norm_memory: float           # RMSNorm/LayerNorm (row reductions) bytes/s / peak
+    elementwise_memory: float    # math-heavy pointwise kernels: rope, SiLU*mul, softmax
+    elementwise_latency_s: float # floor of one bandwidth-bound kernel
+    attn_prefill_compute: float  # FlashAttention prefill FLOP/s / peak (causal pairs)
+    attention_latency_s: float   # floor of one attention call (kernel + reshapes)
+    allreduce_bandwidth: float   # NCCL ring bus bandwidth / link bandwidth per direction
+    allreduce_latency_s: float   # fixed cost of one NCCL all-reduce (launch + sync)
+    p2p_bandwidth: float         # NCCL send/recv bytes/s / link bandwidth per direction
+    p2p_latency_s: float         # fixed cost of one NCCL send/recv
+    pcie_efficiency: float       # host<->device copy bytes/s / PCIe per direction
+    cpu_step_s: float            # engine CPU time per step: schedule, prepare, sample
+    cpu_per_seq_s: float         # ... plus this per sequence in the batch
+
+
+# Fitted to Vidur's A100 profiles (see benchmarks/cost_model_vs_vidur.py --fit, rounded).
+# PCIe: Azure's ND A100 v4 benchmark measures 26.3 GB/s host-to-device on Gen4 x16 (0.82).
+# CPU: Vidur's cpu_overheads.csv for vLLM on A100 with Llama-2-7B, TP1 (schedule + prepare
+# inputs + sampler): ~1.0 ms per step + ~0.04 ms per sequence; output processing, which
+# newer engines overlap with the GPU, is left out.
+A100_EFFICIENCY = Efficiency(
+    gemm_compute=0.70,
+    quantized_gemm_compute=0.70,  # A100 has no FP8 and its INT8 GEMMs are not measured:
+    quantized_gemm_latency_s=0.0,  # as 16-bit, with no quantisation kernel
+    memory=0.76,
+    gemm_latency_s=8.5e-6,
+    norm_memory=0.38,
+    elementwise_memory=0.48,
+    elementwise_latency_s=2.0e-6,
+    attn_prefill_compute=0.26,
+    attention_latency_s=16e-6,
+    allreduce_bandwidth=0.56,
+    allreduce_latency_s=47e-6,
+    p2p_bandwidth=0.96,
+    p2p_latency_s=14e-6,
+    pcie_efficiency=0.82,
+    cpu_step_s=1.0e-3,
+    cpu_per_seq_s=0.04e-3,
+)
+
+
+#: GPUs whose GEMM, attention and all-reduce constants are fitted to their own measured tables
+#: (``benchmarks/roofline_vs_tables.py --fit``, rounded; aiconfigurator-core 0.12.0, the vLLM
+#: 0.24.0 folders: bf16 ``torch.nn.functional.linear`` GEMMs with n, k >= 512, FlashAttention
+#: decode and prefill with a bf16 KV cache and no window, vLLM's custom all-reduce in its graph
+#: form up to its 8 MiB buffer and NCCL above). The other constants are A100's.
+GPU_EFFICIENCY: dict[str, Efficiency] = {
+    "h100-sxm": replace(
+        A100_EFFICIENCY,
+        gemm_compute=0.791, memory=0.854, gemm_latency_s=3.7e-06,
+        quantized_gemm_compute=0.46, quantized_gemm_latency_s=4e-06,
+        attn_prefill_compute=0.443, attention_latency_s=1.34e-05, allreduce_bandwidth=0.615,
+        allreduce_latency_s=4.7e-06),
+    "h200": replace(
+        A100_EFFICIENCY,
+        gemm_compute=0.79, memory=0.813, gemm_latency_s=3.92e-06,
+        quantized_gemm_compute=0.478, quantized_gemm_latency_s=4.46e-06,
+        attn_prefill_compute=0.429, attention_latency_s=1.36e-05, allreduce_bandwidth=0.622,
+        allreduce_latency_s=4.79e-06),
+    "b200": replace(
+        A100_EFFICIENCY,
+        gemm_compute=0.7, memory=0.778, gemm_latency_s=3.42e-06,
+        quantized_gemm_compute=0.41, quantized_gemm_latency_s=4.69e-06,
+        attn_prefill_compute=0.314, attention_latency_s=8.09e-06, allreduce_bandwidth=0.5,
+        allreduce_latency_s=7.66e-06),
+    "b300": replace(
+        A100_EFFICIENCY,
+        gemm_compute=0.767, memory=0.775, gemm_latency_s=3.16e-06,
+        quantized_gemm_compute=0.431, quantized_gemm_latency_s=4.24e-06,
+        attn_prefill_compute=0.383, attention_latency_s=1.04e-05, allreduce_bandwidth=0.507,
+        allreduce_latency_s=7.37e-06),
+    "gb200": replace(
+        A100_EFFICIENCY,
+        gemm_compute=0.681, memory=0.77, gemm_latency_s=3.44e-06,
+        quantized_gemm_compute=0.403, quantized_gemm_latency_s=4.63e-06,
+        attn_prefill_compute=0.277, attention_latency_s=1.16e-05, allreduce_bandwidth=0.507,
+        allreduce_latency_s=7.56e-06),
+    "gb300": replace(
+        A100_EFFICIENCY,
+        gemm_compute=0.761, memory=0.766, gemm_latency_s=3.4e-06,
+        quantized_gemm_compute=0.432, quantized_gemm_latency_s=4.55e-06,
+        attn_prefill_compute=0.371, attention_latency_s=1.11e-05, allreduce_bandwidth=0.516,
+        allreduce_latency_s=7.35e-06),
+    "l40s": replace(
+        A100_EFFICIENCY,
+        gemm_compute=0.592, memory=0.788, gemm_latency_s=1.46e-06,
+        quantized_gemm_compute=0.507, quantized_gemm_latency_s=3.95e-06,
+        attn_prefill_compute=0.42, attention_latency_s=9.73e-06, allreduce_bandwidth=0.138,
+        allreduce_latency_s=1.28e-05),
+    "rtx-pro-6000": replace(
+        A100_EFFICIENCY,
+        gemm_compute=0.73, memory=0.82, gemm_latency_s=2.98e-06,
+        quantized_gemm_compute=0.735, quantized_gemm_latency_s=3.03e-06,
+        attn_prefill_compute=0.459, attention_latency_s=1.19e-05, allreduce_bandwidth=0.39,
+        allreduce_latency_s=1.88e-05),
+}
+
+#: The roofline's MAPE (%) per operator family with these constants: against each GPU's own
+#: table rows (``benchmarks/roofline_vs_tables.py``, the families it fits and FP8 GEMMs), and
+#: A100's against Vidur's profiles (``benchmarks/cost_model_vs_vidur.py``; its GEMM figure is
+#: the whole layer without attention). The summary's ``cost_model.known_error``.
+EFFICIENCY_ERROR: dict[str, dict[str, float]] = {
+    # Vidur's A100 profiles (benchmarks/cost_model_vs_vidur.py; whole layer without attention)
+    "a100-80gb": {"gemm": 6.2, "attn_decode": 11.2, "attn_prefill": 20.1, "tp_allreduce": 11.4},
+    "h100-sxm": {"gemm": 8.3, "gemm_fp8": 19.6, "attn_decode": 20.5, "attn_prefill": 26.7, "tp_allreduce": 13.9},
+    "h200": {"gemm": 8.5, "gemm_fp8": 23.4, "attn_decode": 22.0, "attn_prefill": 27.9, "tp_allreduce": 16.2},
+    "b200": {"gemm": 11.1, "gemm_fp8": 25.3, "attn_decode": 26.3, "attn_prefill": 30.7, "tp_allreduce": 18.0},
+    "b300": {"gemm": 11.2, "gemm_fp8": 24.0, "attn_decode": 21.5, "attn_prefill": 33.9, "tp_allreduce": 18.6},
+    "gb200": {"gemm": 12.9, "gemm_fp8": 24.2, "attn_decode": 20.5, "attn_prefill": 35.6, "tp_allreduce": 16.4},
+    "gb300": {"gemm": 10.7, "gemm_fp8": 24.1, "attn_decode": 20.3, "attn_prefill": 34.1, "tp_allreduce": 16.6},
+    "l40s": {"gemm": 16.6, "gemm_fp8": 22.0, "attn_decode": 37.2, "attn_prefill": 23.2, "tp_allreduce": 106.4},
+    "rtx-pro-6000": {"gemm": 13.1, "gemm_fp8": 15.1, "attn_decode": 27.1, "attn_prefill": 25.0, "tp_allreduce": 27.2},
+}
+
+#: GPUs with no tables of their own that take another GPU's fitted fractions, of their own
+#: peaks: the same architecture and kernels (H100 PCIe and H20 are Hopper, L4 and RTX 4090 are
+#: Ada like the L40S). A GPU in neither table (A10G, MI300X...) takes A100's.
+EFFICIENCY_FROM: dict[str, str] = {
+    "h100-pcie": "h100-sxm",
+    "h20": "h100-sxm",
+    "l4": "l40s",
+    "rtx-4090": "l40s",
+}
+
+
+def efficiency_for(hardware: Union[str, HardwareSpec]) -> Efficiency:
+    """The constants the roofline uses on ``hardware`` (a catalog name or a spec)."""
+    name = hardware if isinstance(hardware, str) else hardware.name
+    name = EFFICIENCY_FROM.get(name, name)
+    return GPU_EFFICIENCY.get(name, A100_EFFICIENCY)
+
+
+def efficiency_error(hardware: Union[str, HardwareSpec]) -> dict:
+    """What is known of the roofline's operator error on ``hardware`` (``known_error``): the
+    GPU whose rows were measured, the MAPE per family there, and whether that GPU is this one."""
+    name = hardware if isinstance(hardware, str) else hardware.name
+    src = EFFICIENCY_FROM.get(name, name)
+    if src not in GPU_EFFICIENCY:
+        src = "a100-80gb"
+    out: dict = {"measured_on": src, "operator_mape_pct": dict(EFFICIENCY_ERROR[src])}
+    if src != name:
+        out["note"] = f"no operator timings of {name}: the error of its constants here is unknown"
+    return out
+
+
+def efficiency_source(hardware: Union[str, HardwareSpec]) -> str:
+    """Where ``efficiency_for(hardware)``'s fitted constants come from, in a few words."""
+    name = hardware if isinstance(hardware, str) else hardware.name
+    src = EFFICIENCY_FROM.get(name, name)
+    if src in GPU_EFFICIENCY:
+        return f"{src}'s measured tables" if src == name else f"{src}'s measured tables (same architecture)"
+    return "A100 kernel timings (Vidur)"
