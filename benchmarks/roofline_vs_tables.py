@@ -16,6 +16,8 @@ GPU but A100):
 - ``gemm_fp8``: per-tensor FP8 (vLLM's CUTLASS scaled-mm, its activation quantisation
   included), same shapes. Fitted: ``quantized_gemm_compute`` and ``quantized_gemm_latency_s``
   (the quantisation kernel's fixed part; its bytes and the weights' as bf16's fraction).
+- ``gemm_fp4``: NVFP4 rows where the GPU has FP4 tensor cores (Blackwell): a check, not fitted
+  (they take FP8's fraction of their own peak).
 - ``attn_decode`` / ``attn_prefill``: FlashAttention rows (the kernel measured most, no window,
   bf16 KV cache), KV length ``step + 1`` for decode, ``isl`` new tokens from an empty cache for
   prefill. Fitted together: ``attn_prefill_compute``, ``attention_latency_s`` (decode's bytes
@@ -73,7 +75,9 @@ FIT_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("attn_prefill_compute", "attention_latency_s"), ("attn_prefill", "attn_decode")),
     (("allreduce_bandwidth", "allreduce_latency_s"), ("tp_allreduce",)),
 )
-FAMILIES = ("gemm", "gemm_fp8", "attn_decode", "attn_prefill", "tp_allreduce")
+FAMILIES = ("gemm", "gemm_fp8", "gemm_fp4", "attn_decode", "attn_prefill", "tp_allreduce")
+#: The weight format each GEMM family is priced in (None: 16-bit).
+GEMM_WEIGHTS = {"gemm": None, "gemm_fp8": "fp8", "gemm_fp4": "nvfp4"}
 
 
 @dataclass
@@ -141,6 +145,7 @@ def load_rows(hardware: str, root: Optional[Path] = None) -> dict[str, Rows]:
     found = {
         "gemm": _gemm_rows(gpu_dir, "bfloat16", "gemm"),
         "gemm_fp8": _gemm_rows(gpu_dir, "fp8", "gemm_fp8"),
+        "gemm_fp4": _gemm_rows(gpu_dir, "nvfp4", "gemm_fp4"),
         "attn_decode": _attention_rows(gpu_dir, "generation_attention_perf", "attn_decode"),
         "attn_prefill": _attention_rows(gpu_dir, "context_attention_perf", "attn_prefill"),
         "tp_allreduce": _allreduce_rows(gpu_dir),
@@ -159,9 +164,9 @@ def predict(hardware: str, rows: Rows, eff: Efficiency) -> np.ndarray:
     """The roofline's seconds for each row (the pricer's own terms: ``gemm_terms``,
     ``attn_decode_time``, ``attn_prefill_time``, ``allreduce_time``)."""
     c, out = rows.columns, np.zeros_like(rows.seconds)
-    if rows.family in ("gemm", "gemm_fp8"):
+    if rows.family in GEMM_WEIGHTS:
         h = get_hardware(hardware)
-        p = resolve_precision(h, "bf16", "fp8" if rows.family == "gemm_fp8" else None)
+        p = resolve_precision(h, "bf16", GEMM_WEIGHTS[rows.family])
         g = gemm_terms(c["k"], c["n"], quantized_gemm_rate(h, p, eff), p.weight_bytes,
                        p.act_bytes, h.memory_bandwidth * eff.memory, quantization_seconds(p, eff))
         return g.seconds(c["m"], eff.gemm_latency_s, np.maximum)

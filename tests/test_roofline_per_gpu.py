@@ -81,9 +81,11 @@ def test_shipped_constants_are_the_fit_to_each_gpus_tables(installed_tables):
 
 # Measured with the shipped constants (benchmarks/results/roofline_vs_tables.md), H100 / B200:
 # gemm 8.3 / 11.1, gemm_fp8 19.6 / 25.3, decode 20.5 / 26.3, prefill 26.7 / 30.7, all-reduce
-# 13.9 / 18.0 MAPE; with A100's constants 34 / 40, 30 / 33, 32 / 86, 48 / 50, 495 / 297.
+# 13.9 / 18.0 MAPE, B200's NVFP4 15.7; with A100's constants 34 / 40, 30 / 33, 32 / 86, 48 / 50,
+# 495 / 297, 23.
 BOUNDS = {  # family: (MAPE, |median bias|)
-    "gemm": (14, 4), "gemm_fp8": (30, 5), "attn_decode": (32, 20), "attn_prefill": (38, 22),
+    "gemm": (14, 4), "gemm_fp8": (30, 5), "gemm_fp4": (22, 10), "attn_decode": (32, 20),
+    "attn_prefill": (38, 22),
     "tp_allreduce": (25, 5),
 }
 
@@ -94,8 +96,11 @@ def test_roofline_error_against_the_measured_tables(gpu, installed_tables):
     data = bench.load_rows(gpu)
     rows = {r["family"]: r for r in bench.errors(gpu, data, efficiency_for(gpu))}
     a100 = {r["family"]: r for r in bench.errors(gpu, data, A100_EFFICIENCY)}
-    assert set(rows) == set(BOUNDS)
+    # NVFP4 rows on Blackwell only (FP4 tensor cores); not fitted: FP8's fraction of FP4's peak.
+    assert set(rows) == set(BOUNDS) - (set() if gpu.startswith("b") else {"gemm_fp4"})
     for fam, (mape, bias) in BOUNDS.items():
+        if fam not in rows:
+            continue
         assert rows[fam]["rows"] >= 40, fam
         assert rows[fam]["mape"] <= mape, rows[fam]
         assert abs(rows[fam]["bias"]) <= bias, rows[fam]

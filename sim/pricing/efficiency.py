@@ -141,14 +141,22 @@ GPU_EFFICIENCY: dict[str, Efficiency] = {
 EFFICIENCY_ERROR: dict[str, dict[str, float]] = {
     # Vidur's A100 profiles (benchmarks/cost_model_vs_vidur.py; whole layer without attention)
     "a100-80gb": {"gemm": 6.2, "attn_decode": 11.2, "attn_prefill": 20.1, "tp_allreduce": 11.4},
-    "h100-sxm": {"gemm": 8.3, "gemm_fp8": 19.6, "attn_decode": 20.5, "attn_prefill": 26.7, "tp_allreduce": 13.9},
-    "h200": {"gemm": 8.5, "gemm_fp8": 23.4, "attn_decode": 22.0, "attn_prefill": 27.9, "tp_allreduce": 16.2},
-    "b200": {"gemm": 11.1, "gemm_fp8": 25.3, "attn_decode": 26.3, "attn_prefill": 30.7, "tp_allreduce": 18.0},
-    "b300": {"gemm": 11.2, "gemm_fp8": 24.0, "attn_decode": 21.5, "attn_prefill": 33.9, "tp_allreduce": 18.6},
-    "gb200": {"gemm": 12.9, "gemm_fp8": 24.2, "attn_decode": 20.5, "attn_prefill": 35.6, "tp_allreduce": 16.4},
-    "gb300": {"gemm": 10.7, "gemm_fp8": 24.1, "attn_decode": 20.3, "attn_prefill": 34.1, "tp_allreduce": 16.6},
-    "l40s": {"gemm": 16.6, "gemm_fp8": 22.0, "attn_decode": 37.2, "attn_prefill": 23.2, "tp_allreduce": 106.4},
-    "rtx-pro-6000": {"gemm": 13.1, "gemm_fp8": 15.1, "attn_decode": 27.1, "attn_prefill": 25.0, "tp_allreduce": 27.2},
+    "h100-sxm": {"gemm": 8.3, "gemm_fp8": 19.6,
+                "attn_decode": 20.5, "attn_prefill": 26.7, "tp_allreduce": 13.9},
+    "h200": {"gemm": 8.5, "gemm_fp8": 23.4,
+            "attn_decode": 22.0, "attn_prefill": 27.9, "tp_allreduce": 16.2},
+    "b200": {"gemm": 11.1, "gemm_fp8": 25.3, "gemm_fp4": 15.7,
+            "attn_decode": 26.3, "attn_prefill": 30.7, "tp_allreduce": 18.0},
+    "b300": {"gemm": 11.2, "gemm_fp8": 24.0, "gemm_fp4": 14.7,
+            "attn_decode": 21.5, "attn_prefill": 33.9, "tp_allreduce": 18.6},
+    "gb200": {"gemm": 12.9, "gemm_fp8": 24.2, "gemm_fp4": 14.5,
+             "attn_decode": 20.5, "attn_prefill": 35.6, "tp_allreduce": 16.4},
+    "gb300": {"gemm": 10.7, "gemm_fp8": 24.1, "gemm_fp4": 14.1,
+             "attn_decode": 20.3, "attn_prefill": 34.1, "tp_allreduce": 16.6},
+    "l40s": {"gemm": 16.6, "gemm_fp8": 22.0,
+            "attn_decode": 37.2, "attn_prefill": 23.2, "tp_allreduce": 106.4},
+    "rtx-pro-6000": {"gemm": 13.1, "gemm_fp8": 15.1, "gemm_fp4": 25.7,
+                    "attn_decode": 27.1, "attn_prefill": 25.0, "tp_allreduce": 27.2},
 }
 
 #: GPUs with no tables of their own that take another GPU's fitted fractions, of their own
