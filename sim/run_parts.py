@@ -250,25 +250,40 @@ def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], ki
                            expert_parallel_size=par.expert_shards,
                            expert_tensor_parallel_size=par.expert_tensor_shards,
                            data_parallel_size=par.data_parallel_size, **common)
+    return _with_host_floor(sc, model, roofline, eager)
+
+
+def _with_host_floor(sc: Scenario, model: "ModelSpec", roofline: Any, eager: bool) -> Any:
+    """The roofline under the engine's host floor: a step outside CUDA graphs runs no faster
+    than the host issues it, by the operator-table pricer's rules. vLLM: graphs up to the
+    largest capture size (decode-only steps alone under ``FULL_DECODE_ONLY``, none under
+    ``NONE``), the compiled model outside them (0.8 ms a layer). SGLang: full graphs for decode
+    batches up to ``cuda_graph_max_bs``, piecewise graphs for extends up to the captured extend
+    size, eager PyTorch beyond (``eager_host_seconds``). ``--enforce-eager`` /
+    ``--disable-cuda-graph``: every step eager."""
+    from sim.catalog.engines import sglang_pcg_capture_sizes
+    from sim.catalog.hardware import get_hardware
     from sim.pricing.adjusted import EagerHostFloor
     from sim.pricing.operator_tables import EAGER_HOST_S_PER_LAYER, eager_host_seconds
 
+    tp = sc.parallel.tensor_parallel_size
     if eager:
-        return EagerHostFloor(roofline, eager_host_seconds(model, par.tensor_parallel_size))
-    # vLLM with graphs for mixed steps (FULL_AND_PIECEWISE, PIECEWISE, FULL): a step above the
-    # largest capture size runs the compiled model outside graphs, no faster than the host
-    # issues it, as the operator-table pricer prices it. SGLang's graph rules (decode-only
-    # graphs, piecewise extends) are the table pricer's alone for now.
-    mode = sc.engine.release.cudagraph_mode if sc.engine.cudagraph_mode == "auto" else sc.engine.cudagraph_mode
-    if sc.engine.name != "vllm" or mode not in ("FULL_AND_PIECEWISE", "PIECEWISE", "FULL"):
-        return roofline
-    from sim.catalog.hardware import get_hardware
-
-    sizes = sc.engine.release.capture_sizes(sc.max_num_seqs, get_hardware(sc.hardware),
-                                            par.tensor_parallel_size, sc.engine.max_cudagraph_capture_size)
-    if not sizes:
-        return roofline
-    return EagerHostFloor(roofline, model.num_layers * EAGER_HOST_S_PER_LAYER, above_rows=sizes[-1])
+        return EagerHostFloor(roofline, eager_host_seconds(model, tp))
+    release = sc.engine.release
+    sglang = sc.engine.name == "sglang"
+    mode = release.cudagraph_mode if sc.engine.cudagraph_mode == "auto" else sc.engine.cudagraph_mode
+    cap = sc.sglang.cuda_graph_max_bs if sglang else sc.engine.max_cudagraph_capture_size
+    sizes = (release.capture_sizes(sc.max_num_seqs, get_hardware(sc.hardware), tp, cap)
+             if mode != "NONE" else [])
+    decode_limit = sizes[-1] if sizes else 0
+    if sglang:
+        tokens = _extend_graphs(sc, model)["extend_graph_tokens"]
+        extends = sglang_pcg_capture_sizes(tokens) if tokens else []
+        return EagerHostFloor(roofline, eager_host_seconds(model, tp), above_rows=decode_limit,
+                              prefill_above_rows=extends[-1] if extends else 0)
+    mixed_limit = 0 if mode in ("FULL_DECODE_ONLY", "NONE") else decode_limit
+    return EagerHostFloor(roofline, model.num_layers * EAGER_HOST_S_PER_LAYER,
+                          above_rows=decode_limit, prefill_above_rows=mixed_limit)
 
 
 def eager_forwards(sc: Scenario) -> bool:

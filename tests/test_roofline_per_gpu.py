@@ -197,6 +197,27 @@ def test_a_step_above_the_capture_sizes_waits_for_the_host_and_one_below_does_no
     # Under --enforce-eager every step waits for the host, whatever its size.
     eager = _deployment(engine={"enforce_eager": True}).cost_model
     assert eager.price(StepShape(num_decode_seqs=1, decode_context_tokens=100)) >= host / 2
+    # FULL_DECODE_ONLY: decode batches replay graphs, every step with a prompt runs compiled.
+    decode_only = _deployment(engine={"cudagraph_mode": "FULL_DECODE_ONLY"}).cost_model
+    assert decode_only.price(below) >= host
+    assert decode_only.price(StepShape(num_decode_seqs=200, decode_context_tokens=200 * 100)) < host / 2
+
+
+def test_sglang_extends_outside_its_piecewise_graphs_wait_for_eager_pytorch():
+    """SGLang: full graphs for decode batches up to cuda_graph_max_bs; an extend runs in
+    piecewise graphs up to the captured extend size, eagerly above it (the table pricer's rules)."""
+    from sim.pricing.operator_tables import eager_host_seconds
+
+    dep = _deployment(engine={"name": "sglang"}, scheduler={"max_num_seqs": 128},
+                      sglang={"cuda_graph_max_bs": 64, "piecewise_cuda_graph_max_tokens": 512})
+    floor = dep.cost_model
+    host = eager_host_seconds(get_model("llama-2-7b"), 1)
+    assert (floor.above_rows, floor.prefill_above_rows) == (64, 512)
+    decode = lambda n: StepShape(num_decode_seqs=n, decode_context_tokens=n * 100)  # noqa: E731
+    extend = lambda n: StepShape(num_prefill_tokens=n, num_prefill_seqs=1,  # noqa: E731
+                                 prefill_attention_work=n * (n + 1) // 2)
+    assert floor.price(decode(64)) < host / 2 <= host <= floor.price(decode(65))
+    assert floor.price(extend(512)) < host / 2 and floor.price(extend(513)) >= host
 
 
 def test_auto_async_scheduling_follows_the_release_under_the_roofline():

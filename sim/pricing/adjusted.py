@@ -169,24 +169,29 @@ class EagerHostFloor(StepFloor):
     kind = "eager_host_floor"
     wait_key = "eager_host_wait"
 
-    def __init__(self, base: StepPricer, host_s: float, above_rows: int = 0) -> None:
-        """``above_rows`` > 0: only steps of more GEMM rows than that pay the floor (vLLM's
-        steps above its largest CUDA-graph capture size, which run its compiled code eagerly)."""
+    def __init__(self, base: StepPricer, host_s: float, above_rows: int = 0,
+                 prefill_above_rows: Optional[int] = None) -> None:
+        """Only a decode-only step of more GEMM rows than ``above_rows``, or a step with prompt
+        tokens of more rows than ``prefill_above_rows`` (default: the same), pays the floor:
+        the steps outside the engine's CUDA graphs (0, 0: every step)."""
         super().__init__(base)
         self.host_s = float(host_s)
         self.above_rows = int(above_rows)
+        self.prefill_above_rows = self.above_rows if prefill_above_rows is None else int(prefill_above_rows)
 
     def floor(self, shape: Any) -> Any:
         # The step's GEMM rows (``StepShape.num_tokens``, spelled out for columns too).
         rows = shape.num_prefill_tokens + shape.num_decode_seqs + shape.num_spec_tokens + shape.num_padding_tokens
-        return self.host_s * (rows > self.above_rows)
+        decode_only = shape.num_prefill_tokens == 0
+        limit = decode_only * self.above_rows + (1 - decode_only) * self.prefill_above_rows
+        return self.host_s * (rows > limit)
 
     def because(self) -> str:
-        if self.above_rows:
-            return (f"steps above {self.above_rows} tokens outside CUDA graphs: no faster than "
-                    f"the host issues them ({self.host_s * 1e3:.3g} ms)")
-        return f"every forward eager: no faster than the host issues it ({self.host_s * 1e3:.3g} ms)"
+        if not (self.above_rows or self.prefill_above_rows):
+            return f"every forward eager: no faster than the host issues it ({self.host_s * 1e3:.3g} ms)"
+        return (f"steps outside CUDA graphs (decode above {self.above_rows} tokens, with prompts above "
+                f"{self.prefill_above_rows}): no faster than the host issues them ({self.host_s * 1e3:.3g} ms)")
 
     def __repr__(self) -> str:
-        above = f", above {self.above_rows} rows" if self.above_rows else ""
+        above = f", above {self.above_rows} / {self.prefill_above_rows} rows" if self.above_rows else ""
         return f"EagerHostFloor({self.base!r}, {self.host_s * 1e3:g} ms{above})"
