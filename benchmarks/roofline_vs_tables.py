@@ -56,8 +56,9 @@ from sim.pricing.efficiency import A100_EFFICIENCY, GPU_EFFICIENCY, Efficiency, 
 from sim.pricing.operator_tables import CUSTOM_ALLREDUCE_MAX_BYTES, attention_rows  # noqa: E402
 from sim.pricing.roofline import (RooflineCostModel, gemm_terms, quantization_seconds,  # noqa: E402
                                   quantized_gemm_rate)  # noqa: E402
-from sim.pricing.table_data import (GPU_TABLE_DIRS, TARGET_VLLM, default_tables_root,  # noqa: E402
-                                    latest_file, read_columns, read_columns_present, table_file)
+from sim.pricing.table_data import (GPU_TABLE_DIRS, TARGET_VLLM, TableError,  # noqa: E402
+                                    default_tables_root, latest_file, read_columns,
+                                    read_columns_present, table_file)
 
 #: Fitted GPUs: every GPU with tables but A100, whose constants come from Vidur's profiles.
 FIT_GPUS = tuple(g for g in GPU_TABLE_DIRS if g != "a100-80gb")
@@ -118,7 +119,7 @@ def _allreduce_rows(gpu_dir: Path) -> Optional[Rows]:
     try:
         custom, _ = table_file(comm / "vllm", "custom_allreduce_perf", TARGET_VLLM)
         nccl = latest_file(comm / "nccl", "nccl_perf")
-    except Exception:  # a GPU without one of the two tables keeps A100's constants
+    except TableError:  # a GPU without one of the two tables keeps A100's constants
         return None
     cc = read_columns(custom, ("backend", "num_gpus", "message_size", "latency"))
     nc = read_columns(nccl, ("op_name", "nccl_dtype", "num_gpus", "message_size", "latency"))
