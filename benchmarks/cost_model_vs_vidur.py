@@ -257,10 +257,11 @@ def fit_group(eff: Efficiency, names: tuple[str, ...],
     def residuals(x: np.ndarray) -> np.ndarray:
         return log_ratios(replace(eff, **{n: float(np.exp(v)) for n, v in zip(names, x)}))
 
-    # Fractions of a peak cannot exceed 1; latencies stay between 0.1 us and 1 ms (a start at
-    # 0, a term A100 does not have, begins at that floor).
-    hi = np.array([np.log(1e-3) if n.endswith("_s") else 0.0 for n in names])
-    lo = hi + np.log(1e-4)
+    # Fractions of a peak cannot exceed 1, latencies stay between 0.1 us and 1 ms, counts of
+    # keys between 1 and 10^5 (a start at 0, a term A100 does not have, begins at the floor).
+    hi = np.array([np.log(1e-3) if n.endswith("_s") else np.log(1e5) if n.endswith("_keys") else 0.0
+                   for n in names])
+    lo = hi + np.log(1e-4) - np.log(10) * np.array([n.endswith("_keys") for n in names])
     x0 = np.log(np.maximum([getattr(eff, n) for n in names], np.exp(lo)))
     sol = least_squares(residuals, np.clip(x0, lo + 1e-9, hi - 1e-9), bounds=(lo, hi),
                         loss="soft_l1", f_scale=0.1)

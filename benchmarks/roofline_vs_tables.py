@@ -73,7 +73,8 @@ CARRIER = "llama-3.1-8b"
 FIT_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("gemm_compute", "memory", "gemm_latency_s"), ("gemm",)),
     (("quantized_gemm_compute", "quantized_gemm_latency_s"), ("gemm_fp8",)),
-    (("attn_prefill_compute", "attention_latency_s"), ("attn_prefill", "attn_decode")),
+    (("attn_prefill_compute", "attention_latency_s", "attn_prefill_extra_keys"),
+     ("attn_prefill", "attn_decode")),
     (("allreduce_bandwidth", "allreduce_latency_s"), ("tp_allreduce",)),
 )
 FAMILIES = ("gemm", "gemm_fp8", "gemm_fp4", "attn_decode", "attn_prefill", "tp_allreduce")

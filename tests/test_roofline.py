@@ -100,8 +100,8 @@ def test_constants_are_the_fit_to_the_measurements(vidur):
 def test_efficiencies_are_physical():
     for f in fields(Efficiency):
         v = getattr(A100_EFFICIENCY, f.name)
-        if f.name == "quantized_gemm_latency_s":  # A100 has no FP8 cores: no such kernel
-            assert v == 0.0
+        if f.name in ("quantized_gemm_latency_s", "attn_prefill_extra_keys"):
+            assert v == 0.0  # no FP8 cores on A100; no tile overhead fitted on Vidur's rows
         elif f.name.endswith("_s"):
             assert 0 < v < 5e-3, f.name
         else:

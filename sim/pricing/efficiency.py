@@ -43,6 +43,8 @@ class Efficiency:
     elementwise_latency_s: float # floor of one bandwidth-bound kernel
     attn_prefill_compute: float  # FlashAttention prefill FLOP/s / peak (causal pairs)
     attention_latency_s: float   # floor of one attention call (kernel + reshapes)
+    attn_prefill_extra_keys: float  # keys each prompt token's row computes beyond its causal
+                                 # ones: FlashAttention's whole tiles on the diagonal, pipeline fill
     allreduce_bandwidth: float   # NCCL ring bus bandwidth / link bandwidth per direction
     allreduce_latency_s: float   # fixed cost of one NCCL all-reduce (launch + sync)
     p2p_bandwidth: float         # NCCL send/recv bytes/s / link bandwidth per direction
@@ -68,6 +70,7 @@ A100_EFFICIENCY = Efficiency(
     elementwise_latency_s=2.0e-6,
     attn_prefill_compute=0.26,
     attention_latency_s=16e-6,
+    attn_prefill_extra_keys=0.0,  # not fitted on Vidur's rows (their error there: docs/cost_model.md)
     allreduce_bandwidth=0.56,
     allreduce_latency_s=47e-6,
     p2p_bandwidth=0.96,
@@ -86,51 +89,51 @@ A100_EFFICIENCY = Efficiency(
 GPU_EFFICIENCY: dict[str, Efficiency] = {
     "h100-sxm": replace(
         A100_EFFICIENCY,
-        gemm_compute=0.791, memory=0.854, gemm_latency_s=3.7e-06,
-        quantized_gemm_compute=0.46, quantized_gemm_latency_s=4e-06,
-        attn_prefill_compute=0.443, attention_latency_s=1.34e-05, allreduce_bandwidth=0.615,
+        gemm_compute=0.791, memory=0.854, gemm_latency_s=3.7e-06, quantized_gemm_compute=0.46,
+        quantized_gemm_latency_s=4e-06, attn_prefill_compute=0.616,
+        attention_latency_s=1.27e-05, attn_prefill_extra_keys=588, allreduce_bandwidth=0.615,
         allreduce_latency_s=4.7e-06),
     "h200": replace(
         A100_EFFICIENCY,
-        gemm_compute=0.79, memory=0.813, gemm_latency_s=3.92e-06,
-        quantized_gemm_compute=0.478, quantized_gemm_latency_s=4.46e-06,
-        attn_prefill_compute=0.429, attention_latency_s=1.36e-05, allreduce_bandwidth=0.622,
+        gemm_compute=0.79, memory=0.813, gemm_latency_s=3.92e-06, quantized_gemm_compute=0.478,
+        quantized_gemm_latency_s=4.46e-06, attn_prefill_compute=0.606,
+        attention_latency_s=1.28e-05, attn_prefill_extra_keys=551, allreduce_bandwidth=0.622,
         allreduce_latency_s=4.79e-06),
     "b200": replace(
         A100_EFFICIENCY,
-        gemm_compute=0.7, memory=0.778, gemm_latency_s=3.42e-06,
-        quantized_gemm_compute=0.41, quantized_gemm_latency_s=4.69e-06,
-        attn_prefill_compute=0.314, attention_latency_s=8.09e-06, allreduce_bandwidth=0.5,
+        gemm_compute=0.7, memory=0.778, gemm_latency_s=3.42e-06, quantized_gemm_compute=0.41,
+        quantized_gemm_latency_s=4.69e-06, attn_prefill_compute=0.491,
+        attention_latency_s=7.69e-06, attn_prefill_extra_keys=599, allreduce_bandwidth=0.5,
         allreduce_latency_s=7.66e-06),
     "b300": replace(
         A100_EFFICIENCY,
-        gemm_compute=0.767, memory=0.775, gemm_latency_s=3.16e-06,
-        quantized_gemm_compute=0.431, quantized_gemm_latency_s=4.24e-06,
-        attn_prefill_compute=0.383, attention_latency_s=1.04e-05, allreduce_bandwidth=0.507,
-        allreduce_latency_s=7.37e-06),
+        gemm_compute=0.767, memory=0.775, gemm_latency_s=3.16e-06, quantized_gemm_compute=0.431,
+        quantized_gemm_latency_s=4.24e-06, attn_prefill_compute=0.634,
+        attention_latency_s=9.74e-06, attn_prefill_extra_keys=1.02e+03,
+        allreduce_bandwidth=0.507, allreduce_latency_s=7.37e-06),
     "gb200": replace(
         A100_EFFICIENCY,
-        gemm_compute=0.681, memory=0.77, gemm_latency_s=3.44e-06,
-        quantized_gemm_compute=0.403, quantized_gemm_latency_s=4.63e-06,
-        attn_prefill_compute=0.277, attention_latency_s=1.16e-05, allreduce_bandwidth=0.507,
+        gemm_compute=0.681, memory=0.77, gemm_latency_s=3.44e-06, quantized_gemm_compute=0.403,
+        quantized_gemm_latency_s=4.63e-06, attn_prefill_compute=0.446,
+        attention_latency_s=1.11e-05, attn_prefill_extra_keys=838, allreduce_bandwidth=0.507,
         allreduce_latency_s=7.56e-06),
     "gb300": replace(
         A100_EFFICIENCY,
-        gemm_compute=0.761, memory=0.766, gemm_latency_s=3.4e-06,
-        quantized_gemm_compute=0.432, quantized_gemm_latency_s=4.55e-06,
-        attn_prefill_compute=0.371, attention_latency_s=1.11e-05, allreduce_bandwidth=0.516,
-        allreduce_latency_s=7.35e-06),
+        gemm_compute=0.761, memory=0.766, gemm_latency_s=3.4e-06, quantized_gemm_compute=0.432,
+        quantized_gemm_latency_s=4.55e-06, attn_prefill_compute=0.621,
+        attention_latency_s=1.06e-05, attn_prefill_extra_keys=1.06e+03,
+        allreduce_bandwidth=0.516, allreduce_latency_s=7.35e-06),
     "l40s": replace(
         A100_EFFICIENCY,
-        gemm_compute=0.592, memory=0.788, gemm_latency_s=1.46e-06,
-        quantized_gemm_compute=0.507, quantized_gemm_latency_s=3.95e-06,
-        attn_prefill_compute=0.42, attention_latency_s=9.73e-06, allreduce_bandwidth=0.138,
+        gemm_compute=0.592, memory=0.788, gemm_latency_s=1.46e-06, quantized_gemm_compute=0.507,
+        quantized_gemm_latency_s=3.95e-06, attn_prefill_compute=0.501,
+        attention_latency_s=9.58e-06, attn_prefill_extra_keys=290, allreduce_bandwidth=0.138,
         allreduce_latency_s=1.28e-05),
     "rtx-pro-6000": replace(
         A100_EFFICIENCY,
-        gemm_compute=0.73, memory=0.82, gemm_latency_s=2.98e-06,
-        quantized_gemm_compute=0.735, quantized_gemm_latency_s=3.03e-06,
-        attn_prefill_compute=0.459, attention_latency_s=1.19e-05, allreduce_bandwidth=0.39,
+        gemm_compute=0.73, memory=0.82, gemm_latency_s=2.98e-06, quantized_gemm_compute=0.735,
+        quantized_gemm_latency_s=3.03e-06, attn_prefill_compute=0.564,
+        attention_latency_s=1.14e-05, attn_prefill_extra_keys=289, allreduce_bandwidth=0.39,
         allreduce_latency_s=1.88e-05),
 }
 
@@ -142,21 +145,21 @@ EFFICIENCY_ERROR: dict[str, dict[str, float]] = {
     # Vidur's A100 profiles (benchmarks/cost_model_vs_vidur.py; whole layer without attention)
     "a100-80gb": {"gemm": 6.2, "attn_decode": 11.2, "attn_prefill": 20.1, "tp_allreduce": 11.4},
     "h100-sxm": {"gemm": 8.3, "gemm_fp8": 19.6,
-                "attn_decode": 20.5, "attn_prefill": 26.7, "tp_allreduce": 13.9},
+                "attn_decode": 18.8, "attn_prefill": 18.0, "tp_allreduce": 13.9},
     "h200": {"gemm": 8.5, "gemm_fp8": 23.4,
-            "attn_decode": 22.0, "attn_prefill": 27.9, "tp_allreduce": 16.2},
+            "attn_decode": 20.0, "attn_prefill": 17.7, "tp_allreduce": 16.2},
     "b200": {"gemm": 11.1, "gemm_fp8": 25.3, "gemm_fp4": 15.7,
-            "attn_decode": 26.3, "attn_prefill": 30.7, "tp_allreduce": 18.0},
+            "attn_decode": 24.6, "attn_prefill": 24.4, "tp_allreduce": 18.0},
     "b300": {"gemm": 11.2, "gemm_fp8": 24.0, "gemm_fp4": 14.7,
-            "attn_decode": 21.5, "attn_prefill": 33.9, "tp_allreduce": 18.6},
+            "attn_decode": 19.2, "attn_prefill": 24.9, "tp_allreduce": 18.6},
     "gb200": {"gemm": 12.9, "gemm_fp8": 24.2, "gemm_fp4": 14.5,
-             "attn_decode": 20.5, "attn_prefill": 35.6, "tp_allreduce": 16.4},
+             "attn_decode": 18.6, "attn_prefill": 26.0, "tp_allreduce": 16.4},
     "gb300": {"gemm": 10.7, "gemm_fp8": 24.1, "gemm_fp4": 14.1,
-             "attn_decode": 20.3, "attn_prefill": 34.1, "tp_allreduce": 16.6},
+             "attn_decode": 18.6, "attn_prefill": 24.8, "tp_allreduce": 16.6},
     "l40s": {"gemm": 16.6, "gemm_fp8": 22.0,
-            "attn_decode": 37.2, "attn_prefill": 23.2, "tp_allreduce": 106.4},
+            "attn_decode": 37.0, "attn_prefill": 20.8, "tp_allreduce": 106.4},
     "rtx-pro-6000": {"gemm": 13.1, "gemm_fp8": 15.1, "gemm_fp4": 25.7,
-                    "attn_decode": 27.1, "attn_prefill": 25.0, "tp_allreduce": 27.2},
+                    "attn_decode": 26.9, "attn_prefill": 20.5, "tp_allreduce": 27.2},
 }
 
 #: GPUs with no tables of their own that take another GPU's fitted fractions, of their own

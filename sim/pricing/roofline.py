@@ -341,6 +341,8 @@ class RooflineCostModel(StepPricer):
         # Attention, per layer on this GPU.
         attn_peak = h.flops(DTYPE_COMPUTE[p.dtype]) * e.attn_prefill_compute
         self._prefill_per_work = 4 * m.head_dim * (m.num_heads // tp) / attn_peak
+        #: Keys each prompt token computes beyond its causal pairs (FlashAttention's whole tiles).
+        self._prefill_extra_keys = e.attn_prefill_extra_keys
         self._prefill_mem_per_token = (2 * q * ab + 2 * kv * p.kv_bytes) / gemm_bw
         self._prefill_mem_per_ctx = 2 * kv * p.kv_bytes / gemm_bw
         self._prefill_flops_per_ctx = 0.0
@@ -406,7 +408,7 @@ class RooflineCostModel(StepPricer):
         pairs, ``StepShape.prefill_attention_work``) reading ``context_tokens`` cached KV."""
         mem = (self._prefill_mem_per_token * num_tokens
                + self._prefill_mem_per_ctx * context_tokens)
-        flops = self._prefill_per_work * attention_work
+        flops = self._prefill_per_work * (attention_work + self._prefill_extra_keys * num_tokens)
         if self._prefill_flops_per_ctx:  # MLA: up-project the context's latent first
             flops = flops + self._prefill_flops_per_ctx * context_tokens
         return (num_tokens > 0) * (mx(flops, mem) + self.efficiency.attention_latency_s)
