@@ -8,8 +8,9 @@ on the shared vLLM runs. So each GPU with measured operator tables (NVIDIA AICon
 the ``aiconfigurator-core`` package) gets the constants its own GEMM, attention and all-reduce
 rows give, fitted once by ``benchmarks/roofline_vs_tables.py --fit`` and written here: the
 roofline is what prices where that package is not installed, so the numbers must live in the
-code. Kernels the tables do not time (norms, rotary, activations, send/recv, PCIe copies) and
-the engine's CPU time keep A100's fractions, as ratios of each GPU's own peaks.
+code. Kernels the tables do not time (norms, rotary, activations, send/recv, PCIe copies) keep
+A100's fractions, as ratios of each GPU's own peaks; the CPU constants here are Vidur's vLLM V0
+figures, which a roofline built without an engine release uses (a scenario's uses the release's).
 """
 
 from __future__ import annotations
@@ -83,9 +84,9 @@ A100_EFFICIENCY = Efficiency(
 
 #: GPUs whose GEMM, attention and all-reduce constants are fitted to their own measured tables
 #: (``benchmarks/roofline_vs_tables.py --fit``, rounded; aiconfigurator-core 0.12.0, the vLLM
-#: 0.24.0 folders: bf16 ``torch.nn.functional.linear`` GEMMs with n, k >= 512, FlashAttention
-#: decode and prefill with a bf16 KV cache and no window, vLLM's custom all-reduce in its graph
-#: form up to its 8 MiB buffer and NCCL above). The other constants are A100's.
+#: 0.24.0 folders: bf16 ``torch.nn.functional.linear`` and per-tensor FP8 GEMMs with n, k >= 512,
+#: FlashAttention decode and prefill with a bf16 KV cache and no window, vLLM's custom all-reduce
+#: in its graph form up to its 8 MiB buffer and NCCL above). The other constants are A100's.
 GPU_EFFICIENCY: dict[str, Efficiency] = {
     "h100-sxm": replace(
         A100_EFFICIENCY,
