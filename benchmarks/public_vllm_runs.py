@@ -250,8 +250,11 @@ def main(argv=None) -> int:
     ap.add_argument("--only", default=None, help="runs whose name contains this text")
     ap.add_argument("--stage-seconds", type=float, default=None, help="simulate at most this much of each stage")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--source", default="auto", choices=("auto", "roofline", "operator_tables"),
+                    help="the step pricer (cost_model.source; roofline: what prices without the tables)")
     ap.add_argument("--out", type=Path, default=None,
-                    help="default benchmarks/results/public_vllm_runs.json (_lite.json with --lite-rates)")
+                    help="default benchmarks/results/public_vllm_runs.json (_lite.json with --lite-rates, "
+                         "_roofline before .json with --source roofline)")
     args = ap.parse_args(argv)
     if not SHARED_RUNS.is_dir():
         print(f"{SHARED_RUNS}: not found (the shared runs lend each workload's profile)", file=sys.stderr)
@@ -276,7 +279,7 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             try:
                 cmp = compare_run(read_run(folder), overrides=[f"engine.version={VERSION}"], seed=args.seed,
-                                  stage_seconds=args.stage_seconds)
+                                  stage_seconds=args.stage_seconds, cost_source=args.source)
             except KvplanError as exc:
                 skipped.append({"run": run.name, "reason": str(exc)})
                 print(f"{run.name}: skipped: {exc}", file=sys.stderr)
@@ -291,12 +294,13 @@ def main(argv=None) -> int:
                          "wall_seconds": round(wall, 2), "notes": src["notes"]})
         print(f"{run.name}: {wall:.1f} s", file=sys.stderr)
     result = {"benchmark": "benchmarks/public_vllm_runs.py", "measured": SOURCE, "engine_version": VERSION,
-              "lite_rates": lite, "templates": TEMPLATES,
+              "lite_rates": lite, "source": args.source, "templates": TEMPLATES,
               "overloaded_real_if": "mean TTFT > 1 s and > half the mean E2E (calibration.validate_real.queued_by_means)",
               "summary": summarise(rows), "elapsed_s": round(time.perf_counter() - t_all, 1),
               "runs": runs_out, "stages": rows, "skipped": skipped}
+    suffix = "" if args.source == "auto" else f"_{args.source}"
     out = args.out or ROOT / "benchmarks" / "results" / (
-        "public_vllm_runs_lite.json" if lite else "public_vllm_runs.json")
+        f"public_vllm_runs_lite{suffix}.json" if lite else f"public_vllm_runs{suffix}.json")
     if args.only is None or args.out is not None:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(result, indent=1) + "\n")
