@@ -243,3 +243,19 @@ def test_plan_names_the_roofline_error_and_whose_rows_it_was_measured_on():
     assert own == f"operators {min(ops.values()):.0f}-{max(ops.values()):.0f}% on b200"
     assert known_error_words(RooflineCostModel("llama-3.1-8b", "h20").known_error()).endswith(
         "on h100-sxm, another GPU's")
+
+
+def test_an_efficiency_built_with_the_original_fields_prices_as_before():
+    """The three fields the per-GPU fits added default to the old behaviour: FP8 GEMMs at the
+    16-bit fraction, no quantisation kernel, no prefill tile overhead (A100's values)."""
+    import dataclasses
+
+    new = {"quantized_gemm_compute", "quantized_gemm_latency_s", "attn_prefill_extra_keys"}
+    old = Efficiency(**{k: v for k, v in dataclasses.asdict(A100_EFFICIENCY).items() if k not in new})
+    assert old.quantized_gemm_compute == 0.0  # 0: as gemm_compute
+    for weights in (None, "fp8"):
+        a = RooflineCostModel("llama-3.1-8b", "h100-sxm", "bf16", weight_dtype=weights, efficiency=old)
+        b = RooflineCostModel("llama-3.1-8b", "h100-sxm", "bf16", weight_dtype=weights,
+                              efficiency=A100_EFFICIENCY)
+        for shape in (DECODE, PREFILL):
+            assert a.price(shape) == b.price(shape)

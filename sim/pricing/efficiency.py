@@ -33,9 +33,6 @@ class Efficiency:
     """
 
     gemm_compute: float          # dense GEMM FLOP/s / peak (cuBLAS, large shapes)
-    quantized_gemm_compute: float  # ... for a GEMM on the weight format's own tensor-core rate
-                                 # (FP8, INT8, FP4)
-    quantized_gemm_latency_s: float  # the kernel quantising such a GEMM's input (fixed part)
     memory: float                # streaming bytes/s / peak HBM bandwidth: GEMM weights,
                                  # decode attention KV, residual adds, copies
     gemm_latency_s: float        # floor of one GEMM kernel: launch, ramp-up, tail wave
@@ -44,8 +41,6 @@ class Efficiency:
     elementwise_latency_s: float # floor of one bandwidth-bound kernel
     attn_prefill_compute: float  # FlashAttention prefill FLOP/s / peak (causal pairs)
     attention_latency_s: float   # floor of one attention call (kernel + reshapes)
-    attn_prefill_extra_keys: float  # keys each prompt token's row computes beyond its causal
-                                 # ones: FlashAttention's whole tiles on the diagonal, pipeline fill
     allreduce_bandwidth: float   # NCCL ring bus bandwidth / link bandwidth per direction
     allreduce_latency_s: float   # fixed cost of one NCCL all-reduce (launch + sync)
     p2p_bandwidth: float         # NCCL send/recv bytes/s / link bandwidth per direction
@@ -53,6 +48,12 @@ class Efficiency:
     pcie_efficiency: float       # host<->device copy bytes/s / PCIe per direction
     cpu_step_s: float            # engine CPU time per step: schedule, prepare, sample
     cpu_per_seq_s: float         # ... plus this per sequence in the batch
+    # Added with the per-GPU fits; the defaults keep an Efficiency built without them as before.
+    quantized_gemm_compute: float = 0.0  # GEMM FLOP/s / peak on the weight format's own tensor
+                                 # cores (FP8, INT8, FP4); 0: as ``gemm_compute``
+    quantized_gemm_latency_s: float = 0.0  # the kernel quantising such a GEMM's input (fixed part)
+    attn_prefill_extra_keys: float = 0.0  # keys each prompt token's row computes beyond its
+                                 # causal ones: FlashAttention's whole diagonal tiles, pipeline fill
 
 
 # Fitted to Vidur's A100 profiles (see benchmarks/cost_model_vs_vidur.py --fit, rounded).
@@ -62,8 +63,6 @@ class Efficiency:
 # newer engines overlap with the GPU, is left out.
 A100_EFFICIENCY = Efficiency(
     gemm_compute=0.70,
-    quantized_gemm_compute=0.70,  # A100 has no FP8 and its INT8 GEMMs are not measured:
-    quantized_gemm_latency_s=0.0,  # as 16-bit, with no quantisation kernel
     memory=0.76,
     gemm_latency_s=8.5e-6,
     norm_memory=0.38,
@@ -71,7 +70,6 @@ A100_EFFICIENCY = Efficiency(
     elementwise_latency_s=2.0e-6,
     attn_prefill_compute=0.26,
     attention_latency_s=16e-6,
-    attn_prefill_extra_keys=0.0,  # not fitted on Vidur's rows (their error there: docs/cost_model.md)
     allreduce_bandwidth=0.56,
     allreduce_latency_s=47e-6,
     p2p_bandwidth=0.96,
@@ -79,6 +77,9 @@ A100_EFFICIENCY = Efficiency(
     pcie_efficiency=0.82,
     cpu_step_s=1.0e-3,
     cpu_per_seq_s=0.04e-3,
+    quantized_gemm_compute=0.70,  # A100 has no FP8 and its INT8 GEMMs are not measured:
+    quantized_gemm_latency_s=0.0,  # as 16-bit, with no quantisation kernel
+    attn_prefill_extra_keys=0.0,  # not fitted on Vidur's rows (their error there: docs/cost_model.md)
 )
 
 

@@ -108,9 +108,11 @@ def _own_rate(precision: Precision) -> bool:
 
 def quantized_gemm_rate(hw: HardwareSpec, precision: Precision, e: Efficiency) -> float:
     """FLOP/s of a GEMM in the weight format: on its own tensor-core rate at
-    ``quantized_gemm_compute`` of that peak, else in 16-bit at ``gemm_compute``."""
+    ``quantized_gemm_compute`` of that peak (0: ``gemm_compute``), else in 16-bit at
+    ``gemm_compute``."""
     own = _own_rate(precision)
-    return hw.flops(precision.compute) * (e.quantized_gemm_compute if own else e.gemm_compute)
+    return hw.flops(precision.compute) * ((e.quantized_gemm_compute or e.gemm_compute) if own
+                                          else e.gemm_compute)
 
 
 def quantization_seconds(precision: Precision, e: Efficiency) -> float:
