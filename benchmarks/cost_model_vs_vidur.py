@@ -246,6 +246,16 @@ FIT_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
 )
 
 
+def fit_bounds(name: str) -> tuple[float, float]:
+    """The range a constant is fitted in: a latency (``*_s``) 0.1 us to 1 ms, a count of keys
+    (``*_keys``) 1 to 10^5, a fraction of a peak 10^-4 to 1."""
+    if name.endswith("_s"):
+        return 1e-7, 1e-3
+    if name.endswith("_keys"):
+        return 1.0, 1e5
+    return 1e-4, 1.0
+
+
 def fit_group(eff: Efficiency, names: tuple[str, ...],
               log_ratios: Callable[[Efficiency], np.ndarray]) -> Efficiency:
     """``eff`` with the constants ``names`` refitted: least squares on ``log_ratios(trial)``
@@ -257,11 +267,8 @@ def fit_group(eff: Efficiency, names: tuple[str, ...],
     def residuals(x: np.ndarray) -> np.ndarray:
         return log_ratios(replace(eff, **{n: float(np.exp(v)) for n, v in zip(names, x)}))
 
-    # Fractions of a peak cannot exceed 1, latencies stay between 0.1 us and 1 ms, counts of
-    # keys between 1 and 10^5 (a start at 0, a term A100 does not have, begins at the floor).
-    hi = np.array([np.log(1e-3) if n.endswith("_s") else np.log(1e5) if n.endswith("_keys") else 0.0
-                   for n in names])
-    lo = hi + np.log(1e-4) - np.log(10) * np.array([n.endswith("_keys") for n in names])
+    # A start at 0 (a term A100 does not have) begins at its lower bound.
+    lo, hi = np.log(np.array([fit_bounds(n) for n in names])).T
     x0 = np.log(np.maximum([getattr(eff, n) for n in names], np.exp(lo)))
     sol = least_squares(residuals, np.clip(x0, lo + 1e-9, hi - 1e-9), bounds=(lo, hi),
                         loss="soft_l1", f_scale=0.1)

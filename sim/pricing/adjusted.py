@@ -193,5 +193,6 @@ class EagerHostFloor(StepFloor):
                 f"{self.prefill_above_rows}): no faster than the host issues them ({self.host_s * 1e3:.3g} ms)")
 
     def __repr__(self) -> str:
-        above = f", above {self.above_rows} / {self.prefill_above_rows} rows" if self.above_rows else ""
+        above = (f", above {self.above_rows} / {self.prefill_above_rows} rows"
+                 if self.above_rows or self.prefill_above_rows else "")
         return f"EagerHostFloor({self.base!r}, {self.host_s * 1e3:g} ms{above})"

@@ -175,20 +175,27 @@ EFFICIENCY_FROM: dict[str, str] = {
 }
 
 
+def _name(hardware: Union[str, HardwareSpec]) -> str:
+    return hardware if isinstance(hardware, str) else hardware.name
+
+
+def fitted_on(hardware: Union[str, HardwareSpec]) -> str:
+    """The GPU whose measured rows gave ``hardware``'s constants: itself, its sibling
+    (``EFFICIENCY_FROM``) where that has a fit, else ``a100-80gb`` (Vidur's profiles)."""
+    name = _name(hardware)
+    src = EFFICIENCY_FROM.get(name, name)
+    return src if src in GPU_EFFICIENCY else "a100-80gb"
+
+
 def efficiency_for(hardware: Union[str, HardwareSpec]) -> Efficiency:
     """The constants the roofline uses on ``hardware`` (a catalog name or a spec)."""
-    name = hardware if isinstance(hardware, str) else hardware.name
-    name = EFFICIENCY_FROM.get(name, name)
-    return GPU_EFFICIENCY.get(name, A100_EFFICIENCY)
+    return GPU_EFFICIENCY.get(fitted_on(hardware), A100_EFFICIENCY)
 
 
 def efficiency_error(hardware: Union[str, HardwareSpec]) -> dict:
     """What is known of the roofline's operator error on ``hardware`` (``known_error``): the
     GPU whose rows were measured, the MAPE per family there, and whether that GPU is this one."""
-    name = hardware if isinstance(hardware, str) else hardware.name
-    src = EFFICIENCY_FROM.get(name, name)
-    if src not in GPU_EFFICIENCY:
-        src = "a100-80gb"
+    name, src = _name(hardware), fitted_on(hardware)
     out: dict = {"measured_on": src, "operator_mape_pct": dict(EFFICIENCY_ERROR[src])}
     if src != name:
         out["note"] = f"no operator timings of {name}: the error of its constants here is unknown"
@@ -197,8 +204,7 @@ def efficiency_error(hardware: Union[str, HardwareSpec]) -> dict:
 
 def efficiency_source(hardware: Union[str, HardwareSpec]) -> str:
     """Where ``efficiency_for(hardware)``'s fitted constants come from, in a few words."""
-    name = hardware if isinstance(hardware, str) else hardware.name
-    src = EFFICIENCY_FROM.get(name, name)
-    if src in GPU_EFFICIENCY:
-        return f"{src}'s measured tables" if src == name else f"{src}'s measured tables (same architecture)"
-    return "A100 kernel timings (Vidur)"
+    name, src = _name(hardware), fitted_on(hardware)
+    if src not in GPU_EFFICIENCY:
+        return "A100 kernel timings (Vidur)"
+    return f"{src}'s measured tables" if src == name else f"{src}'s measured tables (same architecture)"

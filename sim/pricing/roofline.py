@@ -159,6 +159,9 @@ class RooflineCostModel(StepPricer):
         check_parallel(m, tp, pp)
         self.precision = p = resolve_precision(h, dtype, weight_dtype, kv_cache_dtype, quant_scope)
         self.efficiency = e = efficiency if efficiency is not None else efficiency_for(h)
+        #: Whether the constants are this GPU's fitted ones (``known_error`` and ``describe``
+        #: speak for those only), not a caller's.
+        self._own_constants = e is efficiency_for(h)
         #: The engine core's CPU seconds per step and per sequence, and whether they overlap
         #: the GPU's work (a step then lasts the longer of the two) or add to it.
         self.engine = engine
@@ -661,17 +664,14 @@ class RooflineCostModel(StepPricer):
     def known_error(self) -> Optional[dict]:
         """The operator error of this GPU's constants where they are its own (``GPU_EFFICIENCY``
         or A100's), None for constants given by the caller."""
-        if self.efficiency is not efficiency_for(self.hardware):
-            return None
-        return efficiency_error(self.hardware)
+        return efficiency_error(self.hardware) if self._own_constants else None
 
     def describe(self) -> str:
         p = self.precision
         ep = (f", dp={self.data_parallel_size}, ep={self.expert_parallel_size}"
               if self.expert_parallel_size > 1 or self.data_parallel_size > 1 else "")
         scope = scope_note(p, self._gemms, self.model.is_moe)
-        fitted = (efficiency_source(self.hardware) if self.efficiency is efficiency_for(self.hardware)
-                  else "given")
+        fitted = efficiency_source(self.hardware) if self._own_constants else "given"
         cpu = ""
         if self.engine is not None:
             cpu = (f", {self.engine.label}'s CPU per step "
