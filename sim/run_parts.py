@@ -241,16 +241,25 @@ def _pricer_of(sc: Scenario, model: "ModelSpec", weight_dtype: Optional[str], ki
                            data_parallel_size=par.data_parallel_size, table_engine=table_engine,
                            moe_activations=sc.quantization.moe_activations,
                            moe_kernel=sc.quantization.moe_kernel,
-                           max_capture_size=(sc.sglang.cuda_graph_max_bs if sc.engine.name == "sglang"
-                                             else sc.engine.max_cudagraph_capture_size),
-                           cuda_graphs=not eager,
-                           cudagraph_mode=None if sc.engine.cudagraph_mode == "auto" else sc.engine.cudagraph_mode,
+                           max_capture_size=_max_capture_size(sc), cuda_graphs=not eager,
+                           cudagraph_mode=_cudagraph_mode(sc),
                            **_extend_graphs(sc, model), **common)
     roofline = make_pricer("roofline", model, sc.hardware, engine=sc.engine.release,
                            expert_parallel_size=par.expert_shards,
                            expert_tensor_parallel_size=par.expert_tensor_shards,
                            data_parallel_size=par.data_parallel_size, **common)
     return _with_host_floor(sc, model, roofline, eager)
+
+
+def _max_capture_size(sc: Scenario) -> Optional[int]:
+    """The largest CUDA-graph batch the scenario asks for (SGLang's ``cuda_graph_max_bs``,
+    vLLM's ``max_cudagraph_capture_size``); None: the release's rule."""
+    return sc.sglang.cuda_graph_max_bs if sc.engine.name == "sglang" else sc.engine.max_cudagraph_capture_size
+
+
+def _cudagraph_mode(sc: Scenario) -> Optional[str]:
+    """``engine.cudagraph_mode`` as set; None for ``auto`` (the release's)."""
+    return None if sc.engine.cudagraph_mode == "auto" else sc.engine.cudagraph_mode
 
 
 def _with_host_floor(sc: Scenario, model: "ModelSpec", roofline: Any, eager: bool) -> Any:
@@ -264,19 +273,17 @@ def _with_host_floor(sc: Scenario, model: "ModelSpec", roofline: Any, eager: boo
     from sim.catalog.engines import sglang_pcg_capture_sizes
     from sim.catalog.hardware import get_hardware
     from sim.pricing.adjusted import EagerHostFloor
-    from sim.pricing.operator_tables import EAGER_HOST_S_PER_LAYER, eager_host_seconds
+    from sim.pricing.operator_tables import EAGER_HOST_S_PER_LAYER, capture_sizes, eager_host_seconds
 
     tp = sc.parallel.tensor_parallel_size
     if eager:
         return EagerHostFloor(roofline, eager_host_seconds(model, tp))
     release = sc.engine.release
-    sglang = sc.engine.name == "sglang"
-    mode = release.cudagraph_mode if sc.engine.cudagraph_mode == "auto" else sc.engine.cudagraph_mode
-    cap = sc.sglang.cuda_graph_max_bs if sglang else sc.engine.max_cudagraph_capture_size
-    sizes = (release.capture_sizes(sc.max_num_seqs, get_hardware(sc.hardware), tp, cap)
+    mode = _cudagraph_mode(sc) or release.cudagraph_mode
+    sizes = (capture_sizes(sc.max_num_seqs, release, get_hardware(sc.hardware), tp, _max_capture_size(sc))
              if mode != "NONE" else [])
     decode_limit = sizes[-1] if sizes else 0
-    if sglang:
+    if sc.engine.name == "sglang":
         tokens = _extend_graphs(sc, model)["extend_graph_tokens"]
         extends = sglang_pcg_capture_sizes(tokens) if tokens else []
         return EagerHostFloor(roofline, eager_host_seconds(model, tp), above_rows=decode_limit,
