@@ -248,10 +248,10 @@ FIT_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
 
 def fit_bounds(name: str) -> tuple[float, float]:
     """The range a constant is fitted in: a latency (``*_s``) 0.1 us to 1 ms, a count of keys
-    (``*_keys``) 1 to 10^5, a fraction of a peak 10^-4 to 1."""
+    or columns (``*_keys``, ``*_columns``) 1 to 10^5, a fraction of a peak 10^-4 to 1."""
     if name.endswith("_s"):
         return 1e-7, 1e-3
-    if name.endswith("_keys"):
+    if name.endswith(("_keys", "_columns")):
         return 1.0, 1e5
     return 1e-4, 1.0
 

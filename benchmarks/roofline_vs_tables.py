@@ -22,6 +22,16 @@ GPU but A100):
   bf16 KV cache), KV length ``step + 1`` for decode, ``isl`` new tokens from an empty cache for
   prefill. Fitted together: ``attn_prefill_compute``, ``attention_latency_s`` (decode's bytes
   stream at the GEMMs' ``memory`` fraction, as in the Vidur fit).
+- ``moe`` / ``moe_fp8``: vLLM's fused-MoE layer (``fused_experts``: the token sort, both grouped
+  GEMMs, the activation) in bf16 and block FP8 (DeepSeek-V3, Qwen3-FP8, MiniMax-M2's format),
+  from the default release's folder (0.24.0; 0.19.0 where a GPU has no later one), balanced
+  routing, experts split over TP (no EP), every measured expert shape; where a shape has rows of
+  two kernels (block FP8 on Hopper: Triton and FlashInfer CUTLASS) the faster, as the table
+  pricer reads them. Priced by the roofline's expert layer at the ``min(E, T x k)`` experts a
+  balanced row touches, plus its activation kernel. Fitted together: ``moe_compute_ratio``,
+  ``moe_row_columns`` (the work each routed row pays beyond its expert's columns: at 16k tokens
+  on H100 a 22-wide shard of a 704-wide expert reaches 2% of the FP8-free bf16 peak, a
+  4,096-wide one 69%), ``moe_memory``, ``moe_latency_s``.
 - ``tp_allreduce``: what vLLM runs: its custom all-reduce (graph rows) up to its 8 MiB buffer,
   NCCL's all-reduce (half) above, on 2, 4 and 8 GPUs. Fitted: ``allreduce_bandwidth``,
   ``allreduce_latency_s``.
@@ -50,6 +60,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # cost_model_vs_vidur, beside this
 
 from cost_model_vs_vidur import fit_group  # noqa: E402
 from sim.catalog.dtypes import resolve_precision  # noqa: E402
+from sim.catalog.engines import DEFAULT_VLLM_VERSION, get_engine  # noqa: E402
 from sim.catalog.hardware import get_hardware  # noqa: E402
 from sim.catalog.models import get_model  # noqa: E402
 from sim.pricing.efficiency import A100_EFFICIENCY, GPU_EFFICIENCY, Efficiency, efficiency_for  # noqa: E402
@@ -76,8 +87,13 @@ FIT_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("attn_prefill_compute", "attention_latency_s", "attn_prefill_extra_keys"),
      ("attn_prefill", "attn_decode")),
     (("allreduce_bandwidth", "allreduce_latency_s"), ("tp_allreduce",)),
+    (("moe_compute_ratio", "moe_row_columns", "moe_memory", "moe_latency_s"), ("moe", "moe_fp8")),
 )
-FAMILIES = ("gemm", "gemm_fp8", "gemm_fp4", "attn_decode", "attn_prefill", "tp_allreduce")
+FAMILIES = ("gemm", "gemm_fp8", "gemm_fp4", "attn_decode", "attn_prefill", "tp_allreduce", "moe", "moe_fp8")
+#: The MoE table's ``moe_dtype`` of each MoE family, and the weight format it is priced in.
+MOE_FAMILIES = {"moe": ("bfloat16", None), "moe_fp8": ("fp8_block", "fp8_block")}
+#: A MoE model whose shapes carry the MoE rows (its experts' widths, count and top-k set per row).
+MOE_CARRIER = "qwen3-30b-a3b"
 #: The weight format each GEMM family is priced in (None: 16-bit).
 GEMM_WEIGHTS = {"gemm": None, "gemm_fp8": "fp8", "gemm_fp4": "nvfp4"}
 
@@ -138,6 +154,26 @@ def _allreduce_rows(gpu_dir: Path) -> Optional[Rows]:
     return Rows("tp_allreduce", {"tp": np.array(tp, float), "bytes": np.array(nbytes)}, np.array(sec))
 
 
+def _moe_rows(gpu_dir: Path, dtype: str, family: str) -> Optional[Rows]:
+    """The fused-MoE rows of ``dtype`` (balanced routing, no EP) in the default release's folder;
+    of two kernels timing one point, the faster."""
+    try:
+        path, _ = table_file(gpu_dir / "moe" / "vllm", "moe_perf", get_engine("vllm", DEFAULT_VLLM_VERSION).version)
+    except TableError:
+        return None
+    cols = ("num_tokens", "hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size")
+    c = read_columns(path, ("moe_dtype", "distribution", "moe_ep_size", "latency") + cols)
+    sel = (c["moe_dtype"] == dtype) & (c["distribution"] == "balanced") & (c["moe_ep_size"] == 1)
+    if not sel.any():
+        return None
+    fastest: dict[tuple, float] = {}
+    for key, lat in zip(zip(*(c[x][sel].astype(float) for x in cols)), c["latency"][sel].astype(float)):
+        fastest[key] = min(lat, fastest.get(key, np.inf))
+    keys = np.array(sorted(fastest))
+    return Rows(family, {x: keys[:, i] for i, x in enumerate(cols)},
+                np.array([fastest[tuple(k)] for k in keys]) * 1e-3)
+
+
 def load_rows(hardware: str, root: Optional[Path] = None) -> dict[str, Rows]:
     """Every family's rows on ``hardware`` (a catalog name with tables)."""
     root = root or default_tables_root()
@@ -151,6 +187,7 @@ def load_rows(hardware: str, root: Optional[Path] = None) -> dict[str, Rows]:
         "attn_decode": _attention_rows(gpu_dir, "generation_attention_perf", "attn_decode"),
         "attn_prefill": _attention_rows(gpu_dir, "context_attention_perf", "attn_prefill"),
         "tp_allreduce": _allreduce_rows(gpu_dir),
+        **{fam: _moe_rows(gpu_dir, dtype, fam) for fam, (dtype, _) in MOE_FAMILIES.items()},
     }
     return {k: v for k, v in found.items() if v is not None}
 
@@ -172,6 +209,8 @@ def predict(hardware: str, rows: Rows, eff: Efficiency) -> np.ndarray:
         g = gemm_terms(c["k"], c["n"], quantized_gemm_rate(h, p, eff), p.weight_bytes,
                        p.act_bytes, h.memory_bandwidth * eff.memory, quantization_seconds(p, eff))
         return g.seconds(c["m"], eff.gemm_latency_s, np.maximum)
+    if rows.family in MOE_FAMILIES:
+        return _predict_moe(hardware, rows, eff)
     if rows.family == "tp_allreduce":
         for n in np.unique(c["tp"]):
             sel = c["tp"] == n
@@ -188,6 +227,32 @@ def predict(hardware: str, rows: Rows, eff: Efficiency) -> np.ndarray:
         else:
             s = c["isl"][sel]
             out[sel] = r.attn_prefill_time(b * s, b * s * (s + 1) / 2, 0, np.maximum)
+    return out
+
+
+def _predict_moe(hardware: str, rows: Rows, eff: Efficiency) -> np.ndarray:
+    """One MoE layer per row: the roofline's expert layer (``ExpertLayer``) at the experts a
+    balanced row touches, ``min(E, T x k)`` (``experts.uniform_over_balanced``), plus the
+    activation kernel the roofline prices beside it (``mlp_act``), both in the row's format."""
+    c, out = rows.columns, np.zeros_like(rows.seconds)
+    weights = MOE_FAMILIES[rows.family][1]
+    shape_cols = ("hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size")
+    keys = np.stack([c[x] for x in shape_cols], axis=1)
+    base = get_model(MOE_CARRIER)
+    for key in np.unique(keys, axis=0):
+        sel = np.all(keys == key, axis=1)
+        hd, inter, experts, k, tp = (int(v) for v in key)
+        model = dataclasses.replace(base, hidden_size=hd, intermediate_size=inter, num_experts=experts,
+                                    num_experts_per_tok=k, num_heads=256, num_kv_heads=32,
+                                    name=f"{MOE_CARRIER}-{hd}x{inter}-e{experts}-k{k}")
+        r = RooflineCostModel(model, hardware, "bf16", tensor_parallel_size=tp, weight_dtype=weights,
+                              efficiency=eff)
+        x = r._experts
+        assert x is not None
+        t = c["num_tokens"][sel]
+        touched = np.minimum(float(experts), t * k)
+        layer = np.maximum(x.compute_per_row * t, x.weight_per_expert * touched + x.memory_per_row * t) + x.latency
+        out[sel] = layer + np.array([r.elementwise_time("mlp_act", v) for v in t])
     return out
 
 

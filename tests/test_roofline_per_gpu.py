@@ -52,7 +52,8 @@ def test_each_gpu_with_tables_has_its_own_constants_and_same_architecture_gpus_b
 def test_fitted_constants_are_physical_and_keep_a100s_unmeasured_ones():
     fitted = {"gemm_compute", "memory", "gemm_latency_s", "quantized_gemm_compute",
               "quantized_gemm_latency_s", "attn_prefill_compute", "attention_latency_s",
-              "attn_prefill_extra_keys", "allreduce_bandwidth", "allreduce_latency_s"}
+              "attn_prefill_extra_keys", "allreduce_bandwidth", "allreduce_latency_s",
+              "moe_compute_ratio", "moe_row_columns", "moe_memory", "moe_latency_s"}
     for gpu, e in GPU_EFFICIENCY.items():
         for f in fields(Efficiency):
             v = getattr(e, f.name)
@@ -61,6 +62,8 @@ def test_fitted_constants_are_physical_and_keep_a100s_unmeasured_ones():
             elif f.name.endswith("_s"):
                 assert 0 < v < 1e-3, (gpu, f.name)
             elif f.name.endswith("_keys"):  # a few 128-wide FlashAttention tiles, not thousands
+                assert 64 <= v <= 2048, (gpu, f.name)
+            elif f.name.endswith("_columns"):  # a routed row's overhead: below one expert's width
                 assert 64 <= v <= 2048, (gpu, f.name)
             else:
                 assert 0 < v <= 1, (gpu, f.name)
@@ -83,12 +86,13 @@ def test_shipped_constants_are_the_fit_to_each_gpus_tables(installed_tables):
 
 # Measured with the shipped constants (benchmarks/results/roofline_vs_tables.md), H100 / B200:
 # gemm 8.3 / 11.1, gemm_fp8 19.6 / 25.3, decode 18.8 / 24.6, prefill 18.0 / 24.4, all-reduce
-# 13.9 / 18.0 MAPE, B200's NVFP4 15.7; with A100's constants 34 / 40, 30 / 33, 32 / 86, 48 / 50,
-# 495 / 297, 23.
+# 13.9 / 18.0, fused MoE bf16 17.1 / 21.1 and block FP8 11.5 / 15.2 MAPE, B200's NVFP4 15.7;
+# with A100's constants 34 / 40, 30 / 33, 32 / 86, 48 / 50, 495 / 297, 23 / 25, 23 / 29, 23.
 BOUNDS = {  # family: (MAPE, |median bias|)
     "gemm": (14, 4), "gemm_fp8": (30, 5), "gemm_fp4": (22, 10), "attn_decode": (32, 20),
     "attn_prefill": (38, 22),
     "tp_allreduce": (25, 5),
+    "moe": (25, 10), "moe_fp8": (18, 6),
 }
 
 
@@ -107,6 +111,32 @@ def test_roofline_error_against_the_measured_tables(gpu, installed_tables):
         assert rows[fam]["mape"] <= mape, rows[fam]
         assert abs(rows[fam]["bias"]) <= bias, rows[fam]
         assert rows[fam]["mape"] < a100[fam]["mape"], (rows[fam], a100[fam])
+
+
+# -- the fused-MoE layer: its own fraction of the GEMM rate, its own bandwidth and fixed cost ----
+
+def test_an_expert_layer_is_priced_with_the_fused_moe_constants_by_hand():
+    """Qwen3-30B-A3B's experts (128 x 2048 x 768, top 8) on one H100 in bf16: one token reads
+    its 8 experts' weights at ``moe_memory`` of HBM and pays the call's fixed ``moe_latency_s``;
+    16,384 tokens touch every expert and are compute-bound at ``moe_compute_ratio`` of the dense
+    GEMMs' FLOP rate, each routed row computing ``moe_row_columns`` columns beyond its expert's
+    3 x 768. Block-FP8 experts add the activation quantisation before each GEMM."""
+    h, m, e = get_hardware("h100-sxm"), get_model("qwen3-30b-a3b"), GPU_EFFICIENCY["h100-sxm"]
+    hd, ffn, k, experts = m.hidden_size, m.intermediate_size, 8, 128
+    x = RooflineCostModel(m, h, "bf16").__dict__["_experts"]
+    per_expert_bytes = 3 * hd * ffn * 2
+    act = k * (2 * hd + 3 * ffn) * 2  # each routed row's input, up output, down input and output
+    bw = h.memory_bandwidth * e.moe_memory
+    rate = h.flops("bf16") * e.gemm_compute * e.moe_compute_ratio
+    one = max(2 * k * hd * (3 * ffn + e.moe_row_columns) / rate,
+              k * per_expert_bytes / bw + act / bw) + e.moe_latency_s
+    assert x.time(1) == pytest.approx(one, rel=1e-9)
+    assert x.time(1) > 8 * per_expert_bytes / h.memory_bandwidth + 30e-6  # 8 experts + the call
+    many = 16384 * 2 * k * hd * (3 * ffn + e.moe_row_columns) / rate
+    assert x.time(16384) == pytest.approx(many + e.moe_latency_s, rel=1e-9)
+    assert x.touched(16384) == pytest.approx(experts)
+    fp8 = RooflineCostModel(m, h, "bf16", weight_dtype="fp8_block").__dict__["_experts"]
+    assert fp8.latency == pytest.approx(e.moe_latency_s + 2 * e.quantized_gemm_latency_s)
 
 
 # -- FP8 GEMMs: their own fraction of the FP8 peak, and the quantisation kernel ------------------
@@ -250,12 +280,20 @@ def test_an_efficiency_built_with_the_original_fields_prices_as_before():
     16-bit fraction, no quantisation kernel, no prefill tile overhead (A100's values)."""
     import dataclasses
 
-    new = {"quantized_gemm_compute", "quantized_gemm_latency_s", "attn_prefill_extra_keys"}
+    new = {"quantized_gemm_compute", "quantized_gemm_latency_s", "attn_prefill_extra_keys",
+           "moe_compute_ratio", "moe_row_columns", "moe_memory", "moe_latency_s"}
     old = Efficiency(**{k: v for k, v in dataclasses.asdict(A100_EFFICIENCY).items() if k not in new})
     assert old.quantized_gemm_compute == 0.0  # 0: as gemm_compute
-    for weights in (None, "fp8"):
-        a = RooflineCostModel("llama-3.1-8b", "h100-sxm", "bf16", weight_dtype=weights, efficiency=old)
-        b = RooflineCostModel("llama-3.1-8b", "h100-sxm", "bf16", weight_dtype=weights,
+    for model, weights in (("llama-3.1-8b", None), ("llama-3.1-8b", "fp8"), ("qwen3-30b-a3b", None),
+                           ("qwen3-30b-a3b", "fp8_block")):
+        a = RooflineCostModel(model, "h100-sxm", "bf16", weight_dtype=weights, efficiency=old)
+        b = RooflineCostModel(model, "h100-sxm", "bf16", weight_dtype=weights,
                               efficiency=A100_EFFICIENCY)
         for shape in (DECODE, PREFILL):
             assert a.price(shape) == b.price(shape)
+    # Without the fused-MoE constants an expert layer is two dense GEMMs at their own fractions.
+    x = RooflineCostModel("qwen3-30b-a3b", "h100-sxm", "bf16", efficiency=old)._experts
+    h, m = get_hardware("h100-sxm"), get_model("qwen3-30b-a3b")
+    assert x.compute_per_row == pytest.approx(
+        2 * 8 * m.hidden_size * 3 * m.intermediate_size / (h.flops("bf16") * old.gemm_compute))
+    assert x.latency == 2 * old.gemm_latency_s

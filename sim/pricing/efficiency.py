@@ -54,6 +54,13 @@ class Efficiency:
     quantized_gemm_latency_s: float = 0.0  # the kernel quantising such a GEMM's input (fixed part)
     attn_prefill_extra_keys: float = 0.0  # keys each prompt token's row computes beyond its
                                  # causal ones: FlashAttention's whole diagonal tiles, pipeline fill
+    # The fused-MoE kernels (vLLM's ``fused_experts``: token sort, two grouped GEMMs, the
+    # activation), fitted to the MoE tables; the defaults price experts as dense GEMMs.
+    moe_compute_ratio: float = 1.0  # their FLOP rate / the same format's dense GEMM rate
+    moe_memory: float = 0.0      # expert weight streaming bytes/s / peak; 0: as ``memory``
+    moe_latency_s: float = 0.0   # fixed seconds of one layer's call; 0: two GEMM launches
+    moe_row_columns: float = 0.0  # per routed row, extra columns of work beyond its expert's
+                                 # (gather, scatter, partial tiles): what narrow shards pay
 
 
 # Fitted to Vidur's A100 profiles (see benchmarks/cost_model_vs_vidur.py --fit, rounded).
@@ -87,56 +94,65 @@ A100_EFFICIENCY = Efficiency(
 #: (``benchmarks/roofline_vs_tables.py --fit``, rounded; aiconfigurator-core 0.12.0, the vLLM
 #: 0.24.0 folders: bf16 ``torch.nn.functional.linear`` and per-tensor FP8 GEMMs with n, k >= 512,
 #: FlashAttention decode and prefill with a bf16 KV cache and no window, vLLM's custom all-reduce
-#: in its graph form up to its 8 MiB buffer and NCCL above). The other constants are A100's.
+#: in its graph form up to its 8 MiB buffer and NCCL above, and vLLM's fused-MoE layer in bf16 and
+#: block FP8). The other constants are A100's.
 GPU_EFFICIENCY: dict[str, Efficiency] = {
     "h100-sxm": replace(
         A100_EFFICIENCY,
         gemm_compute=0.791, memory=0.854, gemm_latency_s=3.7e-06, quantized_gemm_compute=0.46,
         quantized_gemm_latency_s=4e-06, attn_prefill_compute=0.616,
         attention_latency_s=1.27e-05, attn_prefill_extra_keys=588, allreduce_bandwidth=0.615,
-        allreduce_latency_s=4.7e-06),
+        allreduce_latency_s=4.7e-06, moe_compute_ratio=0.753,
+        moe_row_columns=1.1e+03, moe_memory=0.861, moe_latency_s=3.63e-05),
     "h200": replace(
         A100_EFFICIENCY,
         gemm_compute=0.79, memory=0.813, gemm_latency_s=3.92e-06, quantized_gemm_compute=0.478,
         quantized_gemm_latency_s=4.46e-06, attn_prefill_compute=0.606,
         attention_latency_s=1.28e-05, attn_prefill_extra_keys=551, allreduce_bandwidth=0.622,
-        allreduce_latency_s=4.79e-06),
+        allreduce_latency_s=4.79e-06, moe_compute_ratio=0.759,
+        moe_row_columns=1.07e+03, moe_memory=0.847, moe_latency_s=3.72e-05),
     "b200": replace(
         A100_EFFICIENCY,
         gemm_compute=0.7, memory=0.778, gemm_latency_s=3.42e-06, quantized_gemm_compute=0.41,
         quantized_gemm_latency_s=4.69e-06, attn_prefill_compute=0.491,
         attention_latency_s=7.69e-06, attn_prefill_extra_keys=599, allreduce_bandwidth=0.5,
-        allreduce_latency_s=7.66e-06),
+        allreduce_latency_s=7.66e-06, moe_compute_ratio=0.512,
+        moe_row_columns=514, moe_memory=0.872, moe_latency_s=2.1e-05),
     "b300": replace(
         A100_EFFICIENCY,
         gemm_compute=0.767, memory=0.775, gemm_latency_s=3.16e-06, quantized_gemm_compute=0.431,
         quantized_gemm_latency_s=4.24e-06, attn_prefill_compute=0.634,
         attention_latency_s=9.74e-06, attn_prefill_extra_keys=1.02e+03,
-        allreduce_bandwidth=0.507, allreduce_latency_s=7.37e-06),
+        allreduce_bandwidth=0.507, allreduce_latency_s=7.37e-06, moe_compute_ratio=0.508,
+        moe_row_columns=514, moe_memory=0.855, moe_latency_s=1.93e-05),
     "gb200": replace(
         A100_EFFICIENCY,
         gemm_compute=0.681, memory=0.77, gemm_latency_s=3.44e-06, quantized_gemm_compute=0.403,
         quantized_gemm_latency_s=4.63e-06, attn_prefill_compute=0.446,
         attention_latency_s=1.11e-05, attn_prefill_extra_keys=838, allreduce_bandwidth=0.507,
-        allreduce_latency_s=7.56e-06),
+        allreduce_latency_s=7.56e-06, moe_compute_ratio=0.512,
+        moe_row_columns=540, moe_memory=0.868, moe_latency_s=2.04e-05),
     "gb300": replace(
         A100_EFFICIENCY,
         gemm_compute=0.761, memory=0.766, gemm_latency_s=3.4e-06, quantized_gemm_compute=0.432,
         quantized_gemm_latency_s=4.55e-06, attn_prefill_compute=0.621,
         attention_latency_s=1.06e-05, attn_prefill_extra_keys=1.06e+03,
-        allreduce_bandwidth=0.516, allreduce_latency_s=7.35e-06),
+        allreduce_bandwidth=0.516, allreduce_latency_s=7.35e-06, moe_compute_ratio=0.485,
+        moe_row_columns=520, moe_memory=0.849, moe_latency_s=1.99e-05),
     "l40s": replace(
         A100_EFFICIENCY,
         gemm_compute=0.592, memory=0.788, gemm_latency_s=1.46e-06, quantized_gemm_compute=0.507,
         quantized_gemm_latency_s=3.95e-06, attn_prefill_compute=0.501,
         attention_latency_s=9.58e-06, attn_prefill_extra_keys=290, allreduce_bandwidth=0.138,
-        allreduce_latency_s=1.28e-05),
+        allreduce_latency_s=1.28e-05, moe_compute_ratio=1,
+        moe_row_columns=987, moe_memory=0.78, moe_latency_s=2.77e-06),
     "rtx-pro-6000": replace(
         A100_EFFICIENCY,
         gemm_compute=0.73, memory=0.82, gemm_latency_s=2.98e-06, quantized_gemm_compute=0.735,
         quantized_gemm_latency_s=3.03e-06, attn_prefill_compute=0.564,
         attention_latency_s=1.14e-05, attn_prefill_extra_keys=289, allreduce_bandwidth=0.39,
-        allreduce_latency_s=1.88e-05),
+        allreduce_latency_s=1.88e-05, moe_compute_ratio=0.566,
+        moe_row_columns=627, moe_memory=0.824, moe_latency_s=2.55e-05),
 }
 
 #: The roofline's MAPE (%) per operator family with these constants: against each GPU's own
@@ -147,21 +163,29 @@ EFFICIENCY_ERROR: dict[str, dict[str, float]] = {
     # Vidur's A100 profiles (benchmarks/cost_model_vs_vidur.py; whole layer without attention)
     "a100-80gb": {"gemm": 6.2, "attn_decode": 11.2, "attn_prefill": 20.1, "tp_allreduce": 11.4},
     "h100-sxm": {"gemm": 8.3, "gemm_fp8": 19.6,
-                "attn_decode": 18.8, "attn_prefill": 18.0, "tp_allreduce": 13.9},
+                "attn_decode": 18.8, "attn_prefill": 18.0, "tp_allreduce": 13.9,
+                "moe": 17.1, "moe_fp8": 11.5},
     "h200": {"gemm": 8.5, "gemm_fp8": 23.4,
-            "attn_decode": 20.0, "attn_prefill": 17.7, "tp_allreduce": 16.2},
+            "attn_decode": 20.0, "attn_prefill": 17.7, "tp_allreduce": 16.2,
+            "moe": 19.5, "moe_fp8": 13.3},
     "b200": {"gemm": 11.1, "gemm_fp8": 25.3, "gemm_fp4": 15.7,
-            "attn_decode": 24.6, "attn_prefill": 24.4, "tp_allreduce": 18.0},
+            "attn_decode": 24.6, "attn_prefill": 24.4, "tp_allreduce": 18.0,
+            "moe": 21.1, "moe_fp8": 15.2},
     "b300": {"gemm": 11.2, "gemm_fp8": 24.0, "gemm_fp4": 14.7,
-            "attn_decode": 19.2, "attn_prefill": 24.9, "tp_allreduce": 18.6},
+            "attn_decode": 19.2, "attn_prefill": 24.9, "tp_allreduce": 18.6,
+            "moe": 20.5, "moe_fp8": 14.9},
     "gb200": {"gemm": 12.9, "gemm_fp8": 24.2, "gemm_fp4": 14.5,
-             "attn_decode": 18.6, "attn_prefill": 26.0, "tp_allreduce": 16.4},
+             "attn_decode": 18.6, "attn_prefill": 26.0, "tp_allreduce": 16.4,
+             "moe": 20.8, "moe_fp8": 14.9},
     "gb300": {"gemm": 10.7, "gemm_fp8": 24.1, "gemm_fp4": 14.1,
-             "attn_decode": 18.6, "attn_prefill": 24.8, "tp_allreduce": 16.6},
+             "attn_decode": 18.6, "attn_prefill": 24.8, "tp_allreduce": 16.6,
+             "moe": 20.3, "moe_fp8": 14.5},
     "l40s": {"gemm": 16.6, "gemm_fp8": 22.0,
-            "attn_decode": 37.0, "attn_prefill": 20.8, "tp_allreduce": 106.4},
+            "attn_decode": 37.0, "attn_prefill": 20.8, "tp_allreduce": 106.4,
+            "moe": 18.6, "moe_fp8": 18.9},
     "rtx-pro-6000": {"gemm": 13.1, "gemm_fp8": 15.1, "gemm_fp4": 25.7,
-                    "attn_decode": 26.9, "attn_prefill": 20.5, "tp_allreduce": 27.2},
+                    "attn_decode": 26.9, "attn_prefill": 20.5, "tp_allreduce": 27.2,
+                    "moe": 13.1},
 }
 
 #: GPUs with no tables of their own that take another GPU's fitted fractions, of their own

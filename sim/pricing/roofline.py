@@ -274,12 +274,19 @@ class RooflineCostModel(StepPricer):
             ep, dp = expert_parallel_size, data_parallel_size
             # Up and down GEMMs, each after its quantisation kernel where the experts run on the
             # format's own rate (its fixed part: the per-row bytes are left in the experts' traffic).
-            expert_latency = 2 * (e.gemm_latency_s + (quant_s if "experts" in quantized else 0.0))
+            # The fused-MoE call's own constants where fitted (``Efficiency.moe_*``): its
+            # grouped GEMMs reach a fraction of the dense rate, each routed row pays some columns
+            # beyond its expert's (what makes narrow TP shards slow), its weights stream at their
+            # own rate.
+            moe_peak = peak * e.moe_compute_ratio
+            moe_bw = bw * (e.moe_memory or e.memory)
+            expert_latency = ((e.moe_latency_s or 2 * e.gemm_latency_s)
+                              + 2 * (quant_s if "experts" in quantized else 0.0))
             if ep <= 1 and dp <= 1:
                 self._experts = ExpertLayer(
-                    compute_per_row=2 * k_top * hd * (up + ffn) / peak,
-                    weight_per_expert=hd * (up + ffn) * expert_wb / gemm_bw,
-                    memory_per_row=k_top * (2 * hd + up + ffn) * ab / gemm_bw,
+                    compute_per_row=2 * k_top * hd * (up + ffn + e.moe_row_columns) / moe_peak,
+                    weight_per_expert=hd * (up + ffn) * expert_wb / moe_bw,
+                    memory_per_row=k_top * (2 * hd + up + ffn) * ab / moe_bw,
                     latency=expert_latency, num_experts=m.num_experts, top_k=k_top)
             else:
                 # Whole experts, E / ep of them in this GPU's group, each split over the etp
@@ -290,9 +297,10 @@ class RooflineCostModel(StepPricer):
                 etp = expert_tensor_parallel_size or max(tp * dp // ep, 1)
                 up_all, ffn_all, per = m.mlp_in_size / etp, m.intermediate_size / etp, dp / ep
                 self._experts = ExpertLayer(
-                    compute_per_row=2 * k_top * hd * (up_all + ffn_all) / peak * per,
-                    weight_per_expert=hd * (up_all + ffn_all) * expert_wb / gemm_bw,
-                    memory_per_row=k_top * (2 * hd + up_all + ffn_all) * ab / gemm_bw * per,
+                    compute_per_row=(2 * k_top * hd * (up_all + ffn_all + e.moe_row_columns)
+                                     / moe_peak * per),
+                    weight_per_expert=hd * (up_all + ffn_all) * expert_wb / moe_bw,
+                    memory_per_row=k_top * (2 * hd + up_all + ffn_all) * ab / moe_bw * per,
                     latency=expert_latency, num_experts=m.num_experts, top_k=k_top,
                     global_rows=dp, local_share=1.0 / ep)
                 # Dispatch and combine: under EP each token's hidden state to its k experts
