@@ -155,6 +155,14 @@ MLA_MODULE_GEMMS = ("q_a_proj", "q_b_proj", "q_proj", "kv_a_proj", "kv_b_proj", 
 #: runs gpt-oss with on Hopper and the default on Blackwell; INT4 as weight-only).
 MOE_DTYPES: dict[str, str] = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
                               "mxfp4": "w4a16_mxfp4", "int4": "int4_wo"}
+#: Bytes a fused-MoE table row's expert weights take per parameter, by its ``moe_dtype``
+#: (scales included: NVFP4 one FP8 per 16, MXFP4 one E8M0 per 32, W4A16 INT4 one fp16 per 128).
+MOE_WEIGHT_BYTES: dict[str, float] = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625,
+                                      "w4a16_mxfp4": 0.53125, "w4a8_mxfp4_mxfp8": 0.53125,
+                                      "int4_wo": 0.515625}
+#: Weight matrices at least this large stream from HBM in a GEMM row (no L2 holds them): the
+#: rows that give a GPU's streaming rate (``weight_streaming_rate``).
+STREAMING_MIN_BYTES = 64 * 2**20
 
 
 #: The fused-MoE kernel vLLM runs by default for a weight format, by GPU architecture
@@ -238,6 +246,21 @@ def default_moe_kernel(weight_dtype: str, gpu_folder: str,
     if not by_arch:
         return None
     return by_arch.get(GPU_ARCH.get(gpu_folder, ""), by_arch.get("*"))
+
+
+def weight_streaming_rate(gemm: Mapping[str, np.ndarray]) -> Optional[float]:
+    """Bytes per second: the fastest this GPU's GEMM table streams a weight matrix too large for
+    L2 (bf16 rows of at most 16 rows and ``STREAMING_MIN_BYTES`` of weights: the weights are
+    what they read). None where the table has no such row.
+
+    Why: it is what a kernel reading weights once can reach on this GPU, measured by the same
+    collector as the fused-MoE rows (``_floor_moe_rows``), not a fitted fraction."""
+    sel = (gemm["gemm_dtype"] == "bfloat16") & (gemm["m"] <= 16)
+    nbytes = gemm["n"][sel].astype(float) * gemm["k"][sel].astype(float) * 2.0
+    big = nbytes >= STREAMING_MIN_BYTES
+    if not big.any():
+        return None
+    return float(np.max(nbytes[big] / (gemm["latency"][sel][big].astype(float) * 1e-3)))
 
 
 # --- interpolation primitives ----------------------------------------------------------------
@@ -680,6 +703,9 @@ class OperatorTableCostModel(StepPricer):
         c = read_columns(path, ("gemm_dtype", "m", "n", "k", "latency"))
         dt = self._gemm_dtype(set(c["gemm_dtype"].tolist()))
         self.gemm_dtype = dt
+        #: The GPU's weight-streaming rate in its GEMM table (``weight_streaming_rate``): the
+        #: floor of a fused-MoE row that reads its experts' weights (``_floor_moe_rows``).
+        self.streaming_bytes_per_s = weight_streaming_rate(c)
         cube, ms, ns, ks = self._gemm_cube(c, dt)
         bf_grid = (cube, ms, ns, ks) if dt == "bfloat16" else self._gemm_cube(c, "bfloat16")
         bf = bf_grid[0]
@@ -883,6 +909,8 @@ class OperatorTableCostModel(StepPricer):
         # One shape, several kernels (gpt-oss's MXFP4 experts: Marlin and OpenAI's Triton;
         # block FP8: Triton and FlashInfer): the fastest at each token count, as for GEMMs.
         tokens, lat = c["num_tokens"][sel].astype(float), c["latency"][sel].astype(float)
+        if rows_routing == "balanced":
+            lat = self._floor_moe_rows(tokens, lat, c["moe_dtype"][sel], moe_tp, moe_ep)
         xs = np.unique(tokens)
         ys = np.full(xs.size, np.inf)
         np.minimum.at(ys, np.searchsorted(xs, tokens), lat)
@@ -901,6 +929,41 @@ class OperatorTableCostModel(StepPricer):
         if scale_to_uniform:
             curve = curve * uniform_over_balanced(m.num_experts, m.num_experts_per_tok, routed)
         return _isotonic(curve)
+
+    def _floor_moe_rows(self, tokens: np.ndarray, ms: np.ndarray, dtypes: np.ndarray,
+                        moe_tp: int, moe_ep: int) -> np.ndarray:
+        """Balanced fused-MoE rows (milliseconds at ``tokens``), each raised to the time of
+        streaming, at this GPU's measured rate (``streaming_bytes_per_s``), the weights of the
+        ``min(E, T x top-k)`` experts a balanced row routes its tokens to.
+
+        Why: some rows are faster than the weights they must read allow, which no serving step
+        can be. AIConfigurator's collector feeds its balanced logits (token ``i`` to experts
+        ``i + j x E / k``: one per group of 32 on DeepSeek-V3) through the model's own router
+        (collector/vllm/collect_moe.py; SGLang's FlashInfer TRT-LLM rows too), and DeepSeek's
+        group-limited top-k keeps 4 of 8 groups, every token the same 4 on these tied logits: 128
+        of the 256 experts. The vLLM 0.24 rows of DeepSeek-V3's experts on H200 at 32-256 tokens
+        take 0.58-0.68 of the time their 256 experts' weights need (TP 1), and a 1-layer replay
+        keeps small shards in L2 (L40S's 96 MB: rows at 0.27 of the HBM time), which a serving
+        step, reading every layer's weights, does not. Rows at or above the floor, every row of
+        most shapes, are unchanged. Under expert parallelism the rows' local routing is not
+        known, nor a power law's touched experts: those rows are left as measured."""
+        rate = self.streaming_bytes_per_s
+        if rate is None or moe_ep != 1:
+            return ms
+        m = self.model
+        per_param = np.array([MOE_WEIGHT_BYTES.get(str(d), 0.0) for d in dtypes])
+        expert_bytes = 3.0 * m.hidden_size * m.intermediate_size / moe_tp * per_param
+        touched = np.minimum(float(m.num_experts), tokens * m.num_experts_per_tok)
+        floor_ms = touched * expert_bytes / rate * 1e3
+        raised = ms < floor_ms
+        if raised.any():
+            worst = float(np.max(floor_ms[raised] / ms[raised]))
+            self._warnings.append(
+                f"operator tables: {int(raised.sum())} of {ms.size} fused-MoE rows for {m.name}'s experts "
+                f"are faster than streaming the weights of the experts they route to at this GPU's "
+                f"measured {rate / 1e12:.2f} TB/s (the collector's own router touched fewer, or L2 held "
+                f"them); raised to that floor (up to {worst:.2f}x)")
+        return np.maximum(ms, floor_ms)
 
     def _marlin_rows_for_shape(self, files: list, want: str) -> bool:
         """Whether any version folder holds Marlin MoE rows for this model's experts at this
