@@ -27,11 +27,14 @@ GPU but A100):
   from the default release's folder (0.24.0; 0.19.0 where a GPU has no later one), balanced
   routing, experts split over TP (no EP), every measured expert shape; where a shape has rows of
   two kernels (block FP8 on Hopper: Triton and FlashInfer CUTLASS) the faster, as the table
-  pricer reads them. Priced by the roofline's expert layer at the ``min(E, T x k)`` experts a
+  pricer reads them; rows faster than their experts' weights can stream left out (2-13%: the
+  collector's own router, DeepSeek-V3's group-limited one, touched half the experts, or L2 held
+  small shards; the table pricer raises them). Priced by the roofline's expert layer at the ``min(E, T x k)`` experts a
   balanced row touches, plus its activation kernel. Fitted together: ``moe_compute_ratio``,
   ``moe_row_columns`` (the work each routed row pays beyond its expert's columns: at 16k tokens
   on H100 a 22-wide shard of a 704-wide expert reaches 2% of the FP8-free bf16 peak, a
-  4,096-wide one 69%), ``moe_memory``, ``moe_latency_s``.
+  4,096-wide one 69%), ``moe_memory``, ``moe_latency_s`` and ``moe_expert_latency_s`` (a fixed
+  cost per touched expert).
 - ``tp_allreduce``: what vLLM runs: its custom all-reduce (graph rows) up to its 8 MiB buffer,
   NCCL's all-reduce (half) above, on 2, 4 and 8 GPUs. Fitted: ``allreduce_bandwidth``,
   ``allreduce_latency_s``.
@@ -64,7 +67,8 @@ from sim.catalog.engines import DEFAULT_VLLM_VERSION, get_engine  # noqa: E402
 from sim.catalog.hardware import get_hardware  # noqa: E402
 from sim.catalog.models import get_model  # noqa: E402
 from sim.pricing.efficiency import A100_EFFICIENCY, GPU_EFFICIENCY, Efficiency, efficiency_for  # noqa: E402
-from sim.pricing.operator_tables import CUSTOM_ALLREDUCE_MAX_BYTES, attention_rows  # noqa: E402
+from sim.pricing.operator_tables import (CUSTOM_ALLREDUCE_MAX_BYTES, MOE_WEIGHT_BYTES,  # noqa: E402
+                                         attention_rows, weight_streaming_rate)
 from sim.pricing.roofline import (RooflineCostModel, gemm_terms, quantization_seconds,  # noqa: E402
                                   quantized_gemm_rate)  # noqa: E402
 from sim.pricing.table_data import (GPU_TABLE_DIRS, TARGET_VLLM, TableError,  # noqa: E402
@@ -87,7 +91,8 @@ FIT_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("attn_prefill_compute", "attention_latency_s", "attn_prefill_extra_keys"),
      ("attn_prefill", "attn_decode")),
     (("allreduce_bandwidth", "allreduce_latency_s"), ("tp_allreduce",)),
-    (("moe_compute_ratio", "moe_row_columns", "moe_memory", "moe_latency_s"), ("moe", "moe_fp8")),
+    (("moe_compute_ratio", "moe_row_columns", "moe_memory", "moe_latency_s", "moe_expert_latency_s"),
+     ("moe", "moe_fp8")),
 )
 FAMILIES = ("gemm", "gemm_fp8", "gemm_fp4", "attn_decode", "attn_prefill", "tp_allreduce", "moe", "moe_fp8")
 #: The MoE table's ``moe_dtype`` of each MoE family, and the weight format it is priced in.
@@ -156,14 +161,24 @@ def _allreduce_rows(gpu_dir: Path) -> Optional[Rows]:
 
 def _moe_rows(gpu_dir: Path, dtype: str, family: str) -> Optional[Rows]:
     """The fused-MoE rows of ``dtype`` (balanced routing, no EP) in the default release's folder;
-    of two kernels timing one point, the faster."""
+    of two kernels timing one point, the faster; none faster than streaming the weights of the
+    experts it routes to at the GPU's measured rate (``operator_tables.weight_streaming_rate``):
+    those touched fewer experts than balanced routing says (DeepSeek-V3's group-limited router in
+    the collector) or read them from L2, and the table pricer raises them to that floor."""
+    version = get_engine("vllm", DEFAULT_VLLM_VERSION).version
     try:
-        path, _ = table_file(gpu_dir / "moe" / "vllm", "moe_perf", get_engine("vllm", DEFAULT_VLLM_VERSION).version)
+        path, _ = table_file(gpu_dir / "moe" / "vllm", "moe_perf", version)
+        gemm, _ = table_file(gpu_dir / "gemm" / "vllm", "gemm_perf", version)
     except TableError:
         return None
+    rate = weight_streaming_rate(read_columns(gemm, ("gemm_dtype", "m", "n", "k", "latency")))
     cols = ("num_tokens", "hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size")
     c = read_columns(path, ("moe_dtype", "distribution", "moe_ep_size", "latency") + cols)
     sel = (c["moe_dtype"] == dtype) & (c["distribution"] == "balanced") & (c["moe_ep_size"] == 1)
+    if rate is not None:
+        touched = np.minimum(c["num_experts"], c["num_tokens"] * c["topk"]).astype(float)
+        shard = 3.0 * c["hidden_size"].astype(float) * c["inter_size"] / c["moe_tp_size"] * MOE_WEIGHT_BYTES[dtype]
+        sel &= c["latency"].astype(float) * 1e-3 >= touched * shard / rate
     if not sel.any():
         return None
     fastest: dict[tuple, float] = {}

@@ -277,7 +277,7 @@ class RooflineCostModel(StepPricer):
             # The fused-MoE call's own constants where fitted (``Efficiency.moe_*``): its
             # grouped GEMMs reach a fraction of the dense rate, each routed row pays some columns
             # beyond its expert's (what makes narrow TP shards slow), its weights stream at their
-            # own rate.
+            # own rate, each touched expert adds a fixed cost.
             moe_peak = peak * e.moe_compute_ratio
             moe_bw = bw * (e.moe_memory or e.memory)
             expert_latency = ((e.moe_latency_s or 2 * e.gemm_latency_s)
@@ -285,7 +285,7 @@ class RooflineCostModel(StepPricer):
             if ep <= 1 and dp <= 1:
                 self._experts = ExpertLayer(
                     compute_per_row=2 * k_top * hd * (up + ffn + e.moe_row_columns) / moe_peak,
-                    weight_per_expert=hd * (up + ffn) * expert_wb / moe_bw,
+                    weight_per_expert=hd * (up + ffn) * expert_wb / moe_bw + e.moe_expert_latency_s,
                     memory_per_row=k_top * (2 * hd + up + ffn) * ab / moe_bw,
                     latency=expert_latency, num_experts=m.num_experts, top_k=k_top)
             else:
@@ -299,7 +299,8 @@ class RooflineCostModel(StepPricer):
                 self._experts = ExpertLayer(
                     compute_per_row=(2 * k_top * hd * (up_all + ffn_all + e.moe_row_columns)
                                      / moe_peak * per),
-                    weight_per_expert=hd * (up_all + ffn_all) * expert_wb / moe_bw,
+                    weight_per_expert=(hd * (up_all + ffn_all) * expert_wb / moe_bw
+                                       + e.moe_expert_latency_s),
                     memory_per_row=k_top * (2 * hd + up_all + ffn_all) * ab / moe_bw * per,
                     latency=expert_latency, num_experts=m.num_experts, top_k=k_top,
                     global_rows=dp, local_share=1.0 / ep)
