@@ -68,7 +68,7 @@ from sim.catalog.hardware import get_hardware  # noqa: E402
 from sim.catalog.models import get_model  # noqa: E402
 from sim.pricing.efficiency import A100_EFFICIENCY, GPU_EFFICIENCY, Efficiency, efficiency_for  # noqa: E402
 from sim.pricing.operator_tables import (CUSTOM_ALLREDUCE_MAX_BYTES, MOE_WEIGHT_BYTES,  # noqa: E402
-                                         attention_rows, weight_streaming_rate)
+                                         attention_rows, moe_streaming_floor_ms, weight_streaming_rate)
 from sim.pricing.roofline import (RooflineCostModel, gemm_terms, quantization_seconds,  # noqa: E402
                                   quantized_gemm_rate)  # noqa: E402
 from sim.pricing.table_data import (GPU_TABLE_DIRS, TARGET_VLLM, TableError,  # noqa: E402
@@ -176,9 +176,9 @@ def _moe_rows(gpu_dir: Path, dtype: str, family: str) -> Optional[Rows]:
     c = read_columns(path, ("moe_dtype", "distribution", "moe_ep_size", "latency") + cols)
     sel = (c["moe_dtype"] == dtype) & (c["distribution"] == "balanced") & (c["moe_ep_size"] == 1)
     if rate is not None:
-        touched = np.minimum(c["num_experts"], c["num_tokens"] * c["topk"]).astype(float)
-        shard = 3.0 * c["hidden_size"].astype(float) * c["inter_size"] / c["moe_tp_size"] * MOE_WEIGHT_BYTES[dtype]
-        sel &= c["latency"].astype(float) * 1e-3 >= touched * shard / rate
+        sel &= c["latency"].astype(float) >= moe_streaming_floor_ms(
+            c["num_tokens"], c["hidden_size"], c["inter_size"] / c["moe_tp_size"], c["num_experts"],
+            c["topk"], MOE_WEIGHT_BYTES[dtype], rate)
     if not sel.any():
         return None
     fastest: dict[tuple, float] = {}

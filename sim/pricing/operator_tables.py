@@ -263,6 +263,16 @@ def weight_streaming_rate(gemm: Mapping[str, np.ndarray]) -> Optional[float]:
     return float(np.max(nbytes[big] / (gemm["latency"][sel][big].astype(float) * 1e-3)))
 
 
+def moe_streaming_floor_ms(tokens: np.ndarray, hidden: Any, inter_per_gpu: Any, num_experts: Any,
+                           top_k: Any, bytes_per_param: Any, rate: float) -> np.ndarray:
+    """Milliseconds a balanced fused-MoE row of ``tokens`` cannot beat: the ``min(E, T x k)``
+    experts it routes to, each ``3 x hidden x inter_per_gpu`` weights of ``bytes_per_param``,
+    streamed at ``rate`` bytes per second (``weight_streaming_rate``). Shared by the table pricer
+    (``_floor_moe_rows``) and the roofline's MoE fit, which leaves rows below it out."""
+    touched = np.minimum(np.asarray(num_experts, dtype=float), np.asarray(tokens, dtype=float) * top_k)
+    return touched * 3.0 * np.asarray(hidden, dtype=float) * inter_per_gpu * bytes_per_param / rate * 1e3
+
+
 # --- interpolation primitives ----------------------------------------------------------------
 
 _FAR = 1024.0  # a far knot appended past the last measured point: proportional extrapolation
@@ -952,9 +962,8 @@ class OperatorTableCostModel(StepPricer):
             return ms
         m = self.model
         per_param = np.array([MOE_WEIGHT_BYTES.get(str(d), 0.0) for d in dtypes])
-        expert_bytes = 3.0 * m.hidden_size * m.intermediate_size / moe_tp * per_param
-        touched = np.minimum(float(m.num_experts), tokens * m.num_experts_per_tok)
-        floor_ms = touched * expert_bytes / rate * 1e3
+        floor_ms = moe_streaming_floor_ms(tokens, m.hidden_size, m.intermediate_size / moe_tp,
+                                          m.num_experts, m.num_experts_per_tok, per_param, rate)
         raised = ms < floor_ms
         if raised.any():
             worst = float(np.max(floor_ms[raised] / ms[raised]))
