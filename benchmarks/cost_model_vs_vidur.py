@@ -247,8 +247,11 @@ FIT_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
 
 
 def fit_bounds(name: str) -> tuple[float, float]:
-    """The range a constant is fitted in: a latency (``*_s``) 0.1 us to 1 ms, a count of keys
-    or columns (``*_keys``, ``*_columns``) 1 to 10^5, a fraction of a peak 10^-4 to 1."""
+    """The range a constant is fitted in: a latency (``*_s``) 0.1 us to 1 ms, the time of one
+    attention score (``*_score_s``) 10^-16 to 10^-10 s, a count of keys or columns (``*_keys``,
+    ``*_columns``) 1 to 10^5, a fraction of a peak 10^-4 to 1."""
+    if name.endswith("_score_s"):
+        return 1e-16, 1e-10
     if name.endswith("_s"):
         return 1e-7, 1e-3
     if name.endswith(("_keys", "_columns")):

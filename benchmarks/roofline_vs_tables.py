@@ -21,7 +21,9 @@ GPU but A100):
 - ``attn_decode`` / ``attn_prefill``: FlashAttention rows (the kernel measured most, no window,
   bf16 KV cache), KV length ``step + 1`` for decode, ``isl`` new tokens from an empty cache for
   prefill. Fitted together: ``attn_prefill_compute``, ``attention_latency_s`` (decode's bytes
-  stream at the GEMMs' ``memory`` fraction, as in the Vidur fit).
+  stream at the GEMMs' ``memory`` fraction, as in the Vidur fit), ``attn_prefill_extra_keys``
+  and ``attn_score_s`` (prefill's exponential per score and head: H100's fit, 0.26 ps, is the
+  3.9 TFLOPS of special functions FlashAttention-3's paper gives the H100 SXM5).
 - ``moe`` / ``moe_fp8``: vLLM's fused-MoE layer (``fused_experts``: the token sort, both grouped
   GEMMs, the activation) in bf16 and block FP8 (DeepSeek-V3, Qwen3-FP8, MiniMax-M2's format),
   from the default release's folder (0.24.0; 0.19.0 where a GPU has no later one), balanced
@@ -88,7 +90,7 @@ CARRIER = "llama-3.1-8b"
 FIT_GROUPS: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = (
     (("gemm_compute", "memory", "gemm_latency_s"), ("gemm",)),
     (("quantized_gemm_compute", "quantized_gemm_latency_s"), ("gemm_fp8",)),
-    (("attn_prefill_compute", "attention_latency_s", "attn_prefill_extra_keys"),
+    (("attn_prefill_compute", "attention_latency_s", "attn_prefill_extra_keys", "attn_score_s"),
      ("attn_prefill", "attn_decode")),
     (("allreduce_bandwidth", "allreduce_latency_s"), ("tp_allreduce",)),
     (("moe_compute_ratio", "moe_row_columns", "moe_memory", "moe_latency_s", "moe_expert_latency_s"),

@@ -354,7 +354,10 @@ class RooflineCostModel(StepPricer):
 
         # Attention, per layer on this GPU.
         attn_peak = h.flops(DTYPE_COMPUTE[p.dtype]) * e.attn_prefill_compute
-        self._prefill_per_work = 4 * m.head_dim * (m.num_heads // tp) / attn_peak
+        # Per causal (query, key) pair: both matmuls' FLOPs on the tensor cores, and the
+        # softmax's exponential of every head's score (``attn_score_s``).
+        self._prefill_per_work = (4 * m.head_dim * (m.num_heads // tp) / attn_peak
+                                  + e.attn_score_s * (m.num_heads // tp))
         #: Keys each prompt token computes beyond its causal pairs (FlashAttention's whole tiles).
         self._prefill_extra_keys = e.attn_prefill_extra_keys
         self._prefill_mem_per_token = (2 * q * ab + 2 * kv * p.kv_bytes) / gemm_bw
@@ -368,7 +371,8 @@ class RooflineCostModel(StepPricer):
             heads, width = m.num_heads // tp, m.kv_cache_width
             # Prefill (vLLM's MLA: not absorbed): attention over 192-wide q/k and 128-wide v
             # heads, after up-projecting the cached latent of the context (kv_b_proj over it).
-            self._prefill_per_work = 2 * (m.head_dim + m.v_head_dim) * heads / attn_peak
+            self._prefill_per_work = (2 * (m.head_dim + m.v_head_dim) * heads / attn_peak
+                                      + e.attn_score_s * heads)
             self._prefill_mem_per_token = (2 * heads * m.head_dim * ab + width * p.kv_bytes) / gemm_bw
             self._prefill_mem_per_ctx = width * p.kv_bytes / gemm_bw
             self._prefill_flops_per_ctx = (2 * m.kv_lora_rank * heads
