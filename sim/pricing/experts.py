@@ -61,10 +61,13 @@ def uniform_over_balanced(num_experts: int, top_k: int, tokens: np.ndarray) -> n
 class ExpertLayer:
     """One MoE MLP layer on one GPU (experts split over tensor parallelism):
 
-    - ``compute_per_row``: seconds of GEMM FLOPs per token (k experts' up and down projections)
-    - ``weight_per_expert``: seconds to stream one expert's weight shard
+    - ``compute_per_row``: seconds of GEMM FLOPs per token (k experts' up and down projections,
+      plus the columns each routed row pays beyond them: ``Efficiency.moe_row_columns``)
+    - ``weight_per_expert``: seconds to stream one expert's weight shard, plus the fixed cost of
+      each touched expert (``Efficiency.moe_expert_latency_s``)
     - ``memory_per_row``: seconds of activation traffic per token (k experts' inputs/outputs)
-    - ``latency``: fixed seconds (two grouped-GEMM launches)
+    - ``latency``: fixed seconds of the call (``Efficiency.moe_latency_s``; without a fit, two
+      grouped-GEMM launches)
     """
 
     compute_per_row: float
