@@ -114,9 +114,11 @@ class Rows:
     seconds: np.ndarray
 
 
-def _gemm_rows(gpu_dir: Path, dtype: str, family: str) -> Optional[Rows]:
-    path, _ = table_file(gpu_dir / "gemm" / "vllm", "gemm_perf", TARGET_VLLM)
-    c = read_columns(path, ("gemm_dtype", "m", "n", "k", "latency"))
+GEMM_COLUMNS = ("gemm_dtype", "m", "n", "k", "latency")
+
+
+def _gemm_rows(c: dict[str, np.ndarray], dtype: str, family: str) -> Optional[Rows]:
+    """The GEMM table's ``dtype`` rows (columns ``GEMM_COLUMNS``) with n, k >= ``MIN_GEMM_DIM``."""
     sel = (c["gemm_dtype"] == dtype) & (c["n"] >= MIN_GEMM_DIM) & (c["k"] >= MIN_GEMM_DIM)
     if not sel.any():
         return None
@@ -161,21 +163,17 @@ def _allreduce_rows(gpu_dir: Path) -> Optional[Rows]:
     return Rows("tp_allreduce", {"tp": np.array(tp, float), "bytes": np.array(nbytes)}, np.array(sec))
 
 
-def _moe_rows(gpu_dir: Path, dtype: str, family: str) -> Optional[Rows]:
-    """The fused-MoE rows of ``dtype`` (balanced routing, no EP) in the default release's folder;
+MOE_KEY = ("num_tokens", "hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size")
+MOE_COLUMNS = ("moe_dtype", "distribution", "moe_ep_size", "latency") + MOE_KEY
+
+
+def _moe_rows(c: dict[str, np.ndarray], rate: Optional[float], dtype: str, family: str) -> Optional[Rows]:
+    """The fused-MoE table's (columns ``MOE_COLUMNS``) rows of ``dtype``, balanced routing, no EP;
     of two kernels timing one point, the faster; none faster than streaming the weights of the
-    experts it routes to at the GPU's measured rate (``operator_tables.weight_streaming_rate``):
+    experts it routes to at the GPU's measured ``rate`` (``operator_tables.weight_streaming_rate``):
     those touched fewer experts than balanced routing says (DeepSeek-V3's group-limited router in
     the collector) or read them from L2, and the table pricer raises them to that floor."""
-    version = get_engine("vllm", DEFAULT_VLLM_VERSION).version
-    try:
-        path, _ = table_file(gpu_dir / "moe" / "vllm", "moe_perf", version)
-        gemm, _ = table_file(gpu_dir / "gemm" / "vllm", "gemm_perf", version)
-    except TableError:
-        return None
-    rate = weight_streaming_rate(read_columns(gemm, ("gemm_dtype", "m", "n", "k", "latency")))
-    cols = ("num_tokens", "hidden_size", "inter_size", "num_experts", "topk", "moe_tp_size")
-    c = read_columns(path, ("moe_dtype", "distribution", "moe_ep_size", "latency") + cols)
+    cols = MOE_KEY
     sel = (c["moe_dtype"] == dtype) & (c["distribution"] == "balanced") & (c["moe_ep_size"] == 1)
     if rate is not None:
         sel &= c["latency"].astype(float) >= moe_streaming_floor_ms(
@@ -197,15 +195,30 @@ def load_rows(hardware: str, root: Optional[Path] = None) -> dict[str, Rows]:
     if root is None:
         raise SystemExit("no operator tables: pip install aiconfigurator-core (make install does)")
     gpu_dir = root / GPU_TABLE_DIRS[hardware]
+    gemm_path, _ = table_file(gpu_dir / "gemm" / "vllm", "gemm_perf", TARGET_VLLM)
+    gemm = read_columns(gemm_path, GEMM_COLUMNS)
     found = {
-        "gemm": _gemm_rows(gpu_dir, "bfloat16", "gemm"),
-        "gemm_fp8": _gemm_rows(gpu_dir, "fp8", "gemm_fp8"),
-        "gemm_fp4": _gemm_rows(gpu_dir, "nvfp4", "gemm_fp4"),
+        "gemm": _gemm_rows(gemm, "bfloat16", "gemm"),
+        "gemm_fp8": _gemm_rows(gemm, "fp8", "gemm_fp8"),
+        "gemm_fp4": _gemm_rows(gemm, "nvfp4", "gemm_fp4"),
         "attn_decode": _attention_rows(gpu_dir, "generation_attention_perf", "attn_decode"),
         "attn_prefill": _attention_rows(gpu_dir, "context_attention_perf", "attn_prefill"),
         "tp_allreduce": _allreduce_rows(gpu_dir),
-        **{fam: _moe_rows(gpu_dir, dtype, fam) for fam, (dtype, _) in MOE_FAMILIES.items()},
     }
+    # The MoE rows of the default release's folder, floored at the streaming rate of its GEMM
+    # table; one read of each table for both MoE families.
+    version = get_engine("vllm", DEFAULT_VLLM_VERSION).version
+    try:
+        moe_path, _ = table_file(gpu_dir / "moe" / "vllm", "moe_perf", version)
+        release_gemm, _ = table_file(gpu_dir / "gemm" / "vllm", "gemm_perf", version)
+    except TableError:
+        pass
+    else:
+        same = release_gemm == gemm_path  # one folder on every fitted GPU today
+        rate = weight_streaming_rate(gemm if same else read_columns(release_gemm, GEMM_COLUMNS))
+        moe = read_columns(moe_path, MOE_COLUMNS)
+        for fam, (dtype, _) in MOE_FAMILIES.items():
+            found[fam] = _moe_rows(moe, rate, dtype, fam)
     return {k: v for k, v in found.items() if v is not None}
 
 
