@@ -29,7 +29,7 @@ from sim.scenario import ACCEPTANCE, DEFAULTS, POLICIES, PREEMPTIONS, RESERVES, 
 __all__ = [
     "ACCEPTANCE", "ALLOCATORS", "DEFAULTS", "DTYPES", "KV_DTYPES", "POLICIES", "PREEMPTIONS",
     "QUEUE_POLICIES", "RESERVES", "ROUTERS", "WEIGHT_QUANT", "Scenario", "build_config",
-    "build_scenario", "deep_merge", "dump", "get", "load_yaml", "merge_workload", "nest",
+    "build_scenario", "combined_overrides", "deep_merge", "dump", "get", "load_yaml", "merge_workload", "nest",
     "parse_override", "validate",
 ]
 
@@ -135,6 +135,23 @@ def load_yaml(path: Union[str, Path]) -> dict:
     return data
 
 
+def combined_overrides(items: list[str]) -> dict:
+    """All ``--set`` items as one nested mapping (a later item wins on the same key), applied to
+    the config at once: the order of the flags does not matter. Applied one by one, ``--set
+    workload.arrival.concurrency=8 --set workload.arrival.process=closed`` lost the clients,
+    because a new arrival process replaces the arrival section (``merge_workload``)."""
+    out: dict = {}
+    for item in items:
+        keys, value = parse_override(item)
+        node = out
+        for part in keys[:-1]:
+            if not isinstance(node.get(part), dict):
+                node[part] = {}
+            node = node[part]
+        node[keys[-1]] = value
+    return out
+
+
 def merged_config(path: Optional[Union[str, Path, dict]] = None,
                   overrides: Optional[list[str]] = None, seed: Optional[int] = None) -> dict:
     """Defaults <- YAML file (or dict) <- ``--set`` overrides <- ``--seed``; not yet checked."""
@@ -142,9 +159,8 @@ def merged_config(path: Optional[Union[str, Path, dict]] = None,
     if path is not None:
         data = path if isinstance(path, dict) else load_yaml(path)
         cfg = deep_merge(cfg, data)
-    for item in overrides or []:
-        keys, value = parse_override(item)
-        cfg = deep_merge(cfg, nest(keys, value))
+    if overrides:
+        cfg = deep_merge(cfg, combined_overrides(overrides))
     if seed is not None:
         cfg["seed"] = seed
     return cfg

@@ -72,3 +72,22 @@ def test_a_trace_drops_the_default_synthetic_workload():
     assert cfg["workload"] == {"trace": "t.csv"}
     cfg = build_config(None, ["workload.arrival.process=constant", "workload.arrival.rate=2"])
     assert cfg["workload"]["arrival"] == {"process": "constant", "rate": 2}
+
+
+def test_set_flags_apply_in_any_order():
+    """A new arrival process (or length distribution) replaces its section's defaults, but
+    never what another ``--set`` gave: the flags are one override, whatever their order."""
+    closed = ["workload.arrival.process=closed", "workload.arrival.concurrency=8"]
+    for items in (closed, closed[::-1]):
+        cfg = build_config(None, items)
+        assert cfg["workload"]["arrival"] == {"process": "closed", "concurrency": 8}
+    lengths = ["workload.input_len.mean=300", "workload.input_len.dist=fixed"]
+    assert build_config(None, lengths)["workload"]["input_len"] == {"dist": "fixed", "mean": 300}
+    assert build_config(None, ["kv_cache.block_size=8", "kv_cache.block_size=32"])["kv_cache"]["block_size"] == 32
+
+
+def test_a_file_arrival_still_gives_way_to_a_new_process(tmp_path):
+    f = tmp_path / "c.yaml"
+    f.write_text("workload:\n  arrival:\n    process: poisson\n    rate: 5\n")
+    cfg = build_config(f, ["workload.arrival.concurrency=4", "workload.arrival.process=closed"])
+    assert cfg["workload"]["arrival"] == {"process": "closed", "concurrency": 4}
