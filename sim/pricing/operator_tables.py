@@ -41,7 +41,8 @@ from typing import Any, Callable, Mapping, NamedTuple, Optional, Sequence, Union
 
 import numpy as np
 
-from sim.catalog.dtypes import gemm_quantized, quantized_groups, scope_note
+from sim.catalog.dtypes import (FP8_BLOCK_BYTES, INT4_BYTES, MXFP4_BYTES, NVFP4_BYTES, gemm_quantized,
+                                quantized_groups, scope_note)
 from sim.catalog.engines import (EngineRelease, get_engine, sglang_extend_graph_tokens,
                                  sglang_pcg_capture_sizes, version_text)
 from sim.catalog.hardware import HardwareSpec, get_hardware
@@ -155,11 +156,12 @@ MLA_MODULE_GEMMS = ("q_a_proj", "q_b_proj", "q_proj", "kv_a_proj", "kv_b_proj", 
 #: runs gpt-oss with on Hopper and the default on Blackwell; INT4 as weight-only).
 MOE_DTYPES: dict[str, str] = {"fp8": "fp8", "fp8_block": "fp8_block", "nvfp4": "nvfp4",
                               "mxfp4": "w4a16_mxfp4", "int4": "int4_wo"}
-#: Bytes a fused-MoE table row's expert weights take per parameter, by its ``moe_dtype``
-#: (scales included: NVFP4 one FP8 per 16, MXFP4 one E8M0 per 32, W4A16 INT4 one fp16 per 128).
-MOE_WEIGHT_BYTES: dict[str, float] = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": 1.0, "nvfp4": 0.5625,
-                                      "w4a16_mxfp4": 0.53125, "w4a8_mxfp4_mxfp8": 0.53125,
-                                      "int4_wo": 0.515625}
+#: Bytes a fused-MoE table row's expert weights take per parameter, by its ``moe_dtype``: the
+#: catalog's per-format bytes, scales included (``sim.catalog.dtypes``), so the streaming floor
+#: reads the same weights the roofline prices.
+MOE_WEIGHT_BYTES: dict[str, float] = {"bfloat16": 2.0, "fp8": 1.0, "fp8_block": FP8_BLOCK_BYTES,
+                                      "nvfp4": NVFP4_BYTES, "w4a16_mxfp4": MXFP4_BYTES,
+                                      "w4a8_mxfp4_mxfp8": MXFP4_BYTES, "int4_wo": INT4_BYTES}
 #: Weight matrices at least this large stream from HBM in a GEMM row (no L2 holds them): the
 #: rows that give a GPU's streaming rate (``weight_streaming_rate``).
 STREAMING_MIN_BYTES = 64 * 2**20
