@@ -265,7 +265,8 @@ def read_json_run(path: Path) -> RealRun:
         return read_aiperf_export(path, data)
     raise RealRunError(f"{path}: unknown format (neither a vllm bench serve --save-result JSON: "
                        f"request_rate, completed, mean_e2el_ms; nor a GuideLLM report: benchmarks[]; "
-                       f"nor an aiperf / genai-perf profile export: input_config, time_to_first_token)")
+                       f"nor an aiperf / genai-perf profile export: input_config, time_to_first_token; nor an "
+                       f"SGLang bench_serving result: backend, mean_e2e_latency_ms)")
 
 
 def detect_format(data: Any) -> Optional[str]:
