@@ -71,7 +71,7 @@ def estimate_args(row: Mapping[str, str]) -> dict[str, Any]:
 
 def _predict_one(row: dict) -> dict:
     """Worker: one row's prediction, or the estimator's one-line refusal."""
-    from aiconfigurator.cli.api import cli_estimate  # the separate environment's package
+    from aiconfigurator.cli.api import cli_estimate  # type: ignore[import-not-found]  # a separate environment's
 
     args = estimate_args(row)
     out: dict[str, Any] = {"id": row["id"], "requested_version": args["backend_version"]}
@@ -100,7 +100,7 @@ def _predict_one(row: dict) -> dict:
 
 def predict(args: argparse.Namespace) -> int:
     try:
-        import aiconfigurator  # noqa: F401
+        import aiconfigurator  # type: ignore[import-not-found]  # noqa: F401
     except ImportError:
         print("aic_reference predict: the aiconfigurator package is not installed here (run it from a "
               "separate environment: pip install aiconfigurator==<the installed core's version>)",
@@ -241,7 +241,7 @@ def compare_markdown(pairs: Sequence[Mapping], kv_report: Mapping, aic_report: M
                          f"| {_pct(s['kvplan_ttft_bias'], True)} / {_pct(s['kvplan_tpot_bias'], True)} "
                          f"| {_pct(s['aic_ttft_bias'], True)} / {_pct(s['aic_tpot_bias'], True)} |")
         lines.append("")
-    failed = defaultdict(int)
+    failed: defaultdict[str, int] = defaultdict(int)
     for r in aic_rows:
         if r["status"] != "predicted":
             failed[r["error"].split(":")[0] + ": " + r["error"].split(":", 1)[-1][:70].strip()] += 1

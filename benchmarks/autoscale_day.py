@@ -107,7 +107,7 @@ def main() -> None:
         }
         hourly[name] = (by_period(runs["autoscaled"].timeline, day_s / 24),
                         by_period(runs["fixed"].timeline, day_s / 24))
-        cells = (name, f"{delay:.0f}", f"{a['mean_replicas']:.2f} / {a['peak_replicas']}",
+        cells: tuple[str, ...] = (name, f"{delay:.0f}", f"{a['mean_replicas']:.2f} / {a['peak_replicas']}",
                  f"{a['gpu_hours']:.2f}", f"{a['usd']:.2f}", _pct(a["slo_attainment"]),
                  f"{a['p99_ttft_ms'] / 1000:.2f}", f"{f['gpu_hours']:.2f}", f"{f['usd']:.2f}",
                  _pct(f["slo_attainment"]), _pct(1 - a["gpu_hours"] / f["gpu_hours"]), f"{wall:.1f}")

@@ -119,7 +119,8 @@ class _Models:
     """Roofline instances per (model, tp, pp), built once per efficiency."""
 
     def __init__(self, eff: Efficiency) -> None:
-        self.eff, self._cache = eff, {}
+        self.eff = eff
+        self._cache: dict[tuple[str, int, int], RooflineCostModel] = {}
 
     def get(self, model: str, tp: int, pp: int = 1) -> RooflineCostModel:
         key = (model, tp, pp)
@@ -265,7 +266,7 @@ def fit_group(eff: Efficiency, names: tuple[str, ...],
     (log of predicted / measured per row) with a robust (soft L1) loss. Logs weigh a 2 us
     kernel and a 16 ms one alike, which is what a percentage error table asks for. Shared with
     ``benchmarks/roofline_vs_tables.py``, which fits other GPUs' constants to their tables."""
-    from scipy.optimize import least_squares
+    from scipy.optimize import least_squares  # type: ignore[import-untyped]  # no stubs: scipy-stubs is no dependency
 
     def residuals(x: np.ndarray) -> np.ndarray:
         return log_ratios(replace(eff, **{n: float(np.exp(v)) for n, v in zip(names, x)}))

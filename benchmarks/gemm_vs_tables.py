@@ -78,13 +78,13 @@ def _graph_ms(call, reps: int) -> "float | None":
 
 def measure(out: Path, quick: bool = False) -> None:
     import torch
-    import triton.testing
+    import triton.testing  # type: ignore[import-untyped]  # triton ships no type information
 
     device = torch.device("cuda")
     name = torch.cuda.get_device_name(device)
     ms_grid = M_GRID[::3] if quick else M_GRID
     nk_grid = NK_GRID[::5] if quick else NK_GRID
-    results = []
+    results: list = []
     torch.manual_seed(0)
     start = time.time()
     failed: list = []

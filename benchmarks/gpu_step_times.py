@@ -20,6 +20,7 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import Optional, cast
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -28,7 +29,7 @@ from sim.catalog.engines import DEFAULT_VLLM_VERSION, get_engine  # noqa: E402
 from sim.errors import KvplanError  # noqa: E402
 from sim.memory_plan import plan_memory  # noqa: E402
 from sim.policies.step import StepShape  # noqa: E402
-from sim.pricing import make_pricer  # noqa: E402
+from sim.pricing import OperatorTableCostModel, make_pricer  # noqa: E402
 from sim.pricing.table_data import (GPU_TABLE_DIRS, package_tables_root,  # noqa: E402
                                     package_version, read_columns_present, table_files)
 
@@ -86,8 +87,9 @@ def price_all(engine_version: str) -> list[dict]:
                 continue
             kw = dict(dtype="bfloat16", tensor_parallel_size=tp, weight_dtype=weights)
             roof = make_pricer("roofline", model, hw, engine=engine, **kw)
+            tab: Optional[OperatorTableCostModel]  # the kind's class: it has the tables' folder and version
             try:
-                tab = make_pricer("operator_tables", model, hw, engine=engine, **kw)
+                tab = cast(OperatorTableCostModel, make_pricer("operator_tables", model, hw, engine=engine, **kw))
             except KvplanError as exc:
                 tab = None
                 row["note"] = f"roofline only: {str(exc)[:160]}"

@@ -109,13 +109,13 @@ _KV_FP8 = {"kv_cache.dtype": "fp8"}            # --kv-cache-dtype fp8_e4m3
 _KV_AUTO = {"kv_cache.dtype": "auto"}          # no --kv-cache-dtype: SGLang's auto, the model dtype
 _QWEN_B200_ENV = ("NCCL_NVLS_ENABLE=1", "SGL_ENABLE_JIT_DEEPGEMM=false",
                   "SGLANG_ENABLE_FLASHINFER_GEMM=true")
-_QWEN_STP = {"scheduler_recv_interval": recv_30_from_16_clients, "max_running_requests": 128,
+_QWEN_STP: Flags = {"scheduler_recv_interval": recv_30_from_16_clients, "max_running_requests": 128,
              "chunked_prefill_size": 32768, "max_prefill_tokens": 32768,
              "disable_radix_cache": True, "cuda_graph_max_bs": concurrency, "engine.stream_interval": 30}
 _QWEN_STP_NM = ("--attention-backend trtllm_mha",
                 "--moe-runner-backend flashinfer_trtllm", "--tokenizer-worker-num 6",
                 "--context-length ISL+OSL+20") + _QWEN_B200_ENV
-_DSR1_FP4 = {"max_running_requests": 256, "mem_fraction_static": 0.85, "chunked_prefill_size": 16384,
+_DSR1_FP4: Flags = {"max_running_requests": 256, "mem_fraction_static": 0.85, "chunked_prefill_size": 16384,
              "disable_radix_cache": True, "scheduler_recv_interval": recv_30_from_16_clients,
              "cuda_graph_max_bs": 256, "engine.stream_interval": 10, **_KV_FP8}
 _DSR1_FP4_NM = ("--ep-size $EP_SIZE", "--enable-flashinfer-allreduce-fusion",

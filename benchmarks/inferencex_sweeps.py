@@ -43,7 +43,7 @@ MODEL_PREFIXES = (("deepseek", "dsr1"), ("minimax-m2.5", "minimaxm2.5"), ("kimi-
 
 Caps = tuple[tuple[int, int, int], ...]
 
-SWEEPS: dict[str, tuple[tuple[str, str, Caps], ...]] = {
+SWEEPS: dict[str, tuple[tuple[str, str, Optional[Caps]], ...]] = {
     'dsr1-fp4-b200-sglang': (
         ('2025-11-03', '17d5e204f', ((1024, 1024, 128), (1024, 8192, 128), (8192, 1024, 128))),
         ('2026-03-28', '626932a11', ((1024, 1024, 128), (8192, 1024, 128))),
@@ -206,8 +206,8 @@ def sweep_cap(key: str, measured: str, isl: int, osl: int) -> Optional[tuple[int
     TTFT against 20.03 s on 2026-03-27.)"""
     if not (FIRST_RECORD <= measured < TABULATED_UNTIL):
         return None
-    before: Optional[tuple[str, Optional[tuple]]] = None
-    that_day: list[tuple[str, Optional[tuple]]] = []
+    before: Optional[tuple[str, Optional[Caps]]] = None
+    that_day: list[tuple[str, Optional[Caps]]] = []
     for from_date, commit, caps in SWEEPS.get(key, ()):
         if from_date < measured:
             before = (commit, caps)

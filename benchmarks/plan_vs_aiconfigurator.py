@@ -278,6 +278,7 @@ def run_kvplan(case: Case, aic: dict) -> None:
     (RESULTS / f"kvplan_capacity_aic_{case.key}.json").write_text(json.dumps(cap, indent=1, default=str) + "\n")
 
     aic_keys = aic_overrides(case, aic)
+    assert best is not None, f"{case.key}: kvplan planned no row that meets the SLO"
     kv_keys = [f"model={case.model}"] + WORKLOAD + [f"kv_cache.max_model_len={PLAN_MAX_MODEL_LEN}"] + best["overrides"]
     sims = {}
     for name, cmd in (("aic_fleet", fleet_command(aic_keys, aic["replicas"], rate)),

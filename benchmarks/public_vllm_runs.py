@@ -216,7 +216,7 @@ def build_folder(run: Run, root: Path, lite_rates: Optional[tuple[float, float]]
 
 def _set_rates(folder: Path, rates: tuple[float, float]) -> None:
     """Both stage rates in profile.yaml (JSON text) and results/config.yaml (YAML)."""
-    import yaml
+    import yaml  # type: ignore[import-untyped]  # no stubs: types-PyYAML is no dependency
 
     for path in (folder / "profile.yaml", folder / "results" / "config.yaml"):
         doc = yaml.safe_load(path.read_text())
@@ -259,16 +259,17 @@ def main(argv=None) -> int:
     if not SHARED_RUNS.is_dir():
         print(f"{SHARED_RUNS}: not found (the shared runs lend each workload's profile)", file=sys.stderr)
         return 2
-    lite = None
+    lite: Optional[tuple[float, float]] = None
     if args.lite_rates:
         try:
-            lite = tuple(float(x) for x in args.lite_rates.split(","))
+            rates = tuple(float(x) for x in args.lite_rates.split(","))
         except ValueError:
             print(f"--lite-rates: expected R0,R1 (req/s), got {args.lite_rates!r}", file=sys.stderr)
             return 2
-        if len(lite) != 2 or min(lite) <= 0:
+        if len(rates) != 2 or min(rates) <= 0:
             print(f"--lite-rates: expected two positive rates, got {args.lite_rates!r}", file=sys.stderr)
             return 2
+        lite = (rates[0], rates[1])
     runs = [r for r in RUNS if (lite is not None or not r.workload.endswith("-lite"))
             and (args.only is None or args.only in r.name)]
     rows, runs_out, skipped = [], [], []

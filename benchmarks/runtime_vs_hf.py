@@ -31,7 +31,7 @@ import time
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch  # noqa: E402
-from tqdm import tqdm  # noqa: E402
+from tqdm import tqdm  # type: ignore[import-untyped]  # noqa: E402  # no stubs: types-tqdm is no dependency
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
@@ -42,7 +42,9 @@ from runtime.hf_reference import load_hf_reference  # noqa: E402
 
 def static_batches(work: Workload, budget_tokens: int) -> list[list[int]]:
     """Greedy in-order batches whose padded KV (rows x (max prompt + max output)) fits."""
-    batches, cur, longest_in, longest_out = [], [], 0, 0
+    batches: list[list[int]] = []
+    cur: list[int] = []
+    longest_in, longest_out = 0, 0
     for i, (p, o) in enumerate(zip(work.prompts, work.output_lens)):
         li, lo = max(longest_in, len(p)), max(longest_out, o)
         if cur and (len(cur) + 1) * (li + lo) > budget_tokens:

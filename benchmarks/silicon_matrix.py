@@ -862,7 +862,7 @@ def inferencex_script_flags(row: Mapping, clients: int, parallel: Mapping,
                                  measured_date(row), isl, osl, clients, tp, ep, dp)
     ranks = _int(labelled, "attention_dp_size", 1) if labelled is not None else 1
     budget = script.get("scheduler", {}).get("max_num_batched_tokens")
-    if budget and ranks > 1 and vllm_script_runs_dp_attention(labelled):
+    if budget and ranks > 1 and labelled is not None and vllm_script_runs_dp_attention(labelled):
         # The script's DP-attention branch runs DP e x TP 1, one scheduler and one token budget
         # per rank; the relabelled replay runs one scheduler for the e ranks: theirs summed.
         script = {**script, "scheduler": {**script["scheduler"], "max_num_batched_tokens": budget * ranks}}
@@ -970,6 +970,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
     checkpoint_quant = checkpoint_quant or checkpoint_quantization
     is_moe = is_moe or _is_moe
     notes: list[str] = []
+    note: Optional[str]  # each step's note, None where it has none
     original = (dated or {}).get(_text(row, "id"))
     if original is not None:
         row, note = adopt_dated_copy(row, original)
@@ -1066,7 +1067,7 @@ def row_to_point(row: Mapping, *, requests_per_client: int = DEFAULT_REQUESTS_PE
                    "min": max(2, int(osl * (1 - 6 * output_cv))), "max": longest}
         if is_sensitivity_run(phases, output_cv):
             notes.append(f"sensitivity: output lengths lognormal, mean {osl}, CV {output_cv} (not the measurement's)")
-    config = {
+    config: dict[str, Any] = {
         "model": model,
         "hardware": hardware,
         "dtype": "bfloat16",

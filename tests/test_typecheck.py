@@ -1,5 +1,5 @@
-"""The packages type-check: ``mypy sim runtime kernels calibration analysis kvplan dashboards``
-reports nothing.
+"""The packages type-check: ``mypy sim runtime kernels calibration analysis kvplan dashboards
+benchmarks`` reports nothing.
 
 Why: the type hints say what flows where (a ``Sequence`` of requests, an optional progress
 callback, a memory plan that may be absent); a hint that lies misleads the next reader, and the
@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-#: The simulator, and the engine, kernels, calibration, analysis, CLI and dashboards around it.
-PACKAGES = ["sim", "runtime", "kernels", "calibration", "analysis", "kvplan", "dashboards"]
+#: The simulator, and the engine, kernels, calibration, analysis, CLI, dashboards and benchmark
+#: scripts around it.
+PACKAGES = ["sim", "runtime", "kernels", "calibration", "analysis", "kvplan", "dashboards", "benchmarks"]
 
 
 @pytest.mark.skipif(importlib.util.find_spec("mypy") is None, reason="mypy (kvplan[native]) is not installed")
