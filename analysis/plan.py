@@ -21,6 +21,9 @@ point. The planner spends simulations where the answer can be:
    (seeds and interval, a long confirming run, the fleet simulated at the target), on the
    cheapest screened candidate, then on the next ones while their estimate is below the best
    planned cost (the full search can need more replicas than the screen's division said).
+6. **Reopen**: a candidate pruned in 4 against an estimate that the full search then priced
+   higher, whose floor is under the best planned cost, is screened after all (and planned if
+   its estimate can still win), until none is left: a floor is a bound, an estimate a guess.
 
 The ranking is by $/hour at the target, then $ per million output tokens. The same config,
 SLO, target and seed give the same plan for any number of workers (batches have a fixed size
@@ -395,6 +398,10 @@ def mean_lengths(cfg: dict) -> tuple[float, float]:
     return (sum(r.prompt_len for r in reqs) / len(reqs), sum(r.max_output_tokens for r in reqs) / len(reqs))
 
 
+#: The headline's words for what priced the best row's steps (``Row.pricing["source"]``).
+PRICED_BY = {"measured": "the measured operator tables", "roofline": "the roofline", "profile": "a fitted profile"}
+
+
 # --- the rungs -----------------------------------------------------------------------------------
 
 
@@ -475,10 +482,11 @@ class PlanResult:
         if b is None:
             return (f"No deployment meets {self.slo} at {self.load_text} ({tried}). "
                     f"The closest misses are listed.")
+        source = cast(dict, b.pricing)["source"]  # priced when bounded
         return (f"Cheapest deployment for {self.load_text} inside {self.slo}: {b.candidate.label()}, "
                 f"{b.replicas} replica{'s' if b.replicas != 1 else ''} x {b.gpus_per_replica} GPU = {b.gpus} GPUs, "
                 f"${b.usd_per_hour:.2f}/hour, ${_num(b.usd_per_million_output_tokens)} per million output "
-                f"tokens (steps priced by {cast(dict, b.pricing)['source']}). {tried}.")  # priced when bounded
+                f"tokens (steps priced by {PRICED_BY.get(source, source)}). {tried}.")
 
     def closest_misses(self, n: int = 5) -> list[Row]:
         simulated = [r for r in self.rows if r.status in ("screened", "planned")]
@@ -545,64 +553,86 @@ def plan(config: Union[dict, str, Path, None], slo: SLO, target_rate: Optional[f
         raise ConfigError(f"model {base['model']}: fits no GPU in the search ({', '.join(hw_list)}, "
                           f"TP up to {max(r.candidate.as_dict()['parallel.tensor_parallel_size'] for r in rows)}): "
                           f"{rows[-1].reason}")
-    # Rung 1: screen in fixed-size batches, cheapest floor first.
+    # Rung 1: screen in fixed-size batches, cheapest floor first; rung 2: the full search on
+    # the cheapest estimates. An estimate is a short single-seed run and the full search can
+    # price a candidate above it, so a candidate pruned against an estimate is reopened (screened,
+    # then searched if its estimate can still win) while its floor is under the best planned
+    # cost: what stays pruned is pruned by a deployment searched in full, a sound bound.
     best_estimate = math.inf
-    screened = 0
+    best_cost = math.inf
+    screened = reopened_total = 0
     with _mapper(workers, backend) as run_map:
-        for start in range(0, len(live), SCREEN_BATCH):
-            todo = []
-            for r in live[start:start + SCREEN_BATCH]:
-                if cast(float, r.cost_floor) >= best_estimate:  # at best a tie with what is already screened
-                    r.status, r.reason = "pruned", (f"cost floor ${r.cost_floor:.2f}/h is not under the cheapest "
-                                                   f"screened estimate ${best_estimate:.2f}/h")
+
+        def screen(batch_rows: list[Row], bar: Callable[[], float]) -> None:
+            """Screen ``batch_rows`` in order, pruning each whose floor is at or above ``bar()``
+            (their reason is written once the plan's best is known, below)."""
+            nonlocal sims, screened, best_estimate
+            for start in range(0, len(batch_rows), SCREEN_BATCH):
+                todo = []
+                for r in batch_rows[start:start + SCREEN_BATCH]:
+                    if cast(float, r.cost_floor) >= bar():  # at best a tie with what is already priced
+                        r.status = "pruned"
+                    else:
+                        todo.append(r)
+                if concurrency is None:
+                    # a bounded row has its ceiling
+                    args: list[tuple] = [("rate", base, r.candidate.overrides, slo, _start(cast(float, r.bound_rate)),
+                                          base_dir, screen_s) for r in todo]
                 else:
-                    todo.append(r)
-            if concurrency is None:
-                # a bounded row has its ceiling
-                args: list[tuple] = [("rate", base, r.candidate.overrides, slo, _start(cast(float, r.bound_rate)),
-                                      base_dir, screen_s) for r in todo]
-            else:
-                args = [("clients", base, r.candidate.overrides, slo, min(concurrency, r.max_clients or concurrency),
-                         base_dir) for r in todo]
-            for r, (out, n) in zip(todo, run_map(_screen, args)):
+                    args = [("clients", base, r.candidate.overrides, slo, min(concurrency, r.max_clients or concurrency),
+                             base_dir) for r in todo]
+                for r, (out, n) in zip(todo, run_map(_screen, args)):
+                    sims += n
+                    r.simulations += n
+                    if "error" in out:
+                        r.status, r.reason = "infeasible", out["error"]
+                    elif concurrency is None:
+                        _apply_screen(r, out, cast(float, target_rate))  # set without clients
+                    else:
+                        _apply_client_screen(r, out, concurrency)
+                    screened += 1
+                    if r.estimate_usd_per_hour is not None:
+                        best_estimate = min(best_estimate, r.estimate_usd_per_hour)
+                progress("screen", min(start + SCREEN_BATCH, len(batch_rows)), len(batch_rows),
+                         _cheapest(live, "estimate_usd_per_hour"))
+
+        screen(live, lambda: best_estimate)
+        while True:
+            finalists = sorted((r for r in live if r.status == "screened" and r.estimate_usd_per_hour is not None),
+                               key=lambda r: (r.estimate_usd_per_hour, r.candidate.label()))
+            for k, r in enumerate(finalists):
+                # Branch and bound on the estimates: the next can only win if it is estimated cheaper
+                # than the best planned cost (an estimate equal to it can at best tie).
+                if cast(float, r.estimate_usd_per_hour) >= best_cost:  # set: see finalists
+                    break
+                if concurrency is None:
+                    res = find_capacity(base, slo, target_rate=target_rate, overrides=r.candidate.overrides,
+                                        prices=table, base_dir=base_dir, workers=workers, **dict(full_search or {}))
+                    n = res.num_simulations
+                    _apply_full(r, res)
+                else:
+                    n = _full_clients(r, base, slo, concurrency, base_dir)
                 sims += n
                 r.simulations += n
-                if "error" in out:
-                    r.status, r.reason = "infeasible", out["error"]
-                elif concurrency is None:
-                    _apply_screen(r, out, cast(float, target_rate))  # set without clients
-                else:
-                    _apply_client_screen(r, out, concurrency)
-                screened += 1
-                if r.estimate_usd_per_hour is not None:
-                    best_estimate = min(best_estimate, r.estimate_usd_per_hour)
-            progress("screen", min(start + SCREEN_BATCH, len(live)), len(live), _cheapest(live, "estimate_usd_per_hour"))
-    # Rung 2: the full capacity search on the cheapest estimates.
-    finalists = sorted((r for r in live if r.status == "screened" and r.estimate_usd_per_hour is not None),
-                       key=lambda r: (r.estimate_usd_per_hour, r.candidate.label()))
-    best_cost = math.inf
-    for k, r in enumerate(finalists):
-        # Branch and bound on the estimates: the next can only win if it is estimated cheaper
-        # than the best planned cost (an estimate equal to it can at best tie).
-        if cast(float, r.estimate_usd_per_hour) >= best_cost:  # set: see finalists
-            break
-        if concurrency is None:
-            res = find_capacity(base, slo, target_rate=target_rate, overrides=r.candidate.overrides,
-                                prices=table, base_dir=base_dir, workers=workers, **dict(full_search or {}))
-            n = res.num_simulations
-            _apply_full(r, res)
-        else:
-            n = _full_clients(r, base, slo, concurrency, base_dir)
-        sims += n
-        r.simulations += n
-        if r.meets_slo and r.usd_per_hour is not None:
-            best_cost = min(best_cost, r.usd_per_hour)
-        progress("plan", k + 1, len(finalists), _cheapest(finalists, "usd_per_hour", planned=True))
+                if r.meets_slo and r.usd_per_hour is not None:
+                    best_cost = min(best_cost, r.usd_per_hour)
+                progress("plan", k + 1, len(finalists), _cheapest(live, "usd_per_hour", planned=True))
+            reopened = [r for r in live if r.status == "pruned" and cast(float, r.cost_floor) < best_cost]
+            if not reopened:
+                break
+            reopened_total += len(reopened)
+            screen(reopened, lambda: best_cost)
+    for r in live:  # every floor still pruned is at or above the plan's best: say so
+        if r.status == "pruned":
+            r.reason = (f"cost floor ${r.cost_floor:.2f}/h is not under ${best_cost:.2f}/h, the cheapest "
+                        f"deployment searched in full")
     result = PlanResult(slo, None if target_rate is None else float(target_rate), list(hw_list), {k: list(v) for k, v in knobs.items()}, rows,
                         sims, time.perf_counter() - t0, base, table)
     result.concurrency = concurrency
     result.notes.append(f"screened {screened} of {len(live)} candidates that fit and can meet the SLO; "
-                        f"{sum(r.status == 'planned' for r in rows)} searched in full")
+                        f"{sum(r.status == 'planned' for r in rows)} searched in full"
+                        + (f"; {reopened_total} pruned against a screen's estimate were reopened when the full "
+                           f"search priced above it" if reopened_total else ""))
     return result
 
 

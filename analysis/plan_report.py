@@ -28,7 +28,10 @@ def plan_section(rec: dict) -> Section:
         sec.tables.append((["deployment", "best rate met req/s", "what it missed", "pricing"],
                            [[r["label"], _f(r["estimate_rate"] or r["planning_rate"], 2),
                              "; ".join(r["misses"]) or r["reason"], _pricing(r)] for r in rec["closest_misses"]]))
-    lost = [r for r in rec["rows"] if r["status"] in ("screened", "pruned", "does_not_fit", "infeasible")]
+    # Simulated losers first (their estimates say the most), pruned last: a wide search prunes
+    # most of its candidates, and the 40 rows shown should not be only those.
+    order = {"screened": 0, "infeasible": 1, "does_not_fit": 2, "pruned": 3}
+    lost = sorted((r for r in rec["rows"] if r["status"] in order), key=lambda r: order[r["status"]])
     if lost:
         sec.tables.append((["not chosen", "why"], [[r["label"], _why(r)] for r in lost[:40]]))
         if len(lost) > 40:

@@ -115,6 +115,38 @@ def test_a_plan_reports_as_markdown(small_plan, tmp_path):
     assert "## Plan" in md and small_plan.best.candidate.label() in md and "not chosen" in md
 
 
+def test_a_screen_too_hopeful_does_not_prune_a_cheaper_deployment(monkeypatch):
+    """The screen is one short seed: when it rates a candidate far above what the full search
+    then finds, the rows pruned against that estimate are reopened, so that every row still
+    pruned has a cost floor at or above the plan's best (a bound from a deployment searched in
+    full, not from a guess). Here the first candidate screened is made to look 100x better."""
+    import analysis.plan as plan_mod
+
+    real, calls = plan_mod._screen, []
+
+    def hopeful(args):
+        out, n = real(args)
+        calls.append(args[2])
+        if len(calls) == 1 and out.get("rate"):
+            out = {**out, "rate": out["rate"] * 100}
+        return out, n
+
+    monkeypatch.setattr(plan_mod, "_screen", hopeful)
+    # the first screened is an L40S; the H100s' floors ($2.99/h) lie between its 100x estimate
+    # ($1.25/h) and what the L40S rows cost when searched in full ($3.75/h and up)
+    res = plan(None, parse_slo("ttft_p99_ms=300,tpot_p99_ms=25"), 40.0, hardware=["h100-sxm", "l40s"], workers=1,
+               screen_s=15.0, full_search=FULL, search={"tp": [1]})
+    best = res.best
+    assert best is not None and best.meets_slo
+    pruned = [r for r in res.rows if r.status == "pruned"]
+    assert all(r.cost_floor >= best.usd_per_hour for r in pruned)
+    assert all(f"${best.usd_per_hour:.2f}/h, the cheapest deployment searched in full" in r.reason for r in pruned)
+    assert any("reopened" in n for n in res.notes)
+    for r in res.rows:  # and nothing planned or screened is cheaper than the answer
+        if r.meets_slo:
+            assert r.usd_per_hour >= best.usd_per_hour
+
+
 def test_an_slo_nothing_meets_is_a_verdict_not_an_error():
     res = plan(None, parse_slo("tpot_p99_ms=1"), 10.0, hardware=["a100-80gb"], search={"tp": [1]},
                screen_s=10.0, full_search=FULL)
