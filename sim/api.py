@@ -29,6 +29,7 @@ from sim.run_parts import (Deployment, as_scenario, async_scheduling_of, build_r
 from sim.scenario import Scenario
 from sim.simulation import STEP_COLUMNS, Simulation
 from sim.streaming import ITL_BIN_WIDTH, StreamRecorder
+from sim.workload.summary import prefix_reuse_fraction
 
 if TYPE_CHECKING:
     from sim.workload.clients import ClientGroup
@@ -176,10 +177,30 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
             "itl_quantiles": f"log-histogram bins, within {ITL_BIN_WIDTH / 2:.1e} relative"}
         extra["streamed_to"] = str(stream_to)
         reqs = []
-    warnings = dep.cost_model.warnings()  # e.g. a profile measured on another machine
+    warnings = list(dep.cost_model.warnings())  # e.g. a profile measured on another machine
+    if stream_to is None and not sc.kv_cache.prefix_caching and not dep.model.is_hybrid_linear:
+        warnings += _prefix_reuse_left_out(built)
     if warnings:
         summary["warnings"] = warnings
     return SimResult(cfg, summary, list(reqs), steps, dep, extra, scenario=sc)
+
+
+#: Share of prompt blocks an earlier request already had, from which a run without prefix
+#: caching says what it leaves out.
+PREFIX_REUSE_WARN = 0.05
+
+
+def _prefix_reuse_left_out(requests: Sequence[Request]) -> list[str]:
+    """A warning when the workload's prompts repeat prefixes (trace ``hash_ids``, a synthetic
+    shared prefix) that the run does not cache: vLLM's V1 engine caches prefixes by default,
+    kvplan only with ``kv_cache.prefix_caching``, and a trace replayed without it is priced as if
+    every prompt were new."""
+    share = prefix_reuse_fraction(requests)
+    if share is None or share < PREFIX_REUSE_WARN:
+        return []
+    return [f"workload: {share:.0%} of the prompt blocks repeat an earlier request's prefix, but "
+            f"kv_cache.prefix_caching is false, so every prompt is prefilled in full (vLLM's V1 "
+            f"engine caches prefixes by default): --set kv_cache.prefix_caching=true to model the reuse"]
 
 
 class _RecordingRouter(Router):

@@ -27,7 +27,7 @@ def describe(requests: Sequence[Request]) -> dict[str, Any]:
         "request_rate": rate,
         "input_len": _stats([r.prompt_len for r in requests]),
         "output_len": _stats([r.max_output_tokens for r in requests]),
-        "prefix_reuse_fraction": _reuse(requests),
+        "prefix_reuse_fraction": prefix_reuse_fraction(requests),
     }
 
 
@@ -44,7 +44,9 @@ def _stats(values: list[int]) -> dict[str, Optional[float]]:
     }
 
 
-def _reuse(requests: Sequence[Request]) -> Optional[float]:
+def prefix_reuse_fraction(requests: Sequence[Request]) -> Optional[float]:
+    """Share of the prompt blocks (``block_hashes``) whose hash an earlier arrival already had:
+    the hit rate of an unlimited prefix cache; None when no request carries hashes."""
     seen: set[int] = set()
     total = reused = 0
     for r in sorted(requests, key=lambda r: r.arrival_time):
