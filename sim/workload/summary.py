@@ -47,6 +47,8 @@ def _stats(values: list[int]) -> dict[str, Optional[float]]:
 def prefix_reuse_fraction(requests: Sequence[Request]) -> Optional[float]:
     """Share of the prompt blocks (``block_hashes``) whose hash an earlier arrival already had:
     the hit rate of an unlimited prefix cache; None when no request carries hashes."""
+    if not any(r.block_hashes for r in requests):  # most workloads: no sort needed
+        return None
     seen: set[int] = set()
     total = reused = 0
     for r in sorted(requests, key=lambda r: r.arrival_time):
