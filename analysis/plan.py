@@ -187,7 +187,8 @@ def candidates(base: dict, hardware: Sequence[str], search: Mapping[str, list], 
     instead if it is quantised), the KV cache over auto / fp8 where FP8 is supported, expert
     parallelism on and off for a mixture of experts (``ep`` may also give numbers of expert
     groups: SGLang's MoE TP x EP, where they divide the GPUs), prefix caching on and off when the workload
-    shares prefixes, and speculative decoding on and off when the config gives an acceptance
+    shares prefixes (``workload.prefix`` here; ``plan`` adds the knob for a trace's hash ids or
+    conversations, ``shares_prefixes``), and speculative decoding on and off when the config gives an acceptance
     model."""
     from sim.catalog.engines import DEFAULT_VERSIONS
     from sim.catalog.hardware import get_hardware
@@ -386,8 +387,8 @@ def _shared_prefix_tokens(cfg: dict) -> float:
     return float(prefix.get("length") or 0.0)
 
 
-def mean_lengths(cfg: dict) -> tuple[float, float]:
-    """Mean prompt and output tokens of the workload (a sample of its first requests)."""
+def workload_sample(cfg: dict) -> list:
+    """The workload's first 400 requests (all of a trace read, the first kept)."""
     from sim.api import build_workload
 
     small = config_mod.build_config(cfg, ["workload.num_requests=400"]) \
@@ -395,7 +396,23 @@ def mean_lengths(cfg: dict) -> tuple[float, float]:
     reqs = build_workload(small)[:400]
     if not reqs:
         raise ConfigError("workload: no requests to plan for")
+    return reqs
+
+
+def mean_lengths(cfg: dict, sample: Optional[list] = None) -> tuple[float, float]:
+    """Mean prompt and output tokens of the workload (a sample of its first requests)."""
+    reqs = sample if sample is not None else workload_sample(cfg)
     return (sum(r.prompt_len for r in reqs) / len(reqs), sum(r.max_output_tokens for r in reqs) / len(reqs))
+
+
+def shares_prefixes(sample: list) -> bool:
+    """Whether the sampled prompts repeat prefixes (a trace's hash ids, conversations' history,
+    ``workload.prefix``) often enough that prefix caching is worth trying on and off: the
+    share ``simulate`` warns at when a run leaves it out."""
+    from sim.api import PREFIX_REUSE_WARN
+    from sim.workload.summary import prefix_reuse_fraction
+
+    return (prefix_reuse_fraction(sample) or 0.0) >= PREFIX_REUSE_WARN
 
 
 #: The headline's words for what priced the best row's steps (``Row.pricing["source"]``).
@@ -535,6 +552,9 @@ def plan(config: Union[dict, str, Path, None], slo: SLO, target_rate: Optional[f
     table = price_table(prices)
     hw_list = _check_hardware(hardware if hardware else default_hardware(), table)
     knobs = {} if search is None else dict(search) if isinstance(search, Mapping) else parse_search(search)
+    sample = workload_sample(base)
+    if "prefix_caching" not in knobs and shares_prefixes(sample):  # a trace's or conversations' reuse
+        knobs["prefix_caching"] = [True, False]
     rows = [Row(c) for c in candidates(base, hw_list, knobs, max_gpus)]
     if not rows:
         raise ConfigError("plan: no candidate deployment in the search space (check --max-gpus and --search)")
@@ -544,7 +564,7 @@ def plan(config: Union[dict, str, Path, None], slo: SLO, target_rate: Optional[f
         if on_progress is not None:
             on_progress(stage, done, total, best.to_dict() if best else None)
 
-    lengths = mean_lengths(base)
+    lengths = mean_lengths(base, sample)
     for i, row in enumerate(rows):
         bound(row, base, slo, target_rate, table, concurrency, lengths)
         progress("bound", i + 1, len(rows), None)
@@ -598,8 +618,9 @@ def plan(config: Union[dict, str, Path, None], slo: SLO, target_rate: Optional[f
 
         screen(live, lambda: best_estimate)
         while True:
+            # cheapest estimate first; at equal cost the one with the most headroom (its rate)
             finalists = sorted((r for r in live if r.status == "screened" and r.estimate_usd_per_hour is not None),
-                               key=lambda r: (r.estimate_usd_per_hour, r.candidate.label()))
+                               key=lambda r: (r.estimate_usd_per_hour, -(r.estimate_rate or 0.0), r.candidate.label()))
             for k, r in enumerate(finalists):
                 # Branch and bound on the estimates: the next can only win if it is estimated cheaper
                 # than the best planned cost (an estimate equal to it can at best tie).

@@ -147,6 +147,23 @@ def test_a_screen_too_hopeful_does_not_prune_a_cheaper_deployment(monkeypatch):
             assert r.usd_per_hour >= best.usd_per_hour
 
 
+def test_conversations_get_prefix_caching_searched_and_equal_costs_plan_the_roomier_first():
+    """A workload whose prompts repeat prefixes without ``workload.prefix`` (conversations'
+    history here, a trace's hash ids likewise) gets prefix caching on and off as a knob; at one
+    replica either way, the screen's higher rate (caching's) is the one searched in full."""
+    sessions = ["workload.sessions={num_turns: {dist: fixed, mean: 3}, think_time_s: 2, "
+                "new_message_len: {dist: fixed, mean: 200}}", "kv_cache.max_model_len=8192"]
+    res = plan(None, parse_slo(SLO_TEXT), 5.0, hardware=["a100-80gb"], search={"tp": [1]}, overrides=sessions,
+               workers=1, screen_s=15.0, full_search=FULL)
+    assert res.search["prefix_caching"] == [True, False]
+    by = {dict(r.candidate.keys)["kv_cache.prefix_caching"]: r for r in res.rows}
+    assert by[True].estimate_rate > by[False].estimate_rate  # the history is reused
+    assert res.best is by[True] and by[False].status == "screened"
+    plain = plan(None, parse_slo(SLO_TEXT), 5.0, hardware=["a100-80gb"], search={"tp": [1]}, workers=1,
+                 screen_s=15.0, full_search=FULL)
+    assert "prefix_caching" not in plain.search and len(plain.rows) == 1
+
+
 def test_an_slo_nothing_meets_is_a_verdict_not_an_error():
     res = plan(None, parse_slo("tpot_p99_ms=1"), 10.0, hardware=["a100-80gb"], search={"tp": [1]},
                screen_s=10.0, full_search=FULL)
