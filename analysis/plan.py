@@ -48,6 +48,7 @@ from analysis.pareto import pareto_mask
 from analysis.pricing import price_table, usd_per_gpu_hour
 from analysis.slo import SLO
 from sim.errors import ConfigError, DoesNotFitError, KvplanError
+from sim.scenario import engine_caches_prefixes
 
 #: Candidates screened side by side, whatever the number of workers (the plan must not depend
 #: on it): after each batch the cheapest estimate so far prunes the next.
@@ -381,7 +382,13 @@ def _pricing_kind(source: str) -> str:
 def _shared_prefix_tokens(cfg: dict) -> float:
     """Prompt tokens a request may find cached (the workload's shared prefix), 0 without prefix
     caching or a prefix."""
-    if not (cfg.get("kv_cache") or {}).get("prefix_caching"):
+    kv, sched = cfg.get("kv_cache") or {}, cfg.get("scheduler") or {}
+    caching = kv.get("prefix_caching", "auto")
+    if caching == "auto":  # the engine's default (sim.scenario.engine_caches_prefixes)
+        caching = engine_caches_prefixes((cfg.get("engine") or {}).get("name", "vllm"), kv.get("allocator", "paged"),
+                                         sched.get("policy", "chunked"),
+                                         bool((cfg.get("sglang") or {}).get("disable_radix_cache")))
+    if not caching:
         return 0.0
     prefix = (cfg.get("workload") or {}).get("prefix") or {}
     return float(prefix.get("length") or 0.0)

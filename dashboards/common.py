@@ -305,7 +305,11 @@ def scenario_fields(f: Fields, *, num_requests: int = 300, rate: float = 8.0,
             f.add("kv_cache.reserve", st.selectbox, "Contiguous reservation", list(RESERVES),
                   index=pick("kv_cache.reserve", list(RESERVES)),
                   help="max: max_model_len; pow2: next power of two; oracle: the true final length")
-            f.add("kv_cache.prefix_caching", st.checkbox, "Prefix caching", value=False)
+            f.add("kv_cache.prefix_caching", st.selectbox, "Prefix caching", ["auto", True, False],
+                  format_func=lambda v: {"auto": "engine default", True: "on", False: "off"}[v],
+                  help="engine default: on for vLLM's V1 engine (the paged allocator, chunked "
+                       "scheduler) and SGLang's radix cache, off for the other schedulers and "
+                       "the contiguous allocator")
             f.add("kv_cache.gpu_memory_utilization", st.slider, "GPU memory utilisation", 0.5, 0.98,
                   float(d["kv_cache"]["gpu_memory_utilization"]), 0.01)
             f.add("kv_cache.max_model_len", st.number_input, "max_model_len (tokens)", min_value=256,

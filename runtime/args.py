@@ -145,7 +145,7 @@ class EngineArgs:
             "seed": scenario.seed,
             "dtype": DTYPE_ALIASES[scenario.dtype],
             "block_size": kv.block_size,
-            "enable_prefix_caching": kv.prefix_caching,
+            "enable_prefix_caching": scenario.caches_prefixes,
             "gpu_memory_utilization": kv.gpu_memory_utilization,
             "max_model_len": kv.max_model_len,
             "swap_space": kv.swap_space_gb,

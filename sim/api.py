@@ -178,7 +178,7 @@ def _simulate(config, overrides, seed, requests, progress, base_dir, fast_decode
         extra["streamed_to"] = str(stream_to)
         reqs = []
     warnings = list(dep.cost_model.warnings())  # e.g. a profile measured on another machine
-    if stream_to is None and not sc.kv_cache.prefix_caching and not dep.model.is_hybrid_linear:
+    if stream_to is None and not sc.caches_prefixes and not dep.model.is_hybrid_linear:
         warnings += _prefix_reuse_left_out(built)
     if warnings:
         summary["warnings"] = warnings

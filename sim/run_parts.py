@@ -362,7 +362,7 @@ def build_replica_scheduler(scenario: Union[Scenario, dict], num_slots: int, swa
             kv.allocator, num_slots=num_slots, block_size=block_size,
             # A linear-attention layer's state is not kept at every prefix boundary, so a cached
             # prefix cannot be resumed mid-prompt: prefix caching is off for hybrid models.
-            prefix_caching=kv.prefix_caching and not model.is_hybrid_linear, reserve=kv.reserve,
+            prefix_caching=sc.caches_prefixes and not model.is_hybrid_linear, reserve=kv.reserve,
             max_model_len=kv.max_model_len, swap_slots=swap_slots,
             window=sliding_window_kv(model, kv.block_size), offload=offload,
             state_slots=state_slots,

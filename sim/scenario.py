@@ -242,6 +242,18 @@ def _plain(value: Any) -> Any:
     return list(value) if isinstance(value, tuple) else value
 
 
+def engine_caches_prefixes(engine: str, allocator: str, policy: str, disable_radix_cache: bool = False) -> bool:
+    """What ``kv_cache.prefix_caching: auto`` is: whether the engine caches prompt prefixes by
+    default. vLLM's V1 engine does (``enable_prefix_caching`` defaults on in V1, and every vLLM
+    release kvplan models is V1: the paged allocator under the ``chunked`` scheduler); kvplan's
+    other schedulers (``static``, ``orca``, ``vllm_v0``: V0's prefill-first loop, whose default
+    was off) and the contiguous allocator do not. SGLang caches in its radix tree unless
+    ``--disable-radix-cache``."""
+    if engine == "sglang":
+        return not disable_radix_cache
+    return allocator == "paged" and policy == "chunked"
+
+
 # --- sections ----------------------------------------------------------------------------------
 
 
@@ -254,7 +266,9 @@ class KVCacheConfig(_Section):
     #: How much a contiguous allocation reserves (ignored by the paged allocator).
     reserve: str = choice("max", RESERVES)
     block_size: int = integer(16, 1, _MAX_TOKENS)
-    prefix_caching: bool = _field(False, _Check("bool"))
+    #: ``auto`` (the default) is the engine's own default (``engine_caches_prefixes``): vLLM's V1
+    #: engine caches prefixes, SGLang its radix tree unless ``sglang.disable_radix_cache``.
+    prefix_caching: Any = _field("auto", _Check("auto_bool"))
     gpu_memory_utilization: float = number(0.9, 0.0, 1.0, lo_open=True)
     max_model_len: int = integer(4096, 2, _MAX_TOKENS)
     dtype: str = choice("auto", KV_DTYPES)
@@ -740,6 +754,16 @@ class Scenario:
         self._apply_engine()
         self._check_combinations()
 
+    @property
+    def caches_prefixes(self) -> bool:
+        """``kv_cache.prefix_caching`` resolved: ``auto`` is the engine's default
+        (``engine_caches_prefixes``)."""
+        kv = self.kv_cache
+        if kv.prefix_caching == "auto":
+            return engine_caches_prefixes(self.engine.name, kv.allocator, self.scheduler.policy,
+                                          self.sglang.disable_radix_cache)
+        return bool(kv.prefix_caching)
+
     def _apply_engine(self) -> None:
         """An SGLang engine schedules with SGLang's policy over its radix-cache token pool:
         ``scheduler.policy`` becomes ``sglang`` (from its default ``chunked``) and the KV cache
@@ -780,9 +804,9 @@ class Scenario:
                 raise ConfigError(f"parallel.expert_parallel_size: vLLM spreads experts over all "
                                   f"{group} GPUs (enable_expert_parallel) or splits them by TP (1); "
                                   f"MoE TP x EP is SGLang's (engine.name sglang)")
-        if kv.prefix_caching and kv.allocator not in ("paged", "radix"):
+        if kv.prefix_caching is True and kv.allocator not in ("paged", "radix"):
             raise ConfigError("kv_cache.prefix_caching: needs kv_cache.allocator 'paged'")
-        if kv.offload_enabled and not kv.prefix_caching:
+        if kv.offload_enabled and not self.caches_prefixes:
             key = "kv_cache.cpu_offload_gb" if kv.cpu_offload_gb > 0 else "kv_cache.ssd_offload_gb"
             raise ConfigError(f"{key}: KV offload tiers need kv_cache.prefix_caching true "
                               f"(only cached prefix blocks are offloaded)")

@@ -321,8 +321,11 @@ def test_offload_off_is_the_run_without_the_keys():
 
 
 @pytest.mark.parametrize("sets,needle", [
-    (["kv_cache.cpu_offload_gb=4"], "kv_cache.cpu_offload_gb: KV offload tiers need kv_cache.prefix_caching"),
-    (["kv_cache.ssd_offload_gb=4"], "kv_cache.ssd_offload_gb: KV offload tiers need kv_cache.prefix_caching"),
+    # prefix caching is on by default (vLLM's V1 engine): only turning it off conflicts
+    (["kv_cache.cpu_offload_gb=4", "kv_cache.prefix_caching=false"],
+     "kv_cache.cpu_offload_gb: KV offload tiers need kv_cache.prefix_caching"),
+    (["kv_cache.ssd_offload_gb=4", "scheduler.policy=vllm_v0"],
+     "kv_cache.ssd_offload_gb: KV offload tiers need kv_cache.prefix_caching"),
     (["kv_cache.cpu_offload_gb=-1"], "kv_cache.cpu_offload_gb: -1 is outside"),
     (["kv_cache.cpu_offload_bandwidth_gbs=0"], "kv_cache.cpu_offload_bandwidth_gbs: 0 is outside"),
     (["kv_cache.ssd_offload_bandwidth_gbs=fast"], "kv_cache.ssd_offload_bandwidth_gbs: expected a finite number"),

@@ -219,8 +219,8 @@ def test_bad_choices_list_the_allowed_values(key, value):
 @pytest.mark.parametrize("key,value,needle", [
     ("model", "", "model: expected a name"),
     ("hardware", 3, "hardware: expected a name"),
-    ("kv_cache.prefix_caching", 1, "kv_cache.prefix_caching: expected true or false"),
-    ("kv_cache.prefix_caching", "yes", "kv_cache.prefix_caching: expected true or false"),
+    ("kv_cache.prefix_caching", 1, "kv_cache.prefix_caching: expected true, false or auto"),
+    ("kv_cache.prefix_caching", "yes", "kv_cache.prefix_caching: expected true, false or auto"),
     ("cost_model.profile", 3, "cost_model.profile: expected a path"),
     ("cost_model.profile", "/nonexistent/p.json", "cost_model.profile: /nonexistent/p.json: profile file not found"),
     ("speculative.acceptance_table", [0.5, math.nan], "speculative.acceptance_table: expected a list"),
@@ -392,7 +392,7 @@ def test_engine_args_from_scenario_maps_every_field():
     assert a.num_speculative_tokens == 3 and a.device == "cpu" and a.num_threads == 1
     d = EngineArgs.from_scenario(Scenario())
     assert (d.model, d.scheduling_policy, d.enable_chunked_prefill, d.enable_prefix_caching,
-            d.swap_space, d.num_kv_blocks, d.max_model_len) == (None, "chunked", True, False, 4.0, None, 4096)
+            d.swap_space, d.num_kv_blocks, d.max_model_len) == (None, "chunked", True, True, 4.0, None, 4096)
     assert EngineArgs.from_scenario(Scenario(), max_model_len=None).max_model_len is None
 
 

@@ -637,20 +637,23 @@ def test_csv_roundtrip_and_bad_line_numbers(tmp_path_factory, rows, bad):
 
 
 def test_a_run_that_leaves_shared_prefixes_uncached_says_so():
-    """Shared system prompts (or a trace's hash_ids) run without kv_cache.prefix_caching are
-    prefilled in full every time: the summary warns, with the share an unlimited cache would
-    reuse; with caching on (or SGLang's radix cache, on by default) it does not."""
+    """Shared system prompts (or a trace's hash_ids) run with prefix caching off are prefilled
+    in full every time: the summary warns, with the share an unlimited cache would reuse; with
+    caching at its default (on, as vLLM's V1 engine and SGLang's radix cache) it does not."""
     from sim.api import simulate
 
     base = {"model": "smollm2-135m", "hardware": "a100-80gb",
             "workload": {"num_requests": 60, "input_len": {"dist": "fixed", "mean": 64},
                          "output_len": {"dist": "fixed", "mean": 4}, "arrival": {"process": "poisson", "rate": 5},
                          "prefix": {"num_prefixes": 2, "length": 512}}}
-    warned = simulate(base).summary.get("warnings", [])
+    off = ["kv_cache.prefix_caching=false"]
+    warned = simulate(base, overrides=off).summary.get("warnings", [])
     assert len(warned) == 1 and "kv_cache.prefix_caching is false" in warned[0]
     share = describe(build_requests(base["workload"], seed=0))["prefix_reuse_fraction"]
     assert f"{share:.0%} of the prompt blocks" in warned[0] and share > 0.8
-    assert not simulate(base, overrides=["kv_cache.prefix_caching=true"]).summary.get("warnings")
+    assert simulate(base, overrides=["scheduler.policy=vllm_v0"]).summary.get("warnings")  # V0: off
+    cached = simulate(base)  # the default: vLLM's V1 engine caches prefixes
+    assert not cached.summary.get("warnings") and cached.summary["kv_cache"]["prefix_cache_hit_rate"] > 0.5
     assert not simulate(base, overrides=["engine.name=sglang"]).summary.get("warnings")
     plain = {**base, "workload": {k: v for k, v in base["workload"].items() if k != "prefix"}}
-    assert not simulate(plain).summary.get("warnings")
+    assert not simulate(plain, overrides=off).summary.get("warnings")
