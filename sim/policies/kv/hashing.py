@@ -16,6 +16,12 @@ from sim.policies.request import Request
 NO_PARENT = -1
 
 
+def has_block_content(req: Request) -> bool:
+    """Whether any block of ``req`` can be hashed: a length-only request (no token ids, no trace
+    ids) has nothing to look up or publish, so the prefix cache skips it outright."""
+    return req.prompt_token_ids is not None or req.block_hashes is not None
+
+
 def block_content_key(req: Request, index: int, block_size: int) -> Optional[tuple]:
     """What makes block ``index`` of ``req`` unique, or None when it is not known (not full,
     not covered by trace ids, or a length-only request)."""

@@ -12,7 +12,7 @@ from typing import Iterable, Optional, Sequence
 
 from sim.policies.kv.base import KVAllocator, KVUsage, PrefixHit
 from sim.policies.kv.block_pool import BlockPool
-from sim.policies.kv.hashing import request_block_hashes
+from sim.policies.kv.hashing import has_block_content, request_block_hashes
 from sim.policies.kv.offload import OffloadLoad, OffloadTiers
 from sim.policies.request import Request
 
@@ -90,7 +90,8 @@ class PagedAllocator(KVAllocator):
         return self.prefix_caching
 
     def lookup_prefix(self, req: Request) -> PrefixHit:
-        if not self.prefix_caching or req.num_computed_tokens or req.request_id in self.req_blocks:
+        if (not self.prefix_caching or req.num_computed_tokens or req.request_id in self.req_blocks
+                or not has_block_content(req)):
             return PrefixHit()
         # Leave at least the last known token to compute: its logits produce the next token.
         max_blocks = (req.num_tokens - 1) // self.block_size
@@ -113,7 +114,7 @@ class PagedAllocator(KVAllocator):
 
     def cached_prefix_blocks(self, req: Request) -> int:
         # Read-only: dict membership on the hash index, no touch, no stats (see the base class).
-        if not self.prefix_caching:
+        if not self.prefix_caching or not has_block_content(req):
             return 0
         cached = self.pool.cached
         n = 0
@@ -137,7 +138,7 @@ class PagedAllocator(KVAllocator):
             self.offload.record_query(gpu, hit.load, queried)
 
     def cache_full_blocks(self, req: Request) -> None:
-        if not self.prefix_caching:
+        if not self.prefix_caching or not has_block_content(req):
             return
         blocks = self.req_blocks.get(req.request_id)
         if not blocks:
