@@ -436,3 +436,25 @@ def test_simulate_takes_a_scenario_a_dict_or_overrides_alike(tmp_path):
     assert yaml.safe_load((out / "config.yaml").read_text()) == cfg
     with pytest.raises(ConfigError, match="kv_cache.block_size"):
         simulate({**cfg, "kv_cache": {**cfg["kv_cache"], "block_size": 0}})
+
+
+@pytest.mark.parametrize("sets,caches", [
+    ([], True),                                                    # vLLM V1: on by default
+    (["kv_cache.prefix_caching=false"], False),
+    (["scheduler.policy=vllm_v0"], False),                         # V0's prefill-first loop: off
+    (["scheduler.policy=orca"], False), (["scheduler.policy=static"], False),
+    (["kv_cache.allocator=contiguous"], False),                    # nothing to share
+    (["engine.name=sglang"], True),                                # the radix cache
+    (["engine.name=sglang", "sglang.disable_radix_cache=true"], False),
+])
+def test_prefix_caching_auto_is_the_engines_default(sets, caches):
+    sc = build_scenario(None, sets)
+    assert sc.caches_prefixes is caches
+    assert Scenario.from_dict(sc.to_dict()).caches_prefixes is caches  # the dump says the same
+    if not sets:
+        assert sc.kv_cache.prefix_caching == "auto" and DEFAULTS["kv_cache"]["prefix_caching"] == "auto"
+
+
+def test_prefix_caching_true_on_the_contiguous_allocator_is_still_an_error():
+    with pytest.raises(ConfigError, match="kv_cache.prefix_caching: needs kv_cache.allocator 'paged'"):
+        build_scenario(None, ["kv_cache.allocator=contiguous", "kv_cache.prefix_caching=true"])
