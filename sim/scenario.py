@@ -787,6 +787,12 @@ class Scenario:
             raise ConfigError("kv_cache.cpu_offload_gb: KV offload tiers are modelled for vLLM only "
                               "(SGLang's HiCache is not); set them to 0 with engine.name sglang")
         sg = self.sglang
+        if kv.prefix_caching is True and sg.disable_radix_cache:
+            raise ConfigError("kv_cache.prefix_caching: true contradicts sglang.disable_radix_cache "
+                              "(SGLang caches prefixes in its radix tree); set only one of them")
+        if kv.prefix_caching is False and not sg.disable_radix_cache:  # off, said the engine-neutral way
+            sg = replace(sg, disable_radix_cache=True)
+            object.__setattr__(self, "sglang", sg)
         object.__setattr__(self, "scheduler", replace(sched, policy="sglang"))
         object.__setattr__(self, "kv_cache", replace(kv, allocator="radix", block_size=sg.page_size,
                                                      prefix_caching=not sg.disable_radix_cache))

@@ -446,6 +446,7 @@ def test_simulate_takes_a_scenario_a_dict_or_overrides_alike(tmp_path):
     (["kv_cache.allocator=contiguous"], False),                    # nothing to share
     (["engine.name=sglang"], True),                                # the radix cache
     (["engine.name=sglang", "sglang.disable_radix_cache=true"], False),
+    (["engine.name=sglang", "kv_cache.prefix_caching=false"], False),  # = --disable-radix-cache
 ])
 def test_prefix_caching_auto_is_the_engines_default(sets, caches):
     sc = build_scenario(None, sets)
@@ -453,6 +454,13 @@ def test_prefix_caching_auto_is_the_engines_default(sets, caches):
     assert Scenario.from_dict(sc.to_dict()).caches_prefixes is caches  # the dump says the same
     if not sets:
         assert sc.kv_cache.prefix_caching == "auto" and DEFAULTS["kv_cache"]["prefix_caching"] == "auto"
+    if sc.engine.name == "sglang":
+        assert sc.sglang.disable_radix_cache is not caches
+
+
+def test_sglang_prefix_caching_true_against_a_disabled_radix_cache_is_an_error():
+    with pytest.raises(ConfigError, match="kv_cache.prefix_caching: true contradicts sglang.disable_radix_cache"):
+        build_scenario(None, ["engine.name=sglang", "kv_cache.prefix_caching=true", "sglang.disable_radix_cache=true"])
 
 
 def test_prefix_caching_true_on_the_contiguous_allocator_is_still_an_error():
