@@ -48,7 +48,6 @@ from analysis.pareto import pareto_mask
 from analysis.pricing import price_table, usd_per_gpu_hour
 from analysis.slo import SLO
 from sim.errors import ConfigError, DoesNotFitError, KvplanError
-from sim.scenario import engine_caches_prefixes
 
 #: Candidates screened side by side, whatever the number of workers (the plan must not depend
 #: on it): after each batch the cheapest estimate so far prunes the next.
@@ -334,7 +333,7 @@ def bound(row: Row, base: dict, slo: SLO, target: Optional[float], prices: Mappi
     seqs = max(1, budget // prompt)
     full = price(StepShape(num_prefill_tokens=seqs * prompt, num_prefill_seqs=seqs,
                            prefill_attention_work=seqs * prompt * (prompt + 1) // 2))
-    shared = _shared_prefix_tokens(cfg)
+    shared = _shared_prefix_tokens(sc)
     tokens = max(1.0, p - shared) + o
     row.bound_rate = instances * seqs * prompt / (full * tokens) if full > 0 else math.inf
     prefill = price(StepShape(num_prefill_tokens=prompt, num_prefill_seqs=1,
@@ -379,18 +378,12 @@ def _pricing_kind(source: str) -> str:
     return {"operator_tables": "measured", "roofline": "roofline", "profile": "profile"}.get(source, source)
 
 
-def _shared_prefix_tokens(cfg: dict) -> float:
+def _shared_prefix_tokens(sc) -> float:
     """Prompt tokens a request may find cached (the workload's shared prefix), 0 without prefix
-    caching or a prefix."""
-    kv, sched = cfg.get("kv_cache") or {}, cfg.get("scheduler") or {}
-    caching = kv.get("prefix_caching", "auto")
-    if caching == "auto":  # the engine's default (sim.scenario.engine_caches_prefixes)
-        caching = engine_caches_prefixes((cfg.get("engine") or {}).get("name", "vllm"), kv.get("allocator", "paged"),
-                                         sched.get("policy", "chunked"),
-                                         bool((cfg.get("sglang") or {}).get("disable_radix_cache")))
-    if not caching:
+    caching (``Scenario.caches_prefixes``: ``auto`` is the engine's default) or a prefix."""
+    if not sc.caches_prefixes:
         return 0.0
-    prefix = (cfg.get("workload") or {}).get("prefix") or {}
+    prefix = sc.workload.get("prefix") or {}
     return float(prefix.get("length") or 0.0)
 
 

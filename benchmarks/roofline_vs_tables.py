@@ -22,8 +22,8 @@ GPU but A100):
   bf16 KV cache), KV length ``step + 1`` for decode, ``isl`` new tokens from an empty cache for
   prefill. Fitted together: ``attn_prefill_compute``, ``attention_latency_s`` (decode's bytes
   stream at the GEMMs' ``memory`` fraction, as in the Vidur fit), ``attn_prefill_extra_keys``
-  and ``attn_score_s`` (prefill's exponential per score and head: H100's fit, 0.26 ps, is the
-  3.9 TFLOPS of special functions FlashAttention-3's paper gives the H100 SXM5).
+  and ``attn_score_s`` (prefill's exponential per score and head: H100's fit, 0.22 ps or 4.5 T scores/s, is near
+  the 3.9 TFLOPS of special functions FlashAttention-3's paper gives the H100 SXM5).
 - ``moe`` / ``moe_fp8``: vLLM's fused-MoE layer (``fused_experts``: the token sort, both grouped
   GEMMs, the activation) in bf16 and block FP8 (DeepSeek-V3, Qwen3-FP8, MiniMax-M2's format),
   from the default release's folder (0.24.0; 0.19.0 where a GPU has no later one), balanced
@@ -281,7 +281,7 @@ def _predict_moe(hardware: str, rows: Rows, eff: Efficiency) -> np.ndarray:
         assert x is not None
         t = c["num_tokens"][sel]
         touched = np.minimum(float(experts), t * k)
-        layer = np.maximum(x.compute_per_row * t, x.weight_per_expert * touched + x.memory_per_row * t) + x.latency
+        layer = x.time_touching(t, touched, np.maximum)
         out[sel] = layer + np.array([r.elementwise_time("mlp_act", v) for v in t])
     return out
 

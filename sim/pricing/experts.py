@@ -98,10 +98,15 @@ class ExpertLayer:
     def time(self, rows: Any, mx: Max = max) -> Any:
         """Seconds of the layer for ``rows`` tokens (0 for none); ``mx`` is ``max`` for a
         number and ``np.maximum`` for an array, with the same float operations."""
-        compute = self.compute_per_row * rows
         if self.global_rows == 1 and self.local_share == 1.0:
             touched = self.touched(rows)
         else:
             touched = self.local_share * self.touched(rows * self.global_rows)
+        return self.time_touching(rows, touched, mx)
+
+    def time_touching(self, rows: Any, touched: Any, mx: Max = max) -> Any:
+        """Seconds of the layer for ``rows`` tokens routed to ``touched`` experts (``time``'s
+        routing, or a table's: balanced rows touch ``min(E, T x k)``)."""
+        compute = self.compute_per_row * rows
         memory = self.weight_per_expert * touched + self.memory_per_row * rows
         return (rows > 0) * (mx(compute, memory) + self.latency)
